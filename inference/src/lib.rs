@@ -1,0 +1,4 @@
+//! `airlock-inference`: tokenizers, the sentence embedder, the cross-encoder reranker, quantized
+//! GGUF generators and the continuous-batching engine. Models load only from an installed,
+//! verified bundle's catalogue paths; there is no network code.
+#![warn(missing_docs)]
