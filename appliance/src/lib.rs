@@ -2,3 +2,5 @@
 //! degradation ladder, metrics, web UI assets and egress lockdown. The only crate that wires the
 //! other crates together.
 #![warn(missing_docs)]
+
+pub mod cli;

@@ -1,5 +1,5 @@
-//! The `airlock` binary: a thin shell over the library.
+//! The `airlock` binary: a thin shell over the library's CLI.
 
-fn main() {
-    println!("airlock {}", env!("CARGO_PKG_VERSION"));
+fn main() -> std::process::ExitCode {
+    airlock::cli::main()
 }

@@ -9,5 +9,7 @@
 #![warn(missing_docs)]
 
 mod traits;
+pub mod visibility;
 
 pub use traits::{Embed, ModelError, Rerank};
+pub use visibility::{ChunkMap, Visibility};
