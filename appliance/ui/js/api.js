@@ -1,0 +1,283 @@
+// The only code that talks to the daemon. Every call goes to the page's own origin (the CSP
+// allows `connect-src 'self'` only) with `Authorization: Bearer <token>`, and every error is
+// turned into an ApiError from the RFC 9457 problem body the daemon sends (API.md).
+
+import { SseParser } from './sse.js';
+
+/** An error answer from the daemon, a network failure, or a broken stream. */
+export class ApiError extends Error {
+  /**
+   * @param {object} p
+   * @param {number} p.status HTTP status, 0 for a network failure, -1 for a broken stream
+   * @param {string} [p.slug] problem type slug (`rate-limited`, `capacity-unavailable`, …)
+   * @param {string} [p.title]
+   * @param {string} [p.detail]
+   * @param {number | null} [p.retryAfter] seconds from the Retry-After header
+   */
+  constructor({ status, slug = '', title = '', detail = '', retryAfter = null }) {
+    super(title || `HTTP ${status}`);
+    this.name = 'ApiError';
+    this.status = status;
+    this.slug = slug;
+    this.title = title;
+    this.detail = detail;
+    this.retryAfter = retryAfter;
+  }
+}
+
+/**
+ * Parses a Retry-After header: delay-seconds or an HTTP date (RFC 9110 §10.2.3).
+ * @param {string | null} value
+ * @param {number} [nowMs]
+ * @returns {number | null} whole seconds to wait (≥ 0), or null when absent or unreadable
+ */
+export function parseRetryAfter(value, nowMs = Date.now()) {
+  if (value == null) return null;
+  const v = value.trim();
+  if (/^\d+$/.test(v)) return Math.min(parseInt(v, 10), 86400);
+  if (!/[a-z]/i.test(v)) return null;
+  const when = Date.parse(v);
+  if (Number.isNaN(when)) return null;
+  return Math.max(0, Math.min(86400, Math.ceil((when - nowMs) / 1000)));
+}
+
+/**
+ * Slug of a problem `type` URI (`https://airlock.local/problems/rate-limited` → `rate-limited`).
+ * @param {unknown} type
+ */
+export function problemSlug(type) {
+  if (typeof type !== 'string') return '';
+  const m = /\/problems\/([a-z0-9-]+)\/?$/.exec(type);
+  return m ? m[1] : '';
+}
+
+/**
+ * Builds an ApiError from a non-2xx response (reads a problem+json body when there is one).
+ * @param {Response} res
+ */
+export async function errorFromResponse(res) {
+  let body = null;
+  try {
+    const text = await res.text();
+    body = text ? JSON.parse(text) : null;
+  } catch {
+    body = null;
+  }
+  const isObj = body !== null && typeof body === 'object';
+  return new ApiError({
+    status: res.status,
+    slug: isObj ? problemSlug(body.type) : '',
+    title: isObj && typeof body.title === 'string' ? body.title : res.statusText,
+    detail: isObj && typeof body.detail === 'string' ? body.detail : '',
+    retryAfter: parseRetryAfter(res.headers.get('Retry-After')),
+  });
+}
+
+/** True for the error fetch() throws when its AbortSignal fires. */
+export function isAbort(err) {
+  return err !== null && typeof err === 'object' && err.name === 'AbortError';
+}
+
+/**
+ * Reads the numeric ladder rung from a header or an `airlock` object.
+ * @param {unknown} v
+ * @returns {number | null}
+ */
+export function rungOf(v) {
+  const n = typeof v === 'number' ? v : typeof v === 'string' && /^\d+$/.test(v.trim()) ? parseInt(v, 10) : NaN;
+  return Number.isInteger(n) && n >= 0 && n <= 5 ? n : null;
+}
+
+/**
+ * Keeps only well-formed citations (the UI never trusts a shape it has not checked).
+ * @param {unknown} list
+ * @returns {{n: number, doc_id: string, chunk_id: number | null, title: string, snippet: string, score: number | null}[]}
+ */
+export function cleanCitations(list) {
+  if (!Array.isArray(list)) return [];
+  const seen = new Set();
+  const out = [];
+  for (const c of list) {
+    if (!c || typeof c !== 'object') continue;
+    const n = Number(c.n);
+    if (!Number.isInteger(n) || n < 1 || n > 999 || seen.has(n)) continue;
+    seen.add(n);
+    out.push({
+      n,
+      doc_id: typeof c.doc_id === 'string' ? c.doc_id : '',
+      chunk_id: Number.isFinite(c.chunk_id) ? c.chunk_id : null,
+      title: typeof c.title === 'string' ? c.title : '',
+      snippet: typeof c.snippet === 'string' ? c.snippet : '',
+      score: typeof c.score === 'number' && Number.isFinite(c.score) ? c.score : null,
+    });
+  }
+  return out.sort((a, b) => a.n - b.n);
+}
+
+/** A client bound to one bearer token. */
+export class Api {
+  /**
+   * @param {string} token
+   * @param {typeof fetch} [fetchImpl]
+   */
+  constructor(token, fetchImpl = (...a) => fetch(...a)) {
+    this.token = token;
+    this.fetch = fetchImpl;
+  }
+
+  headers(extra = {}) {
+    return { Authorization: `Bearer ${this.token}`, ...extra };
+  }
+
+  /**
+   * GET a JSON resource; throws ApiError.
+   * @param {string} path
+   * @param {AbortSignal} [signal]
+   */
+  async getJson(path, signal) {
+    let res;
+    try {
+      res = await this.fetch(path, { headers: this.headers({ Accept: 'application/json' }), signal, cache: 'no-store' });
+    } catch (e) {
+      if (isAbort(e)) throw e;
+      throw new ApiError({ status: 0, title: 'Network error' });
+    }
+    if (!res.ok) throw await errorFromResponse(res);
+    try {
+      return await res.json();
+    } catch {
+      throw new ApiError({ status: res.status, title: 'Unreadable response' });
+    }
+  }
+
+  /** `GET /v1/models` (also serves as the token check at sign-in). */
+  models() {
+    return this.getJson('/v1/models');
+  }
+
+  /**
+   * `GET /v1/info` (proposed: `{bundle_version, user, ...}`); resolves to null when the
+   * daemon has no such route (404/405) so the page can fall back.
+   */
+  async info() {
+    try {
+      return await this.getJson('/v1/info');
+    } catch (e) {
+      if (e instanceof ApiError && (e.status === 404 || e.status === 405)) return null;
+      throw e;
+    }
+  }
+
+  /**
+   * `POST /v1/feedback` (see FEEDBACK-API.md).
+   * @param {{request_id: string, rating: 'up' | 'down', comment?: string}} body
+   */
+  async feedback(body) {
+    let res;
+    try {
+      res = await this.fetch('/v1/feedback', {
+        method: 'POST',
+        headers: this.headers({ 'Content-Type': 'application/json', Accept: 'application/json' }),
+        body: JSON.stringify(body),
+      });
+    } catch (e) {
+      throw new ApiError({ status: 0, title: 'Network error' });
+    }
+    if (!res.ok) throw await errorFromResponse(res);
+    return res.json().catch(() => ({}));
+  }
+
+  /**
+   * Streams `POST /v1/chat/completions`. Resolves when the stream ends with `[DONE]`; rejects
+   * with ApiError (HTTP error, broken stream) or the AbortError of `signal`.
+   * @param {object} req
+   * @param {{role: string, content: string}[]} req.messages
+   * @param {string} [req.model]
+   * @param {AbortSignal} [req.signal]
+   * @param {(meta: {citations?: ReturnType<typeof cleanCitations>, rung?: number | null, requestId?: string, bundleVersion?: string}) => void} req.onMeta
+   * @param {(text: string) => void} req.onDelta
+   * @returns {Promise<{finishReason: string | null}>}
+   */
+  async chatStream({ messages, model, signal, onMeta, onDelta }) {
+    const body = { messages, stream: true, airlock: { retrieval: true } };
+    if (model) body.model = model;
+    let res;
+    try {
+      res = await this.fetch('/v1/chat/completions', {
+        method: 'POST',
+        headers: this.headers({ 'Content-Type': 'application/json', Accept: 'text/event-stream' }),
+        body: JSON.stringify(body),
+        signal,
+        cache: 'no-store',
+      });
+    } catch (e) {
+      if (isAbort(e)) throw e;
+      throw new ApiError({ status: 0, title: 'Network error' });
+    }
+    const headerRung = rungOf(res.headers.get('X-Airlock-Rung'));
+    if (!res.ok) throw await errorFromResponse(res);
+    const headerRequestId = res.headers.get('X-Request-Id') || '';
+    onMeta({ rung: headerRung, requestId: headerRequestId || undefined });
+    if (!res.body) throw new ApiError({ status: -1, title: 'Empty response' });
+
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder('utf-8');
+    const parser = new SseParser();
+    let finishReason = null;
+    let done = false;
+    let first = true;
+    try {
+      while (!done) {
+        const { value, done: eof } = await reader.read();
+        const text = eof ? decoder.decode() : decoder.decode(value, { stream: true });
+        for (const ev of parser.push(text)) {
+          if (ev.data === '[DONE]') {
+            done = true;
+            break;
+          }
+          let chunk;
+          try {
+            chunk = JSON.parse(ev.data);
+          } catch {
+            continue; // a keep-alive or a line the UI does not understand
+          }
+          if (chunk && chunk.error) {
+            const e = chunk.error;
+            throw new ApiError({
+              status: Number.isInteger(e.status) ? e.status : -1,
+              slug: problemSlug(e.type),
+              title: typeof e.title === 'string' ? e.title : typeof e.message === 'string' ? e.message : 'Generation failed',
+              detail: typeof e.detail === 'string' ? e.detail : '',
+            });
+          }
+          const meta = {};
+          if (first && typeof chunk?.id === 'string' && chunk.id) meta.requestId = chunk.id;
+          const ext = chunk?.airlock;
+          if (ext && typeof ext === 'object') {
+            if ('citations' in ext) meta.citations = cleanCitations(ext.citations);
+            const r = rungOf(ext.rung);
+            if (r !== null) meta.rung = r;
+            if (typeof ext.bundle_version === 'string') meta.bundleVersion = ext.bundle_version;
+          }
+          first = false;
+          if (Object.keys(meta).length) onMeta(meta);
+          const choice = Array.isArray(chunk?.choices) ? chunk.choices[0] : null;
+          const delta = choice?.delta?.content;
+          if (typeof delta === 'string' && delta) onDelta(delta);
+          if (choice?.finish_reason) finishReason = choice.finish_reason;
+        }
+        if (eof) break;
+      }
+    } catch (e) {
+      if (isAbort(e) || e instanceof ApiError) throw e;
+      throw new ApiError({ status: -1, title: 'The answer stream was interrupted' });
+    } finally {
+      if (!done) reader.cancel().catch(() => {});
+    }
+    if (!done) {
+      parser.finish();
+      throw new ApiError({ status: -1, title: 'The answer stream was interrupted' });
+    }
+    return { finishReason };
+  }
+}
