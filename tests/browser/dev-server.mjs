@@ -129,6 +129,7 @@ export async function startDevServer(opts = {}) {
     chats: [],
     feedback: [],
     requestIds: new Map(), // request id → user
+    lastRequestId: '',
   };
   const tokenDelay = opts.tokenDelayMs ?? 25;
   let seq = 0;
@@ -260,6 +261,7 @@ export async function startDevServer(opts = {}) {
 
     const id = `chatcmpl-dev${++seq}`;
     state.requestIds.set(id, who.user);
+    state.lastRequestId = id;
     const model = body.model || 'airlock-large';
     res.writeHead(200, {
       'Content-Type': 'text/event-stream',

@@ -36,6 +36,7 @@ const ui = {
   stop: /** @type {HTMLButtonElement} */ ($('stop')),
   status: $('composer-status'),
   bundle: $('bundle-version'),
+  bundleItem: $('bundle-item'),
 };
 
 /** Session state: null while signed out. */
@@ -62,12 +63,18 @@ function emptyAnswer() {
   };
 }
 
+let announceTimer = 0;
+
+/** Says `text` in the composer's status line (a polite live region); '' clears it. */
 function announce(text) {
+  clearTimeout(announceTimer);
   // Clear first so the same message twice is still announced.
   ui.status.textContent = '';
-  setTimeout(() => {
-    ui.status.textContent = text;
-  }, 30);
+  if (text) {
+    announceTimer = setTimeout(() => {
+      ui.status.textContent = text;
+    }, 30);
+  }
 }
 
 // ---------------------------------------------------------------- screens
@@ -166,7 +173,7 @@ function endSession() {
   ui.question.value = '';
   ui.menu.open = false;
   syncEmpty();
-  setBundleVersion('');
+  setBundleVersion(null);
 }
 
 /** A 401 from any call: the token is no longer valid. */
@@ -192,7 +199,9 @@ function bundleVersionFrom(info, models) {
   );
 }
 
+/** @param {string | null} v a version, '' when the daemon did not report one, null when signed out */
 function setBundleVersion(v) {
+  ui.bundleItem.hidden = v === null;
   ui.bundle.textContent = v || 'unknown';
 }
 
@@ -430,6 +439,7 @@ async function run(turn, view) {
     } else {
       turn.answer.status = 'error';
       turn.answer.error = describeError(e instanceof ApiError ? e : new ApiError({ status: -1 }));
+      announce(''); // the answer's own alert says what happened
     }
   } finally {
     if (frame) cancelAnimationFrame(frame);

@@ -91,7 +91,7 @@ export class TurnView {
     this.root = root;
 
     const q = el(doc, 'article', 'question-card');
-    q.setAttribute('aria-label', 'Your question');
+    q.setAttribute('aria-label', 'Question');
     q.appendChild(el(doc, 'p', 'who', 'You'));
     this.questionText = el(doc, 'p', 'question-text');
     q.appendChild(this.questionText);

@@ -1,0 +1,196 @@
+// Acceptance tests of the web chat UI against the REAL daemon (issue 8), in Debian's Chromium.
+//
+// The test starts `$AIRLOCK_BIN demo --setup-only --no-sample-data` in a temporary data dir,
+// then `$AIRLOCK_BIN serve`, and seeds a slice of bank-dev (with its iam_v1 grants) and one
+// hostile document through the admin API. Without AIRLOCK_BIN every test here is skipped with
+// a message; .ci/run sets it to the freshly built binary.
+
+import { describe, test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+
+import { browserMissing, launch, openPage } from './lib/browser.mjs';
+import { signIn, ask, settled, sources, everythingInDom, assertClean, metric, chooseModel } from './lib/ui.mjs';
+import { startDaemon, planFromBankDev, seed, HOSTILE, tail } from './lib/daemon.mjs';
+
+const BIN = process.env.AIRLOCK_BIN;
+const skip = !BIN
+  ? 'AIRLOCK_BIN is not set: set it to a built `airlock` binary to run the acceptance tests against the real daemon'
+  : browserMissing() || false;
+// Chromium logs every non-2xx fetch as a console error; the tests that provoke them allow these.
+const HTTP_ERRORS = [/Failed to load resource: the server responded with a status of (401|404|503)/];
+const SMALL_MODEL = 'airlock-small';
+
+describe('web UI against the real daemon', { skip, timeout: 40 * 60_000 }, () => {
+  let daemon;
+  let browser;
+  let plan;
+  let tokens;
+
+  before(async () => {
+    plan = planFromBankDev();
+    daemon = await startDaemon(BIN);
+    try {
+      tokens = await seed(daemon, plan);
+    } catch (e) {
+      throw new Error(`${e.message}\ndaemon log tail:\n${tail(daemon.log)}`);
+    }
+    browser = await launch();
+  });
+
+  after(async () => {
+    await browser?.close();
+    await daemon?.stop();
+  });
+
+  async function signedIn(user, opts) {
+    const page = await openPage(browser, daemon.url, opts);
+    await signIn(page, tokens[user] ?? user);
+    await chooseModel(page, SMALL_MODEL);
+    return page;
+  }
+
+  test('the daemon serves the page with the strict CSP and the bundle version reaches the footer', async () => {
+    const res = await fetch(`${daemon.url}/`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') || '', /^text\/html/);
+    const csp = res.headers.get('content-security-policy') || '';
+    for (const d of ["default-src 'self'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'"]) {
+      assert.ok(csp.includes(d), `CSP has ${d}: ${csp}`);
+    }
+    for (const asset of ['app.css', 'js/app.js', 'js/api.js', 'js/sse.js', 'js/markdown.js', 'js/store.js', 'js/view.js']) {
+      const r = await fetch(`${daemon.url}/${asset}`);
+      assert.equal(r.status, 200, asset);
+      assert.match(r.headers.get('content-type') || '', asset.endsWith('.css') ? /^text\/css/ : /javascript/, asset);
+    }
+    const bundle = /airlock_bundle_info\{[^}]*version="([^"]+)"/.exec(await daemon.metrics())?.[1];
+    assert.ok(bundle, 'airlock_bundle_info{version} in /metrics');
+    const page = await signedIn(plan.answerable.user);
+    assert.equal(await page.locator('#bundle-version').textContent(), bundle, 'footer shows the installed bundle version');
+    assertClean(page, { allowConsole: HTTP_ERRORS });
+    await page.context().close();
+  });
+
+  test('sign in, ask an answerable question: streamed answer citing the right document', async () => {
+    const c = plan.answerable;
+    const page = await signedIn(c.user);
+    const answer = await ask(page, c.query);
+    const lengths = new Set();
+    while ((await answer.getAttribute('aria-busy')) === 'true') {
+      const len = (await answer.locator('.answer-body').textContent()).length;
+      if (len > 0) lengths.add(len);
+      await page.waitForTimeout(50);
+    }
+    assert.equal(await answer.locator('[role="alert"]').count(), 0, await answer.textContent());
+    assert.ok(lengths.size >= 2, `the answer appeared in ${lengths.size} steps (streamed)`);
+    const src = await sources(answer);
+    assert.ok(src.length >= 1, 'at least one citation');
+    const title = plan.corpus.get(c.relevant_doc_ids[0]).title;
+    const right = src.find((s) => s.doc === c.relevant_doc_ids[0]);
+    assert.ok(right, `sources panel lists ${c.relevant_doc_ids[0]}: ${JSON.stringify(src.map((s) => s.doc))}`);
+    assert.equal(right.title, title);
+    assert.ok(right.snippet.length > 0, 'snippet shown');
+    assert.match(right.score, /^relevance -?\d/, 'score shown');
+    assertClean(page);
+    await page.context().close();
+  });
+
+  test('an outsider asking a denied question sees no restricted title, figure or canary', async () => {
+    const c = plan.denied;
+    const forbiddenTitles = c.forbidden_doc_ids.map((id) => plan.corpus.get(id).title);
+    // Positive control: the question does reach the restricted document for a user who may
+    // read it, so an ACL failure would put it in the outsider's page.
+    const control = await daemon.must('POST', '/v1/retrieve', { query: c.query, top_k: 10 }, tokens[plan.insider]);
+    const controlIds = control.json.results.map((r) => r.doc_id);
+    assert.ok(
+      c.forbidden_doc_ids.some((d) => controlIds.includes(d)),
+      `control: ${plan.insider} retrieves ${c.forbidden_doc_ids} for this query (got ${controlIds})`,
+    );
+
+    const page = await signedIn(c.user);
+    const answer = await ask(page, c.query);
+    await settled(answer);
+    const all = await everythingInDom(page);
+    for (const s of [...c.forbidden_strings, ...c.forbidden_doc_ids, ...forbiddenTitles]) {
+      assert.ok(!all.includes(s), `"${s}" must not appear anywhere in the outsider's page`);
+    }
+    for (const s of await sources(answer)) assert.ok(!c.forbidden_doc_ids.includes(s.doc));
+    assertClean(page);
+    await page.context().close();
+  });
+
+  test('Stop mid-stream cancels generation on the server (airlock_generation_cancelled_total)', async () => {
+    const page = await signedIn(plan.answerable.user);
+    const before = metric(await daemon.metrics(), 'airlock_generation_cancelled_total') ?? 0;
+    const answer = await ask(
+      page,
+      'Explain in detail, step by step and at length, every rule, threshold and exception the documents give about onboarding institutional customers.',
+    );
+    await answer.locator('.answer-body').filter({ hasText: /\S/ }).waitFor({ timeout: 120_000 });
+    await page.getByRole('button', { name: 'Stop' }).click();
+    await settled(answer, 10_000);
+    assert.match(await answer.locator('.answer-note').textContent(), /Stopped/, 'the answer was still streaming when Stop was pressed');
+    let after = before;
+    for (let i = 0; i < 100 && after <= before; i++) {
+      await page.waitForTimeout(150);
+      after = metric(await daemon.metrics(), 'airlock_generation_cancelled_total') ?? 0;
+    }
+    assert.ok(after > before, `airlock_generation_cancelled_total went from ${before} to ${after}`);
+    assertClean(page);
+    await page.context().close();
+  });
+
+  test('a forced shed (503 capacity-unavailable) shows the retry message with its time', async () => {
+    // An admin may force a ladder rung per request (API.md); rung 5 is the shed. The page
+    // itself never sends `rung`: the test adds it to the request the page makes.
+    const page = await openPage(browser, daemon.url);
+    await signIn(page, daemon.adminToken);
+    await page.route('**/v1/chat/completions', async (route) => {
+      const body = JSON.parse(route.request().postData() || '{}');
+      body.airlock = { ...(body.airlock || {}), rung: 5 };
+      await route.continue({ postData: JSON.stringify(body) });
+    });
+    const responded = page.waitForResponse('**/v1/chat/completions');
+    const answer = await ask(page, 'Is anyone there?');
+    const res = await responded;
+    assert.equal(res.status(), 503);
+    const retryAfter = parseInt(res.headers()['retry-after'], 10);
+    assert.ok(retryAfter >= 0, 'Retry-After set');
+    await settled(answer);
+    const alert = answer.locator('[role="alert"]');
+    assert.match(await alert.textContent(), /Airlock is busy right now/);
+    assert.match(await alert.locator('.retry-when').textContent(), /try again (in \d+ seconds?|now)/);
+    assert.equal(await answer.getByRole('button', { name: 'Retry' }).isVisible(), true);
+    assertClean(page, { allowConsole: HTTP_ERRORS });
+    await page.context().close();
+  });
+
+  test('a document with <script> and <img onerror> renders inert', async () => {
+    const page = await signedIn(plan.answerable.user);
+    const scripts = await page.locator('script').count();
+    const answer = await ask(page, 'What does the Zephyrine vendor escrow note say about escrow releases?');
+    await settled(answer);
+    await page.waitForTimeout(500);
+    const src = await sources(answer);
+    const hostile = src.find((s) => s.doc === HOSTILE.doc_id);
+    assert.ok(hostile, `the hostile document is cited: ${JSON.stringify(src.map((s) => s.doc))}`);
+    assert.equal(hostile.title, HOSTILE.title, 'its title shows as literal text');
+    assert.equal(await page.evaluate(() => window.__pwned), undefined, 'no injected code ran');
+    assert.equal(await page.locator('script').count(), scripts);
+    assert.equal(await page.locator('#log img, #log script, #log iframe, #log svg:not(.icon), #log a[href^="javascript"]').count(), 0);
+    assertClean(page);
+    await page.context().close();
+  });
+
+  test('a revoked token shows the session-ended screen (401)', async () => {
+    const user = plan.denied.user;
+    const page = await signedIn(user);
+    // Rotating the token invalidates the one the page holds.
+    tokens[user] = (await daemon.must('POST', `/v1/acl/users/${encodeURIComponent(user)}/token`)).json.token;
+    await page.getByLabel('Your question').fill('Anything new?');
+    await page.getByLabel('Your question').press('Enter');
+    await page.getByRole('heading', { name: 'Your session has ended' }).waitFor();
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('airlock.token')), null);
+    assertClean(page, { allowConsole: HTTP_ERRORS });
+    await page.context().close();
+  });
+});

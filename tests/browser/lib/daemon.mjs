@@ -1,0 +1,234 @@
+// Starts the real `airlock` daemon for the acceptance tests and seeds it through its public
+// admin API (API.md): `airlock demo --setup-only --no-sample-data` makes a signed demo bundle,
+// installs it and writes the admin token; `airlock serve` serves it; then users, documents
+// (a slice of bank-dev with their iam_v1 grants, plus a hostile document) and tokens are
+// created over HTTP, exactly as an operator's scripts would.
+
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const HERE = path.dirname(fileURLToPath(import.meta.url));
+export const REPO = path.resolve(HERE, '../../..');
+
+/** bank-dev location: AIRLOCK_SHARED_DIR/datasets/bank-dev, else ../shared beside the repo. */
+export function bankDevDir() {
+  const shared = process.env.AIRLOCK_SHARED_DIR || path.resolve(REPO, '../shared');
+  return path.join(shared, 'datasets', 'bank-dev');
+}
+
+export function readJsonl(file) {
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((l) => l.trim())
+    .map((l) => JSON.parse(l));
+}
+
+export async function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.on('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+function run(bin, args, { env, log, timeoutMs }) {
+  return new Promise((resolve, reject) => {
+    const out = fs.openSync(log, 'a');
+    fs.writeSync(out, `\n$ airlock ${args.join(' ')}\n`);
+    const child = spawn(bin, args, { env, stdio: ['ignore', out, out] });
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`airlock ${args[0]} timed out after ${timeoutMs / 1000}s (log: ${log})`));
+    }, timeoutMs);
+    child.on('error', (e) => {
+      clearTimeout(timer);
+      reject(e);
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      fs.closeSync(out);
+      if (code === 0) resolve();
+      else reject(new Error(`airlock ${args.join(' ')} exited with ${code}; log tail:\n${tail(log)}`));
+    });
+  });
+}
+
+export function tail(file, lines = 40) {
+  try {
+    return fs.readFileSync(file, 'utf8').split('\n').slice(-lines).join('\n');
+  } catch {
+    return '(no log)';
+  }
+}
+
+/**
+ * A running daemon.
+ * @param {string} bin path to the `airlock` binary
+ */
+export async function startDaemon(bin) {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'airlock-ui-test-'));
+  const log = path.join(dataDir, 'daemon.log');
+  const port = await freePort();
+  const env = { ...process.env, RUST_LOG: process.env.RUST_LOG || 'warn' };
+  await run(bin, ['demo', '--data', dataDir, '--setup-only', '--no-sample-data'], { env, log, timeoutMs: 15 * 60_000 });
+  const tokens = JSON.parse(fs.readFileSync(path.join(dataDir, 'demo', 'tokens.json'), 'utf8'));
+  if (typeof tokens.admin !== 'string') throw new Error('demo/tokens.json has no admin token');
+
+  const out = fs.openSync(log, 'a');
+  fs.writeSync(out, `\n$ airlock serve --data ${dataDir} --port ${port} --bind 127.0.0.1\n`);
+  const child = spawn(bin, ['serve', '--data', dataDir, '--port', String(port), '--bind', '127.0.0.1'], {
+    env,
+    stdio: ['ignore', out, out],
+  });
+  let exited = null;
+  child.on('exit', (code, signal) => {
+    exited = { code, signal };
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 5 * 60_000;
+  for (;;) {
+    if (exited) throw new Error(`airlock serve exited early (${JSON.stringify(exited)}); log tail:\n${tail(log)}`);
+    try {
+      const r = await fetch(`${url}/readyz`);
+      if (r.ok) break;
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      child.kill('SIGKILL');
+      throw new Error(`airlock serve not ready after 5 min; log tail:\n${tail(log)}`);
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+
+  const admin = tokens.admin;
+  async function api(method, p, body, token = admin) {
+    const headers = { Authorization: `Bearer ${token}` };
+    if (body !== undefined) headers['Content-Type'] = 'application/json';
+    const r = await fetch(url + p, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const text = await r.text();
+    let json = null;
+    try {
+      json = text ? JSON.parse(text) : null;
+    } catch {
+      json = null;
+    }
+    return { status: r.status, headers: r.headers, json, text };
+  }
+  async function must(method, p, body, token) {
+    const r = await api(method, p, body, token);
+    if (r.status >= 300) throw new Error(`${method} ${p} → ${r.status} ${r.text.slice(0, 300)}`);
+    return r;
+  }
+
+  return {
+    url,
+    dataDir,
+    log,
+    adminToken: admin,
+    api,
+    must,
+    async metrics() {
+      return (await must('GET', '/metrics')).text;
+    },
+    async stop() {
+      if (!exited) {
+        child.kill('SIGTERM');
+        const t0 = Date.now();
+        while (!exited && Date.now() - t0 < 15_000) await new Promise((r) => setTimeout(r, 100));
+        if (!exited) child.kill('SIGKILL');
+      }
+      fs.closeSync(out);
+      if (!process.env.AIRLOCK_KEEP_TEST_DATA) fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A title and text a careless renderer would execute. */
+export const HOSTILE = {
+  doc_id: 'ui-hostile-0001',
+  title: 'Zephyrine escrow note <img src=x onerror="window.__pwned=\'title\'"><script>window.__pwned="title"</script>',
+  text:
+    'Zephyrine escrow note. <script>window.__pwned="doc"</script> The Zephyrine vendor escrow ' +
+    'arrangement is reviewed <img src=x onerror="window.__pwned=\'img\'"> every quarter by the treasury ' +
+    'desk. <iframe src="javascript:window.__pwned=\'frame\'"></iframe> Escrow releases need two ' +
+    'signatures. <a href="javascript:window.__pwned=\'link\'">details</a>\n\n' +
+    'Zephyrine escrow review checklist: confirm the balance, confirm the signatories, file the note. ' +
+    '<svg onload="window.__pwned=\'svg\'"></svg>',
+};
+
+/**
+ * Picks the cases and documents the acceptance tests use, from bank-dev (no hard-coded ids):
+ * the first answerable case, the first acl_denied case, the grants of their documents from
+ * iam_v1, and a few all-staff documents as distractors.
+ */
+export function planFromBankDev() {
+  const dir = bankDevDir();
+  const golden = readJsonl(path.join(dir, 'golden.jsonl'));
+  const iam = readJsonl(path.join(dir, 'iam_v1.jsonl'));
+  const corpus = new Map(readJsonl(path.join(dir, 'corpus.jsonl')).map((d) => [d.doc_id, d]));
+  const groupsOf = new Map(iam.filter((l) => l.user).map((l) => [l.user, l.groups]));
+  const grantOf = new Map(iam.filter((l) => l.doc).map((l) => [l.doc, { users: l.users, groups: l.groups }]));
+  const canRead = (user, doc) => {
+    const g = grantOf.get(doc);
+    if (!g) return false;
+    const groups = groupsOf.get(user) || [];
+    return g.users.includes(user) || g.groups.some((x) => groups.includes(x));
+  };
+
+  const answerable = golden.find(
+    (c) => c.kind === 'answerable' && c.relevant_doc_ids.length === 1 && c.valid_phases.includes('v1') && groupsOf.has(c.user),
+  );
+  const denied = golden.find(
+    (c) =>
+      c.kind === 'acl_denied' &&
+      c.valid_phases.includes('v1') &&
+      groupsOf.has(c.user) &&
+      c.user !== answerable.user &&
+      c.forbidden_doc_ids.length > 0 &&
+      c.forbidden_strings.length > 0,
+  );
+  // Someone who may read the denied case's document: the positive control for the leak check.
+  const insider = [...groupsOf.keys()].find((u) => denied.forbidden_doc_ids.every((d) => canRead(u, d)) && u !== denied.user);
+
+  const docIds = new Set([...answerable.relevant_doc_ids, ...denied.forbidden_doc_ids]);
+  for (const [id, g] of grantOf) {
+    if (docIds.size >= 24) break;
+    if (g.groups.includes('all-staff') && corpus.has(id)) docIds.add(id);
+  }
+  const docs = [...docIds].map((id) => ({ ...corpus.get(id), acl: grantOf.get(id) }));
+  const users = [answerable.user, denied.user, insider].map((u) => ({ user: u, groups: groupsOf.get(u) }));
+  return { answerable, denied, insider, docs, users, corpus };
+}
+
+/** Seeds users, documents and tokens; returns `{user → token}`. */
+export async function seed(daemon, plan) {
+  for (const { user, groups } of plan.users) await daemon.must('PUT', `/v1/acl/users/${encodeURIComponent(user)}`, { groups });
+  for (const d of plan.docs) {
+    await daemon.must('PUT', `/v1/documents/${encodeURIComponent(d.doc_id)}`, {
+      title: d.title,
+      text: d.text,
+      metadata: d.metadata ?? {},
+      acl: { users: d.acl.users, groups: d.acl.groups },
+    });
+  }
+  await daemon.must('PUT', `/v1/documents/${HOSTILE.doc_id}`, {
+    title: HOSTILE.title,
+    text: HOSTILE.text,
+    metadata: {},
+    acl: { users: [plan.answerable.user], groups: [] },
+  });
+  const tokens = {};
+  for (const { user } of plan.users) {
+    tokens[user] = (await daemon.must('POST', `/v1/acl/users/${encodeURIComponent(user)}/token`)).json.token;
+  }
+  return tokens;
+}
