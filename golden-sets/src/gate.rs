@@ -1,0 +1,453 @@
+//! Reports, baselines and the release gate.
+//!
+//! A [`Report`] holds every case's scores and their summaries (overall, per kind, per phase).
+//! A [`Baseline`] keeps the headline means of an accepted release. The [`gate`] fails a candidate
+//! on any leak, on any headline metric below `baseline − ε`, or on any frozen regression case that
+//! now fails.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Error;
+use crate::metrics::{CaseScore, Estimate, bootstrap};
+
+/// Bootstrap resamples used for confidence intervals.
+pub const BOOTSTRAP_RESAMPLES: usize = 1000;
+const BOOTSTRAP_SEED: u64 = 0x5eed;
+
+/// Summary of a group of cases.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// Number of cases.
+    pub cases: usize,
+    /// Cases with at least one leak.
+    pub leaking_cases: usize,
+    /// Headline metrics by name (`ndcg_10`, `recall_10`, `mrr_10`, `answer_hit_rate`,
+    /// `citation_precision`, `citation_recall`, `abstention_rate`): mean with a 95% interval.
+    pub metrics: BTreeMap<String, Estimate>,
+}
+
+/// The names of the headline metrics, in report order.
+pub const HEADLINE: [&str; 7] = [
+    "ndcg_10",
+    "recall_10",
+    "mrr_10",
+    "answer_hit_rate",
+    "citation_precision",
+    "citation_recall",
+    "abstention_rate",
+];
+
+fn metric_values(cases: &[&CaseScore], name: &str) -> Vec<f64> {
+    let b = |x: bool| if x { 1.0 } else { 0.0 };
+    cases
+        .iter()
+        .filter_map(|c| match name {
+            "ndcg_10" => c.ndcg_10,
+            "recall_10" => c.recall_10,
+            "mrr_10" => c.mrr_10,
+            "answer_hit_rate" => c.answer_hit.map(b),
+            "citation_precision" => c.citation_precision,
+            "citation_recall" => c.citation_recall,
+            "abstention_rate" => c.abstained.map(b),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Summarises a group of case scores.
+pub fn summarize(cases: &[&CaseScore]) -> Summary {
+    let metrics = HEADLINE
+        .iter()
+        .filter_map(|&name| {
+            bootstrap(
+                &metric_values(cases, name),
+                BOOTSTRAP_RESAMPLES,
+                BOOTSTRAP_SEED,
+            )
+            .map(|e| (name.to_owned(), e))
+        })
+        .collect();
+    Summary {
+        cases: cases.len(),
+        leaking_cases: cases.iter().filter(|c| !c.leaks.is_empty()).count(),
+        metrics,
+    }
+}
+
+/// Whether a case passes on its own terms: no leak, the expected answer found, an abstention
+/// where nothing readable answers.
+pub fn case_passes(c: &CaseScore) -> bool {
+    c.leaks.is_empty() && c.answer_hit != Some(false) && c.abstained != Some(false)
+}
+
+/// A full evaluation report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// Name of the set.
+    pub set: String,
+    /// Bundle version evaluated, as the daemon reported it.
+    pub bundle_version: Option<String>,
+    /// Forced ladder rung, if any.
+    pub rung: Option<u8>,
+    /// All cases.
+    pub overall: Summary,
+    /// Per case kind.
+    pub per_kind: BTreeMap<String, Summary>,
+    /// Per phase.
+    pub per_phase: BTreeMap<String, Summary>,
+    /// Latency percentiles per stage in milliseconds (`stage` → `{"p50", "p95"}`).
+    pub latency_ms: BTreeMap<String, BTreeMap<String, f64>>,
+    /// Every case's scores.
+    pub cases: Vec<CaseScore>,
+}
+
+impl Report {
+    /// Builds a report from case scores and per-stage latency samples (ms).
+    pub fn new(
+        set: &str,
+        bundle_version: Option<String>,
+        rung: Option<u8>,
+        cases: Vec<CaseScore>,
+        latency_samples: &BTreeMap<String, Vec<f64>>,
+    ) -> Self {
+        let all: Vec<&CaseScore> = cases.iter().collect();
+        let group = |key: fn(&CaseScore) -> &str| {
+            let mut m: BTreeMap<String, Vec<&CaseScore>> = BTreeMap::new();
+            for c in &cases {
+                m.entry(key(c).to_owned()).or_default().push(c);
+            }
+            m.into_iter()
+                .map(|(k, v)| (k, summarize(&v)))
+                .collect::<BTreeMap<_, _>>()
+        };
+        let latency_ms = latency_samples
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(stage, v)| {
+                let mut v = v.clone();
+                v.sort_by(f64::total_cmp);
+                let p = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+                let m = BTreeMap::from([("p50".to_owned(), p(0.5)), ("p95".to_owned(), p(0.95))]);
+                (stage.clone(), m)
+            })
+            .collect();
+        Report {
+            set: set.into(),
+            bundle_version,
+            rung,
+            overall: summarize(&all),
+            per_kind: group(|c| c.kind.as_str()),
+            per_phase: group(|c| c.phase.as_str()),
+            latency_ms,
+            cases,
+        }
+    }
+
+    /// Total leaking cases.
+    pub fn leaks(&self) -> usize {
+        self.overall.leaking_cases
+    }
+
+    /// A one-screen Markdown rendering.
+    pub fn to_markdown(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "# Eval report: {}\n", self.set);
+        let _ = writeln!(
+            s,
+            "bundle `{}`, rung {}, {} cases, **{} leaking**\n",
+            self.bundle_version.as_deref().unwrap_or("?"),
+            self.rung.map_or("auto".into(), |r| r.to_string()),
+            self.overall.cases,
+            self.overall.leaking_cases
+        );
+        let _ = writeln!(s, "| group | cases | leaks | {} |", HEADLINE.join(" | "));
+        let _ = writeln!(s, "|---|---|---|{}", "---|".repeat(HEADLINE.len()));
+        let mut row = |name: &str, sm: &Summary| {
+            let cells: Vec<String> = HEADLINE
+                .iter()
+                .map(|m| {
+                    sm.metrics.get(*m).map_or("–".into(), |e| {
+                        format!("{:.3} [{:.3}, {:.3}]", e.mean, e.lo, e.hi)
+                    })
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "| {name} | {} | {} | {} |",
+                sm.cases,
+                sm.leaking_cases,
+                cells.join(" | ")
+            );
+        };
+        row("**all**", &self.overall);
+        for (k, sm) in &self.per_kind {
+            row(&format!("kind {k}"), sm);
+        }
+        for (k, sm) in &self.per_phase {
+            row(&format!("phase {k}"), sm);
+        }
+        if !self.latency_ms.is_empty() {
+            let _ = writeln!(s, "\n| stage | p50 ms | p95 ms |\n|---|---|---|");
+            for (stage, m) in &self.latency_ms {
+                let _ = writeln!(
+                    s,
+                    "| {stage} | {:.1} | {:.1} |",
+                    m.get("p50").copied().unwrap_or(f64::NAN),
+                    m.get("p95").copied().unwrap_or(f64::NAN)
+                );
+            }
+        }
+        s
+    }
+}
+
+/// Headline means of an accepted release.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Baseline {
+    /// Set name the baseline was made on.
+    pub set: String,
+    /// Bundle version of the baseline.
+    pub bundle_version: Option<String>,
+    /// Metric name → mean.
+    pub metrics: BTreeMap<String, f64>,
+}
+
+impl Baseline {
+    /// Takes the headline means of a report.
+    pub fn from_report(r: &Report) -> Self {
+        Baseline {
+            set: r.set.clone(),
+            bundle_version: r.bundle_version.clone(),
+            metrics: r
+                .overall
+                .metrics
+                .iter()
+                .map(|(k, e)| (k.clone(), e.mean))
+                .collect(),
+        }
+    }
+}
+
+/// Why a gate failed (one line each).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum GateFailure {
+    /// Cases leaked forbidden material.
+    Leaks(usize),
+    /// A headline metric fell below baseline − ε.
+    MetricDrop {
+        /// Metric name.
+        metric: String,
+        /// Baseline mean.
+        baseline: f64,
+        /// Candidate mean.
+        candidate: f64,
+    },
+    /// A metric of the baseline is missing from the candidate.
+    MetricMissing(String),
+    /// A frozen regression case now fails.
+    Regression(String),
+}
+
+/// The gate's decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Reasons to refuse; empty means pass.
+    pub failures: Vec<GateFailure>,
+}
+
+impl Verdict {
+    /// Whether the candidate may ship.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+
+    /// A one-screen verdict for operators.
+    pub fn render(&self, report: &Report, baseline: &Baseline) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{}: set {}, candidate {} vs baseline {}",
+            if self.passed() { "PASS" } else { "FAIL" },
+            report.set,
+            report.bundle_version.as_deref().unwrap_or("?"),
+            baseline.bundle_version.as_deref().unwrap_or("?")
+        );
+        for m in HEADLINE {
+            if let (Some(b), Some(c)) = (baseline.metrics.get(m), report.overall.metrics.get(m)) {
+                let _ = writeln!(
+                    s,
+                    "  {m:<20} {:.4} -> {:.4} ({:+.4})",
+                    b,
+                    c.mean,
+                    c.mean - b
+                );
+            }
+        }
+        let _ = writeln!(s, "  leaking cases        {}", report.leaks());
+        for f in &self.failures {
+            let line = match f {
+                GateFailure::Leaks(n) => {
+                    format!("{n} case(s) leaked forbidden documents or strings")
+                }
+                GateFailure::MetricDrop {
+                    metric,
+                    baseline,
+                    candidate,
+                } => format!("{metric} fell from {baseline:.4} to {candidate:.4}"),
+                GateFailure::MetricMissing(m) => format!("{m} is in the baseline but not measured"),
+                GateFailure::Regression(id) => format!("regression case {id} now fails"),
+            };
+            let _ = writeln!(s, "  refused: {line}");
+        }
+        s
+    }
+}
+
+/// Decides whether `report` may ship against `baseline` with tolerance `epsilon`, given frozen
+/// regression case ids that must pass.
+pub fn gate(report: &Report, baseline: &Baseline, epsilon: f64, regressions: &[String]) -> Verdict {
+    let mut failures = Vec::new();
+    if report.leaks() > 0 {
+        failures.push(GateFailure::Leaks(report.leaks()));
+    }
+    for (metric, &base) in &baseline.metrics {
+        match report.overall.metrics.get(metric) {
+            None => failures.push(GateFailure::MetricMissing(metric.clone())),
+            Some(e) if e.mean < base - epsilon => failures.push(GateFailure::MetricDrop {
+                metric: metric.clone(),
+                baseline: base,
+                candidate: e.mean,
+            }),
+            Some(_) => {}
+        }
+    }
+    for id in regressions {
+        match report.cases.iter().find(|c| &c.id == id) {
+            Some(c) if case_passes(c) => {}
+            _ => failures.push(GateFailure::Regression(id.clone())),
+        }
+    }
+    Verdict { failures }
+}
+
+/// Reads a JSON file into `T`.
+pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| Error::Parse {
+        path: path.to_owned(),
+        line: e.line(),
+        message: e.to_string(),
+    })
+}
+
+/// Reads a regression set: one case id per line (blank lines and `#` comments ignored).
+pub fn read_regressions(path: &Path) -> Result<Vec<String>, Error> {
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Leak;
+
+    fn score(id: &str, hit: bool, ndcg: f64, leak: bool) -> CaseScore {
+        CaseScore {
+            id: id.into(),
+            kind: "answerable".into(),
+            phase: "v1".into(),
+            ndcg_10: Some(ndcg),
+            recall_10: Some(ndcg),
+            mrr_10: Some(ndcg),
+            answer_hit: Some(hit),
+            citation_precision: Some(1.0),
+            citation_recall: Some(1.0),
+            abstained: None,
+            leaks: if leak {
+                vec![Leak {
+                    kind: "string_in_answer".into(),
+                    what: "X".into(),
+                }]
+            } else {
+                vec![]
+            },
+        }
+    }
+
+    fn report(cases: Vec<CaseScore>) -> Report {
+        Report::new("t", Some("1.0.0".into()), None, cases, &BTreeMap::new())
+    }
+
+    #[test]
+    fn gate_passes_equal_and_fails_on_drop_leak_regression() {
+        let base_r = report(vec![
+            score("a", true, 0.8, false),
+            score("b", true, 0.6, false),
+        ]);
+        let base = Baseline::from_report(&base_r);
+        assert!(gate(&base_r, &base, 0.01, &["a".into()]).passed());
+
+        let dropped = report(vec![
+            score("a", true, 0.5, false),
+            score("b", true, 0.6, false),
+        ]);
+        let v = gate(&dropped, &base, 0.01, &[]);
+        assert!(
+            v.failures.iter().any(
+                |f| matches!(f, GateFailure::MetricDrop { metric, .. } if metric == "ndcg_10")
+            )
+        );
+        // Within epsilon passes.
+        let close = report(vec![
+            score("a", true, 0.795, false),
+            score("b", true, 0.6, false),
+        ]);
+        assert!(gate(&close, &base, 0.01, &[]).passed());
+
+        let leaky = report(vec![
+            score("a", true, 0.8, true),
+            score("b", true, 0.6, false),
+        ]);
+        assert_eq!(
+            gate(&leaky, &base, 0.01, &[]).failures,
+            vec![GateFailure::Leaks(1)]
+        );
+
+        let regressed = report(vec![
+            score("a", false, 0.8, false),
+            score("b", true, 0.6, false),
+        ]);
+        let v = gate(&regressed, &base, 1.0, &["a".into()]);
+        assert_eq!(v.failures, vec![GateFailure::Regression("a".into())]);
+        assert!(v.render(&regressed, &base).starts_with("FAIL"));
+        // A regression case missing from the report fails too.
+        assert!(!gate(&base_r, &base, 0.01, &["zz".into()]).passed());
+    }
+
+    #[test]
+    fn summaries_group_by_kind_and_phase() {
+        let r = report(vec![
+            score("a", true, 1.0, false),
+            score("b", false, 0.0, false),
+        ]);
+        assert_eq!(r.per_kind["answerable"].cases, 2);
+        assert_eq!(r.overall.metrics["answer_hit_rate"].mean, 0.5);
+        assert!(r.to_markdown().contains("| **all** | 2 | 0 |"));
+    }
+}

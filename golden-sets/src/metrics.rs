@@ -1,0 +1,473 @@
+//! Metric functions. Retrieval metrics follow trec_eval's definitions (`ndcg_cut`, `recall`,
+//! `recip_rank` cut at k): gain = the judged grade (binary sets: 1), discount `log2(rank + 1)`,
+//! ideal DCG from the judgments, recall over all judged-relevant documents. A ranking is of
+//! document ids; chunk-level results are collapsed to their first occurrence per document first
+//! ([`dedup_docs`]), as trec_eval would count a document once.
+
+use std::collections::{BTreeMap, HashSet};
+
+use rand::{RngExt, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+use crate::formats::GoldenCase;
+
+/// Keeps the first occurrence of each document id, preserving rank order.
+pub fn dedup_docs<S: AsRef<str>>(ranked: &[S]) -> Vec<&str> {
+    let mut seen = HashSet::new();
+    ranked
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|d| seen.insert(*d))
+        .collect()
+}
+
+/// nDCG@k of a ranking against graded judgments (grades ≤ 0 count as not relevant).
+/// Returns 0 when nothing is relevant (trec_eval convention).
+pub fn ndcg_at_k(ranked: &[&str], judged: &BTreeMap<String, i32>, k: usize) -> f64 {
+    let gain = |d: &str| judged.get(d).copied().unwrap_or(0).max(0) as f64;
+    let dcg: f64 = ranked
+        .iter()
+        .take(k)
+        .enumerate()
+        .map(|(i, d)| gain(d) / ((i + 2) as f64).log2())
+        .sum();
+    let mut ideal: Vec<f64> = judged.values().map(|&g| g.max(0) as f64).collect();
+    ideal.sort_by(|a, b| b.total_cmp(a));
+    let idcg: f64 = ideal
+        .iter()
+        .take(k)
+        .enumerate()
+        .map(|(i, g)| g / ((i + 2) as f64).log2())
+        .sum();
+    if idcg == 0.0 { 0.0 } else { dcg / idcg }
+}
+
+/// Recall@k: relevant documents in the top k over all relevant documents (0 when none are).
+pub fn recall_at_k(ranked: &[&str], judged: &BTreeMap<String, i32>, k: usize) -> f64 {
+    let relevant = judged.values().filter(|&&g| g > 0).count();
+    if relevant == 0 {
+        return 0.0;
+    }
+    let hits = ranked
+        .iter()
+        .take(k)
+        .filter(|d| judged.get(**d).is_some_and(|&g| g > 0))
+        .count();
+    hits as f64 / relevant as f64
+}
+
+/// Reciprocal rank of the first relevant document within the top k, else 0.
+pub fn mrr_at_k(ranked: &[&str], judged: &BTreeMap<String, i32>, k: usize) -> f64 {
+    ranked
+        .iter()
+        .take(k)
+        .position(|d| judged.get(*d).is_some_and(|&g| g > 0))
+        .map_or(0.0, |i| 1.0 / (i + 1) as f64)
+}
+
+const MONTHS: [&str; 12] = [
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+];
+
+fn month_number(word: &str) -> Option<u32> {
+    let w = word.trim_end_matches('.');
+    if w.len() < 3 {
+        return None;
+    }
+    MONTHS
+        .iter()
+        .position(|m| m.starts_with(w) && (w.len() == m.len() || w.len() == 3))
+        .map(|i| i as u32 + 1)
+}
+
+/// Normalises text for answer matching: lower case, unified dashes and spaces, digit-group
+/// separators removed (`7,250,000` → `7250000`), and dates written `8 August 2025` or
+/// `August 8, 2025` rewritten as ISO `2025-08-08`.
+pub fn normalize(text: &str) -> String {
+    let lower: String = text
+        .chars()
+        .map(|c| match c {
+            '\u{2010}'..='\u{2015}' | '\u{2212}' => '-',
+            '\u{00a0}' | '\u{202f}' | '\u{2009}' => ' ',
+            c => c,
+        })
+        .flat_map(char::to_lowercase)
+        .collect();
+    // Drop separators inside digit groups: a ',' or '\'' between two digits.
+    let chars: Vec<char> = lower.chars().collect();
+    let mut s = String::with_capacity(lower.len());
+    for (i, &c) in chars.iter().enumerate() {
+        let between_digits = i > 0
+            && i + 1 < chars.len()
+            && chars[i - 1].is_ascii_digit()
+            && chars[i + 1].is_ascii_digit();
+        if (c == ',' || c == '\'') && between_digits {
+            continue;
+        }
+        s.push(c);
+    }
+    rewrite_dates(&s)
+}
+
+fn rewrite_dates(s: &str) -> String {
+    let tokens: Vec<&str> = s.split(' ').collect();
+    let mut out: Vec<String> = Vec::with_capacity(tokens.len());
+    let day = |t: &str| -> Option<u32> {
+        let t = t.trim_end_matches(',');
+        let t = t
+            .trim_end_matches("st")
+            .trim_end_matches("nd")
+            .trim_end_matches("rd")
+            .trim_end_matches("th");
+        t.parse().ok().filter(|d| (1..=31).contains(d))
+    };
+    let year = |t: &str| -> Option<(u32, String)> {
+        let digits: String = t.chars().take_while(char::is_ascii_digit).collect();
+        if digits.len() != 4 {
+            return None;
+        }
+        Some((digits.parse().ok()?, t[digits.len()..].to_owned()))
+    };
+    let mut i = 0;
+    while i < tokens.len() {
+        if i + 2 < tokens.len() {
+            // "8 august 2025"
+            if let (Some(d), Some(m), Some((y, rest))) = (
+                day(tokens[i]),
+                month_number(tokens[i + 1]),
+                year(tokens[i + 2]),
+            ) {
+                if !tokens[i].ends_with(',') {
+                    out.push(format!("{y:04}-{m:02}-{d:02}{rest}"));
+                    i += 3;
+                    continue;
+                }
+            }
+            // "august 8, 2025"
+            if let (Some(m), Some(d), Some((y, rest))) = (
+                month_number(tokens[i]),
+                day(tokens[i + 1]),
+                year(tokens[i + 2]),
+            ) {
+                out.push(format!("{y:04}-{m:02}-{d:02}{rest}"));
+                i += 3;
+                continue;
+            }
+        }
+        out.push(tokens[i].to_owned());
+        i += 1;
+    }
+    out.join(" ")
+}
+
+/// Whether `haystack` contains `needle` after [`normalize`] of both.
+pub fn contains_normalized(haystack: &str, needle: &str) -> bool {
+    normalize(haystack).contains(&normalize(needle))
+}
+
+/// Phrases by which an answer says the sources do not hold the answer.
+const ABSTENTION_MARKERS: [&str; 12] = [
+    "cannot find",
+    "can't find",
+    "could not find",
+    "couldn't find",
+    "do not contain",
+    "does not contain",
+    "don't contain",
+    "doesn't contain",
+    "no information",
+    "not able to find",
+    "unable to find",
+    "do not have",
+];
+
+/// Whether an answer abstains: empty, or it says the sources do not contain the answer.
+pub fn is_abstention(answer: &str) -> bool {
+    let a = normalize(answer);
+    a.trim().is_empty() || ABSTENTION_MARKERS.iter().any(|m| a.contains(m))
+}
+
+/// What the system returned for one case.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Observation {
+    /// Retrieved document ids in rank order (chunk-level; duplicates allowed).
+    pub retrieved_doc_ids: Vec<String>,
+    /// Every snippet returned to the user (retrieval results and citations).
+    pub snippets: Vec<String>,
+    /// Cited document ids, in citation order.
+    pub cited_doc_ids: Vec<String>,
+    /// Titles shown with the citations and results.
+    pub titles: Vec<String>,
+    /// The generated answer (empty when none was asked for or the request was refused).
+    pub answer: String,
+    /// The request was refused with 401 (the user no longer exists): counts as "no access".
+    pub refused: bool,
+}
+
+/// One leak of forbidden material.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Leak {
+    /// `doc_in_results`, `doc_in_citations`, `string_in_answer`, `string_in_snippet`, `string_in_title`.
+    pub kind: String,
+    /// The forbidden doc id or string.
+    pub what: String,
+}
+
+/// Every leak of forbidden documents or strings in one observation.
+pub fn leaks(case: &GoldenCase, obs: &Observation) -> Vec<Leak> {
+    let mut out = Vec::new();
+    let mut push = |kind: &str, what: &str| {
+        let l = Leak {
+            kind: kind.into(),
+            what: what.into(),
+        };
+        if !out.contains(&l) {
+            out.push(l);
+        }
+    };
+    for d in &case.forbidden_doc_ids {
+        if obs.retrieved_doc_ids.contains(d) {
+            push("doc_in_results", d);
+        }
+        if obs.cited_doc_ids.contains(d) {
+            push("doc_in_citations", d);
+        }
+    }
+    for s in &case.forbidden_strings {
+        if contains_normalized(&obs.answer, s) {
+            push("string_in_answer", s);
+        }
+        if obs.snippets.iter().any(|t| contains_normalized(t, s)) {
+            push("string_in_snippet", s);
+        }
+        if obs.titles.iter().any(|t| contains_normalized(t, s)) {
+            push("string_in_title", s);
+        }
+    }
+    out
+}
+
+/// The scores of one case. `None` where a metric does not apply to the case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaseScore {
+    /// Case id.
+    pub id: String,
+    /// Case kind name.
+    pub kind: String,
+    /// Phase name.
+    pub phase: String,
+    /// nDCG@10 over document ids (cases with relevant documents).
+    pub ndcg_10: Option<f64>,
+    /// Recall@10 over document ids.
+    pub recall_10: Option<f64>,
+    /// MRR@10 over document ids.
+    pub mrr_10: Option<f64>,
+    /// Every `answer_contains` string found in the answer (cases that expect an answer).
+    pub answer_hit: Option<bool>,
+    /// Cited documents that are relevant / cited documents (cases with relevant docs and citations).
+    pub citation_precision: Option<f64>,
+    /// Relevant documents cited / relevant documents.
+    pub citation_recall: Option<f64>,
+    /// The answer abstained (cases with nothing readable to answer from).
+    pub abstained: Option<bool>,
+    /// Leaks found (any fails the run).
+    pub leaks: Vec<Leak>,
+}
+
+/// Scores one case from what the system returned.
+pub fn score_case(case: &GoldenCase, obs: &Observation) -> CaseScore {
+    let judged: BTreeMap<String, i32> = case
+        .relevant_doc_ids
+        .iter()
+        .map(|d| (d.clone(), 1))
+        .collect();
+    let ranked = dedup_docs(&obs.retrieved_doc_ids);
+    let has_relevant = !judged.is_empty();
+    let cited = dedup_docs(&obs.cited_doc_ids);
+    let relevant_cited = cited.iter().filter(|d| judged.contains_key(**d)).count();
+    CaseScore {
+        id: case.id.clone(),
+        kind: case.kind.as_str().into(),
+        phase: case.phase.as_str().into(),
+        ndcg_10: has_relevant.then(|| ndcg_at_k(&ranked, &judged, 10)),
+        recall_10: has_relevant.then(|| recall_at_k(&ranked, &judged, 10)),
+        mrr_10: has_relevant.then(|| mrr_at_k(&ranked, &judged, 10)),
+        answer_hit: (!case.answer_contains.is_empty()).then(|| {
+            case.answer_contains
+                .iter()
+                .all(|s| contains_normalized(&obs.answer, s))
+        }),
+        citation_precision: (has_relevant && !cited.is_empty())
+            .then(|| relevant_cited as f64 / cited.len() as f64),
+        citation_recall: has_relevant.then(|| relevant_cited as f64 / judged.len() as f64),
+        abstained: (!has_relevant).then(|| obs.refused || is_abstention(&obs.answer)),
+        leaks: leaks(case, obs),
+    }
+}
+
+/// A mean with a bootstrap 95% confidence interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    /// Sample mean.
+    pub mean: f64,
+    /// 2.5th percentile of the bootstrap means.
+    pub lo: f64,
+    /// 97.5th percentile of the bootstrap means.
+    pub hi: f64,
+    /// Number of samples.
+    pub n: usize,
+}
+
+/// Mean and percentile-bootstrap 95% interval (`resamples` draws, fixed `seed` for repeatability).
+/// Returns `None` for an empty sample.
+pub fn bootstrap(values: &[f64], resamples: usize, seed: u64) -> Option<Estimate> {
+    if values.is_empty() {
+        return None;
+    }
+    let n = values.len();
+    let mean = values.iter().sum::<f64>() / n as f64;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut means: Vec<f64> = (0..resamples.max(1))
+        .map(|_| (0..n).map(|_| values[rng.random_range(0..n)]).sum::<f64>() / n as f64)
+        .collect();
+    means.sort_by(f64::total_cmp);
+    let pick = |q: f64| means[((means.len() - 1) as f64 * q).round() as usize];
+    Some(Estimate {
+        mean,
+        lo: pick(0.025),
+        hi: pick(0.975),
+        n,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::{CaseKind, Phase};
+
+    fn judged(pairs: &[(&str, i32)]) -> BTreeMap<String, i32> {
+        pairs.iter().map(|(d, g)| (d.to_string(), *g)).collect()
+    }
+
+    #[test]
+    fn ndcg_matches_hand_computed_example() {
+        // Relevant: a, c, e (binary). Ranking: a b c d.
+        // DCG = 1/log2(2) + 1/log2(4) = 1 + 0.5 = 1.5
+        // IDCG@10 (3 relevant) = 1 + 1/log2(3) + 1/log2(4) = 1 + 0.63093 + 0.5 = 2.13093
+        let j = judged(&[("a", 1), ("c", 1), ("e", 1), ("z", 0)]);
+        let r = ["a", "b", "c", "d"];
+        let got = ndcg_at_k(&r, &j, 10);
+        assert!((got - 1.5 / 2.130_929_753_571_457).abs() < 1e-9, "{got}");
+        assert!((recall_at_k(&r, &j, 10) - 2.0 / 3.0).abs() < 1e-12);
+        assert!((recall_at_k(&r, &j, 1) - 1.0 / 3.0).abs() < 1e-12);
+        assert_eq!(mrr_at_k(&["b", "c"], &j, 10), 0.5);
+        assert_eq!(mrr_at_k(&["b", "c"], &j, 1), 0.0);
+        // Graded: gain = grade (trec_eval), ideal order 2 then 1.
+        let g = judged(&[("a", 1), ("b", 2)]);
+        let got = ndcg_at_k(&["a", "b"], &g, 10);
+        let want = (1.0 + 2.0 / 3f64.log2()) / (2.0 + 1.0 / 3f64.log2());
+        assert!((got - want).abs() < 1e-12);
+        assert_eq!(ndcg_at_k(&["a"], &judged(&[]), 10), 0.0);
+    }
+
+    #[test]
+    fn dedup_keeps_first_rank() {
+        assert_eq!(dedup_docs(&["a", "b", "a", "c", "b"]), vec!["a", "b", "c"]);
+    }
+
+    #[test]
+    fn normalization_handles_numbers_dates_case() {
+        assert!(contains_normalized(
+            "The threshold is EUR 7250000.",
+            "7,250,000"
+        ));
+        assert!(contains_normalized(
+            "It applies from 8 August 2025.",
+            "2025-08-08"
+        ));
+        assert!(contains_normalized("from August 8, 2025 on", "2025-08-08"));
+        assert!(contains_normalized("From 2025-08-08", "8 Aug 2025"));
+        assert!(contains_normalized("CODE jerboa-7350", "JERBOA-7350"));
+        assert!(!contains_normalized("7,250,001", "7,250,000"));
+        // A list "1, 2" is not a number.
+        assert_eq!(normalize("items 1, 2"), "items 1, 2");
+    }
+
+    fn case(
+        relevant: &[&str],
+        contains: &[&str],
+        forbidden: &[&str],
+        strings: &[&str],
+    ) -> GoldenCase {
+        let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect();
+        GoldenCase {
+            id: "c".into(),
+            user: "u".into(),
+            query: "q".into(),
+            relevant_doc_ids: v(relevant),
+            answer_contains: v(contains),
+            forbidden_doc_ids: v(forbidden),
+            forbidden_strings: v(strings),
+            phase: Phase::V1,
+            kind: CaseKind::Answerable,
+            valid_phases: vec![Phase::V1],
+            note: None,
+        }
+    }
+
+    #[test]
+    fn case_scoring_and_leaks() {
+        let c = case(&["d1", "d2"], &["42 minutes"], &["d9"], &["SECRET-1"]);
+        let obs = Observation {
+            retrieved_doc_ids: vec!["d1".into(), "d1".into(), "d3".into()],
+            cited_doc_ids: vec!["d1".into(), "d3".into()],
+            answer: "It is 42 minutes [1].".into(),
+            ..Default::default()
+        };
+        let s = score_case(&c, &obs);
+        assert_eq!(s.answer_hit, Some(true));
+        assert_eq!(s.citation_precision, Some(0.5));
+        assert_eq!(s.citation_recall, Some(0.5));
+        assert_eq!(s.recall_10, Some(0.5));
+        assert!(s.leaks.is_empty());
+        assert_eq!(s.abstained, None);
+
+        let leaky = Observation {
+            retrieved_doc_ids: vec!["d9".into()],
+            snippets: vec!["... secret-1 ...".into()],
+            answer: "I cannot find this in the sources.".into(),
+            ..Default::default()
+        };
+        let denied = case(&[], &[], &["d9"], &["SECRET-1"]);
+        let s = score_case(&denied, &leaky);
+        assert_eq!(s.abstained, Some(true));
+        let kinds: Vec<&str> = s.leaks.iter().map(|l| l.kind.as_str()).collect();
+        assert_eq!(kinds, ["doc_in_results", "string_in_snippet"]);
+    }
+
+    #[test]
+    fn bootstrap_interval_brackets_mean_and_is_repeatable() {
+        let v: Vec<f64> = (0..100).map(|i| (i % 2) as f64).collect();
+        let e = bootstrap(&v, 1000, 7).unwrap();
+        assert_eq!(e.mean, 0.5);
+        assert!(
+            e.lo < 0.5 && e.hi > 0.5 && e.lo > 0.35 && e.hi < 0.65,
+            "{e:?}"
+        );
+        assert_eq!(bootstrap(&v, 1000, 7), Some(e));
+        assert!(bootstrap(&[], 10, 1).is_none());
+        let c = bootstrap(&[1.0; 5], 100, 1).unwrap();
+        assert_eq!((c.lo, c.hi), (1.0, 1.0));
+    }
+}
