@@ -1,16 +1,42 @@
 //! `airlock-acl`: the single authority on who may read what.
 //!
-//! Owns principals (users, groups, roles), document grants, IAM snapshot sync, the per-user
-//! materialised bitmaps of readable document ordinals, the generation-time re-check and the audit
-//! log. It does not own documents or their content (that is `airlock-retrieval`); it does own the
-//! mapping from external document ids to dense `u32` ordinals, because grants can name a document
-//! before it is ingested.
+//! Owns principals (users, groups, roles), bearer tokens, document grants, IAM snapshot sync,
+//! the per-user materialised bitmaps of readable document ordinals, the generation-time re-check
+//! and the audit log. It does not own documents or their content (that is `airlock-retrieval`);
+//! it does own the mapping from external document ids to dense `u32` ordinals ([`ordinals`]),
+//! because grants can name a document before it is ingested.
 //!
-//! The only way to get an [`AllowSet`] is to ask this crate for a user's set at a point in time, so
-//! a search without access control cannot be written.
+//! The model is deny-by-default: a document is readable by the users its grant names and by the
+//! members of the groups it names, and by nobody if it has no grant. Group and user ids are
+//! opaque, case-sensitive strings in separate namespaces (`hr-newsletter` grants nothing of
+//! `hr`). Roles (`admin`) open admin endpoints and never grant documents.
+//!
+//! State lives in SQLite (the appliance's database file, `acl_*` tables plus the shared
+//! `doc_ordinals`, WAL, versioned migrations). [`Acl::open`] loads it and materialises
+//! `user → Arc<RoaringBitmap>` once; each change recomputes only the affected users (group →
+//! documents bitmaps make a membership change one union) and publishes a new immutable state
+//! with one atomic swap, so a reader sees the old or the new state, never a mix.
+//!
+//! The only way to get an [`AllowSet`] is to ask this crate for a user's set at a point in time,
+//! so a search without access control cannot be written.
 #![warn(missing_docs)]
 
+mod acl;
 mod allow;
+pub mod audit;
+mod error;
+mod model;
 pub mod ordinals;
+mod snapshot;
+mod store;
+pub mod token;
+mod view;
 
+pub use acl::{Acl, DocGrants, GrantOutcome, NewUser, PutUserOutcome, SyncCounts, UserSpec};
 pub use allow::AllowSet;
+pub use audit::{AuditEntry, AuditKind, AuditQuery};
+pub use error::{Error, IdKind, LineError, MAX_ID_BYTES};
+pub use model::{Role, materialise};
+pub use snapshot::MAX_REPORTED_LINE_ERRORS;
+pub use store::SCHEMA_VERSION;
+pub use view::{AclSnapshot, Principal, UserInfo};

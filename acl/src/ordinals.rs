@@ -25,14 +25,45 @@ pub fn ensure(conn: &Connection, doc_id: &str) -> rusqlite::Result<u32> {
         [],
         |r| r.get(0),
     )?;
-    let next = u32::try_from(next).map_err(|_| {
-        rusqlite::Error::IntegralValueOutOfRange(0, next)
-    })?;
+    let next =
+        u32::try_from(next).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, next))?;
     conn.execute(
         "INSERT INTO doc_ordinals (ordinal, doc_id) VALUES (?1, ?2)",
         params![next, doc_id],
     )?;
     Ok(next)
+}
+
+/// Like [`ensure`] for many ids at once (prepared statements, one `MAX` query): returns the
+/// ordinals in input order. Call it inside a transaction so concurrent writers cannot interleave.
+pub fn ensure_many<'a>(
+    conn: &Connection,
+    doc_ids: impl IntoIterator<Item = &'a str>,
+) -> rusqlite::Result<Vec<u32>> {
+    let mut find = conn.prepare_cached("SELECT ordinal FROM doc_ordinals WHERE doc_id = ?1")?;
+    let mut add =
+        conn.prepare_cached("INSERT INTO doc_ordinals (ordinal, doc_id) VALUES (?1, ?2)")?;
+    let mut next: Option<i64> = None;
+    let mut out = Vec::new();
+    for id in doc_ids {
+        if let Some(o) = find.query_row(params![id], |r| r.get(0)).optional()? {
+            out.push(o);
+            continue;
+        }
+        let n = match next {
+            Some(n) => n,
+            None => conn.query_row(
+                "SELECT COALESCE(MAX(ordinal) + 1, 0) FROM doc_ordinals",
+                [],
+                |r| r.get(0),
+            )?,
+        };
+        let o = u32::try_from(n).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, n))?;
+        add.execute(params![o, id])?;
+        next = Some(n + 1);
+        out.push(o);
+    }
+    Ok(out)
 }
 
 /// The ordinal of `doc_id`, if it has one.
@@ -68,5 +99,7 @@ mod tests {
         assert_eq!(ensure(&c, "a").unwrap(), 0);
         assert_eq!(lookup(&c, "c").unwrap(), None);
         assert_eq!(doc_id(&c, 1).unwrap().as_deref(), Some("b"));
+        assert_eq!(ensure_many(&c, ["b", "c", "d", "c"]).unwrap(), [1, 2, 3, 2]);
+        assert_eq!(ensure(&c, "e").unwrap(), 4);
     }
 }

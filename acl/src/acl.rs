@@ -1,0 +1,776 @@
+//! [`Acl`]: the handle the daemon holds. Writers (admin changes, syncs) are serialised by one
+//! lock and follow the same steps: validate, write rows in one `BEGIN IMMEDIATE` transaction,
+//! update the in-memory model, recompute the affected users' bitmaps, append the audit entry,
+//! commit, then publish a new [`View`] with one atomic store. Readers only load the published view.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use rayon::prelude::*;
+use roaring::RoaringBitmap;
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::allow::AllowSet;
+use crate::audit::{self, AuditEntry, AuditKind, AuditQuery, Record};
+use crate::error::{Error, IdKind, check_id};
+use crate::model::{Grant, Model, Name, Role};
+use crate::view::{AclSnapshot, Principal, UserInfo, UserView, View};
+use crate::{ordinals, snapshot, store, token};
+
+/// A new user for [`Acl::add_user`] (`airlock user add ID --groups ... [--admin]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewUser {
+    /// Group ids.
+    pub groups: Vec<String>,
+    /// Roles (`admin` for an appliance operator).
+    #[serde(default)]
+    pub roles: Vec<Role>,
+    /// Created on the appliance, outside the IAM snapshot: a sync never removes the user or
+    /// their token. Set it for operators (`user add --admin`, `airlock demo`).
+    #[serde(default)]
+    pub local: bool,
+}
+
+/// Body of `PUT /v1/acl/users/{user_id}`: `{"groups": [...], "roles": ["admin"]?}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserSpec {
+    /// The user's complete group list (replaces the current one).
+    pub groups: Vec<String>,
+    /// The complete role list; absent keeps the current roles (none for a new user).
+    #[serde(default)]
+    pub roles: Option<Vec<Role>>,
+}
+
+/// Result of [`Acl::put_user`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PutUserOutcome {
+    /// The user did not exist and was created (as a local user, without a token).
+    pub created: bool,
+    /// The user's readable set changed.
+    pub access_changed: bool,
+}
+
+/// Who may read one document: body of `PUT /v1/acl/documents/{doc_id}`, the `acl` object of
+/// `PUT /v1/documents/{doc_id}`, and the admin `GET` view. Empty lists: readable by nobody.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DocGrants {
+    /// User ids granted by name.
+    pub users: Vec<String>,
+    /// Group ids whose members may read.
+    pub groups: Vec<String>,
+}
+
+/// Result of [`Acl::set_document_grants`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct GrantOutcome {
+    /// The document's ordinal (assigned now if the document had none).
+    pub ordinal: u32,
+    /// The stored grant differed from the new one.
+    pub changed: bool,
+    /// How many users gained or lost the document.
+    pub users_access_changed: usize,
+}
+
+/// Counts returned by an IAM sync (the `POST /v1/acl/sync` response body).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyncCounts {
+    /// Users in the snapshot that did not exist.
+    pub users_added: usize,
+    /// Users (not local) that are absent from the snapshot and were removed with their tokens.
+    pub users_removed: usize,
+    /// (user, group) memberships added or removed, including those of removed users.
+    pub memberships_changed: usize,
+    /// Documents whose grant (users or groups) changed, including documents absent from the
+    /// snapshot that lost their grant.
+    pub grants_changed: usize,
+    /// Users whose readable set differs afterwards (removed users who could read something
+    /// count).
+    pub users_access_changed: usize,
+}
+
+/// Users touched by one change, with their new entries computed before the commit.
+#[derive(Default)]
+struct Pending {
+    touched: HashSet<Name>,
+    tokens_changed: bool,
+}
+
+struct Prepared {
+    users: Vec<(Name, Option<Arc<UserView>>)>,
+    access_changed: usize,
+    tokens: Option<Arc<HashMap<[u8; 32], Name>>>,
+}
+
+struct Writer {
+    conn: Connection,
+    model: Model,
+    /// Set when the model may differ from the rows (a failure after it was mutated); the next
+    /// writer reloads it first.
+    stale: bool,
+}
+
+/// The access-control authority: open it once per process on the appliance's SQLite file and
+/// share it (`Arc<Acl>`).
+///
+/// Reads (`allow_set`, `can_read`, `authenticate`, `snapshot`) are lock-free and never touch
+/// SQLite. Writes and audit calls do blocking SQLite I/O: call them from a blocking thread
+/// (`tokio::task::spawn_blocking`), not from an async task.
+pub struct Acl {
+    path: PathBuf,
+    writer: Mutex<Writer>,
+    /// Second connection for audit appends and admin lookups, so query-time audit entries never
+    /// wait behind the writer lock (SQLite still serialises the commits themselves).
+    side: Mutex<Connection>,
+    view: ArcSwap<View>,
+}
+
+impl std::fmt::Debug for Acl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acl")
+            .field("path", &self.path)
+            .field("generation", &self.view.load().generation)
+            .finish_non_exhaustive()
+    }
+}
+
+fn check_ids<S: AsRef<str>>(kind: IdKind, ids: &[S]) -> Result<(), Error> {
+    ids.iter().try_for_each(|i| check_id(kind, i.as_ref()))
+}
+
+fn user_view(model: &Model, user: &Name, bits: Arc<RoaringBitmap>) -> Option<Arc<UserView>> {
+    let rec = model.users.get(user)?;
+    Some(Arc::new(UserView {
+        bits,
+        roles: rec.roles.iter().copied().collect(),
+        groups: rec.groups.iter().cloned().collect(),
+        local: rec.local,
+        has_token: rec.token.is_some(),
+    }))
+}
+
+fn token_map(model: &Model) -> Arc<HashMap<[u8; 32], Name>> {
+    Arc::new(
+        model
+            .users
+            .iter()
+            .filter_map(|(u, r)| r.token.map(|t| (t, u.clone())))
+            .collect(),
+    )
+}
+
+/// Builds the view of every user from scratch (start-up and recovery).
+fn full_view(model: &Model, generation: u64) -> View {
+    let users: Vec<&Name> = model.users.keys().collect();
+    let built: Vec<(Name, Arc<UserView>)> = users
+        .par_iter()
+        .filter_map(|u| {
+            let bits = Arc::new(model.materialise_user(u));
+            user_view(model, u, bits).map(|v| ((*u).clone(), v))
+        })
+        .collect();
+    View {
+        generation,
+        users: built.into_iter().collect(),
+        tokens: token_map(model),
+    }
+}
+
+impl Acl {
+    /// Opens (creating if needed) the ACL tables in the SQLite file at `path`, applies pending
+    /// migrations (including the shared `doc_ordinals` table), loads every row and materialises
+    /// every user's bitmap.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, Error> {
+        let path = path.as_ref().to_owned();
+        let mut conn = store::connect(&path)?;
+        store::migrate(&mut conn)?;
+        let model = store::load(&conn)?;
+        let view = full_view(&model, 0);
+        let side = store::connect(&path)?;
+        tracing::info!(
+            users = view.users.len(),
+            grants = model.grants.len(),
+            "acl state loaded"
+        );
+        Ok(Self {
+            path,
+            writer: Mutex::new(Writer {
+                conn,
+                model,
+                stale: false,
+            }),
+            side: Mutex::new(side),
+            view: ArcSwap::from_pointee(view),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The current complete state, for several decisions that must agree with each other.
+    pub fn snapshot(&self) -> AclSnapshot {
+        AclSnapshot {
+            view: self.view.load_full(),
+        }
+    }
+
+    /// The documents `user` may read now, for one search. An unknown user gets the empty set.
+    /// O(1): clones an `Arc` of the materialised bitmap.
+    pub fn allow_set(&self, user: &str) -> AllowSet {
+        self.snapshot().allow_set(user)
+    }
+
+    /// Generation-time re-check: may `user` read the document with this ordinal in the *current*
+    /// state (not the state the search ran against)? A hash lookup and a bitmap probe, no I/O;
+    /// cheap enough per chunk.
+    pub fn can_read(&self, user: &str, doc_ordinal: u32) -> bool {
+        self.view
+            .load()
+            .users
+            .get(user)
+            .is_some_and(|u| u.bits.contains(doc_ordinal))
+    }
+
+    /// Resolves `Authorization: Bearer <token>` to a principal, or `None` (→ 401) for an
+    /// unknown, rotated or revoked token, or a removed user. The token is hashed with SHA-256
+    /// and the digest looked up; see [`crate::token`] for why this needs no constant-time
+    /// comparison of the token itself.
+    pub fn authenticate(&self, token: &str) -> Option<Principal> {
+        self.snapshot().authenticate(token)
+    }
+
+    /// The user's groups, roles and flags, if the user exists.
+    pub fn user(&self, user: &str) -> Option<UserInfo> {
+        self.snapshot().user(user)
+    }
+
+    /// Creates a user with groups and roles and issues their first bearer token, which is
+    /// returned and never retrievable again (`airlock user add`, `airlock demo`).
+    /// Errors: [`Error::UserExists`], [`Error::InvalidId`].
+    pub fn add_user(&self, actor: &str, user_id: &str, new: &NewUser) -> Result<String, Error> {
+        check_id(IdKind::User, user_id)?;
+        check_ids(IdKind::Group, &new.groups)?;
+        let (token, digest) = token::generate();
+        self.mutate(
+            |tx, m, p| {
+                if m.users.contains_key(user_id) {
+                    return Err(Error::UserExists {
+                        user_id: user_id.to_owned(),
+                    });
+                }
+                let u = m.intern(user_id);
+                let groups: BTreeSet<Name> = new.groups.iter().map(|g| m.intern(g)).collect();
+                let roles: BTreeSet<Role> = new.roles.iter().copied().collect();
+                let e = Error::db("adding a user");
+                store::insert_user(tx, user_id, new.local).map_err(e)?;
+                store::write_memberships(tx, user_id, &groups)
+                    .map_err(Error::db("adding a user"))?;
+                store::write_roles(tx, user_id, &roles).map_err(Error::db("adding a user"))?;
+                store::write_token(tx, user_id, &digest).map_err(Error::db("adding a user"))?;
+                m.insert_user(u.clone(), new.local);
+                m.set_user_groups(&u, groups);
+                if let Some(rec) = m.users.get_mut(&u) {
+                    rec.roles = roles;
+                    rec.token = Some(digest);
+                }
+                p.touched.insert(u);
+                p.tokens_changed = true;
+                Ok(())
+            },
+            |_, _| Record {
+                kind: AuditKind::Admin,
+                actor: Some(actor),
+                user_id: Some(user_id),
+                request_id: None,
+                detail: json!({"action": "user_add", "groups": new.groups,
+                               "roles": new.roles, "local": new.local}),
+            },
+        )?;
+        Ok(token)
+    }
+
+    /// `PUT /v1/acl/users/{user_id}`: replaces the user's groups (and roles when given). A new
+    /// id is created as a local user without a token (issue one with [`Acl::issue_token`]).
+    pub fn put_user(
+        &self,
+        actor: &str,
+        user_id: &str,
+        spec: &UserSpec,
+    ) -> Result<PutUserOutcome, Error> {
+        check_id(IdKind::User, user_id)?;
+        check_ids(IdKind::Group, &spec.groups)?;
+        let (created, access_changed) = self.mutate(
+            |tx, m, p| {
+                let u = m.intern(user_id);
+                let created = !m.users.contains_key(user_id);
+                let groups: BTreeSet<Name> = spec.groups.iter().map(|g| m.intern(g)).collect();
+                let roles: BTreeSet<Role> = match &spec.roles {
+                    Some(r) => r.iter().copied().collect(),
+                    None => m
+                        .users
+                        .get(user_id)
+                        .map(|r| r.roles.clone())
+                        .unwrap_or_default(),
+                };
+                if created {
+                    store::insert_user(tx, user_id, true).map_err(Error::db("creating a user"))?;
+                }
+                store::write_memberships(tx, user_id, &groups)
+                    .map_err(Error::db("updating a user"))?;
+                store::write_roles(tx, user_id, &roles).map_err(Error::db("updating a user"))?;
+                if created {
+                    m.insert_user(u.clone(), true);
+                }
+                m.set_user_groups(&u, groups);
+                if let Some(rec) = m.users.get_mut(&u) {
+                    rec.roles = roles;
+                }
+                p.touched.insert(u);
+                Ok(created)
+            },
+            |created, _| Record {
+                kind: AuditKind::Admin,
+                actor: Some(actor),
+                user_id: Some(user_id),
+                request_id: None,
+                detail: json!({"action": "user_put", "created": created,
+                               "groups": spec.groups, "roles": spec.roles}),
+            },
+        )?;
+        Ok(PutUserOutcome {
+            created,
+            access_changed: access_changed > 0,
+        })
+    }
+
+    /// Removes a user (local or not) with memberships, roles and token: their token fails at
+    /// once and their set becomes empty. Grants naming the id stay on the documents.
+    /// Errors: [`Error::UnknownUser`].
+    pub fn remove_user(&self, actor: &str, user_id: &str) -> Result<(), Error> {
+        self.mutate(
+            |tx, m, p| {
+                let Some(u) = m.users.get_key_value(user_id).map(|(k, _)| k.clone()) else {
+                    return Err(Error::UnknownUser {
+                        user_id: user_id.to_owned(),
+                    });
+                };
+                store::delete_user(tx, user_id).map_err(Error::db("removing a user"))?;
+                m.remove_user(&u);
+                p.touched.insert(u);
+                p.tokens_changed = true;
+                Ok(())
+            },
+            |_, _| Record {
+                kind: AuditKind::Admin,
+                actor: Some(actor),
+                user_id: Some(user_id),
+                request_id: None,
+                detail: json!({"action": "user_remove"}),
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// Issues a new bearer token for an existing user, invalidating the previous one at once
+    /// (`POST /v1/acl/users/{id}/token`, `airlock user token ID`). The token is returned once;
+    /// only its SHA-256 is stored. Errors: [`Error::UnknownUser`].
+    pub fn issue_token(&self, actor: &str, user_id: &str) -> Result<String, Error> {
+        let (token, digest) = token::generate();
+        self.mutate(
+            |tx, m, p| {
+                let Some(u) = m.users.get_key_value(user_id).map(|(k, _)| k.clone()) else {
+                    return Err(Error::UnknownUser {
+                        user_id: user_id.to_owned(),
+                    });
+                };
+                store::write_token(tx, user_id, &digest).map_err(Error::db("storing a token"))?;
+                if let Some(rec) = m.users.get_mut(&u) {
+                    rec.token = Some(digest);
+                }
+                p.touched.insert(u);
+                p.tokens_changed = true;
+                Ok(())
+            },
+            |_, _| Record {
+                kind: AuditKind::Admin,
+                actor: Some(actor),
+                user_id: Some(user_id),
+                request_id: None,
+                detail: json!({"action": "token_issue"}),
+            },
+        )?;
+        Ok(token)
+    }
+
+    /// `PUT /v1/acl/documents/{doc_id}` (and the `acl` of `PUT /v1/documents/{doc_id}`):
+    /// replaces who may read the document. Assigns the document's ordinal if it has none yet.
+    /// Only the users named in the old or new grant and the members of its old or new groups are
+    /// recomputed.
+    pub fn set_document_grants(
+        &self,
+        actor: &str,
+        doc_id: &str,
+        grants: &DocGrants,
+    ) -> Result<GrantOutcome, Error> {
+        check_id(IdKind::Document, doc_id)?;
+        check_ids(IdKind::User, &grants.users)?;
+        check_ids(IdKind::Group, &grants.groups)?;
+        let ((ordinal, changed), access_changed) = self.mutate(
+            |tx, m, p| {
+                let (ordinal, fresh) = resolve_ordinal(tx, m, doc_id)?;
+                let g = m.grant_from(&grants.users, &grants.groups);
+                let old = m.grants.get(&ordinal).cloned().unwrap_or_default();
+                let changed = old != g;
+                if changed {
+                    store::write_grant(tx, ordinal, &g)
+                        .map_err(Error::db("writing a document grant"))?;
+                }
+                if let Some(id) = fresh {
+                    m.ordinals.insert(id, ordinal);
+                }
+                m.set_grant(ordinal, g, &mut p.touched);
+                Ok((ordinal, changed))
+            },
+            |_, _| Record {
+                kind: AuditKind::Admin,
+                actor: Some(actor),
+                user_id: None,
+                request_id: None,
+                detail: json!({"action": "document_grants", "doc_id": doc_id,
+                               "users": grants.users, "groups": grants.groups}),
+            },
+        )?;
+        Ok(GrantOutcome {
+            ordinal,
+            changed,
+            users_access_changed: access_changed,
+        })
+    }
+
+    /// The stored grant of a document for the admin `GET /v1/documents/{doc_id}` view (users and
+    /// groups sorted), or `None` if the id has never been seen (no ordinal). A document with an
+    /// ordinal but no grant yields empty lists (readable by nobody).
+    pub fn document_grants(&self, doc_id: &str) -> Result<Option<DocGrants>, Error> {
+        let side = self.side.lock();
+        let Some(ordinal) =
+            ordinals::lookup(&side, doc_id).map_err(Error::db("looking up a document"))?
+        else {
+            return Ok(None);
+        };
+        let (users, groups) =
+            store::read_grant(&side, ordinal).map_err(Error::db("reading a document grant"))?;
+        Ok(Some(DocGrants { users, groups }))
+    }
+
+    /// The ordinal of a document id, if it has one.
+    pub fn ordinal(&self, doc_id: &str) -> Result<Option<u32>, Error> {
+        ordinals::lookup(&self.side.lock(), doc_id).map_err(Error::db("looking up a document"))
+    }
+
+    /// Applies a full JSON Lines IAM snapshot (`POST /v1/acl/sync`, `airlock acl sync FILE`).
+    ///
+    /// The whole input is parsed and validated first: any malformed line, unknown field, or
+    /// user or document named twice rejects the snapshot with [`Error::Snapshot`] naming the
+    /// lines, and nothing is applied. Otherwise the diff against the current state is written in
+    /// one transaction: users absent from the snapshot are removed with their tokens unless they
+    /// are local (operators); the memberships of every named user become the snapshot's; every
+    /// document's grant becomes its line's, and documents without a line lose their grant. Local
+    /// users keep their roles and token; if the snapshot names one, its groups apply to it.
+    /// Only the affected users' bitmaps are recomputed, then the new state is swapped in.
+    /// Applying the same snapshot twice changes nothing (all counts zero the second time).
+    pub fn sync_snapshot(&self, actor: &str, input: impl BufRead) -> Result<SyncCounts, Error> {
+        let snap = snapshot::parse(input)?;
+        let (counts, access_changed) = self.mutate(
+            |tx, m, p| apply_snapshot(tx, m, p, snap),
+            |counts, access_changed| Record {
+                kind: AuditKind::Sync,
+                actor: Some(actor),
+                user_id: None,
+                request_id: None,
+                detail: json!(SyncCounts {
+                    users_access_changed: access_changed,
+                    ..*counts
+                }),
+            },
+        )?;
+        Ok(SyncCounts {
+            users_access_changed: access_changed,
+            ..counts
+        })
+    }
+
+    /// Audits the document ids shown to `user_id` (used as context or cited) for one request.
+    pub fn audit_shown<S: AsRef<str>>(
+        &self,
+        request_id: &str,
+        user_id: &str,
+        doc_ids: &[S],
+    ) -> Result<(), Error> {
+        self.audit_query_time(AuditKind::Shown, request_id, user_id, doc_ids)
+    }
+
+    /// Audits documents dropped by the generation-time re-check for one request.
+    pub fn audit_recheck_drop<S: AsRef<str>>(
+        &self,
+        request_id: &str,
+        user_id: &str,
+        doc_ids: &[S],
+    ) -> Result<(), Error> {
+        self.audit_query_time(AuditKind::RecheckDrop, request_id, user_id, doc_ids)
+    }
+
+    fn audit_query_time<S: AsRef<str>>(
+        &self,
+        kind: AuditKind,
+        request_id: &str,
+        user_id: &str,
+        doc_ids: &[S],
+    ) -> Result<(), Error> {
+        check_id(IdKind::Request, request_id)?;
+        let ids: Vec<&str> = doc_ids.iter().map(AsRef::as_ref).collect();
+        audit::append(
+            &self.side.lock(),
+            &Record {
+                kind,
+                actor: None,
+                user_id: Some(user_id),
+                request_id: Some(request_id),
+                detail: json!({ "doc_ids": ids }),
+            },
+        )
+    }
+
+    /// Audit entries matching `q`, oldest first (`airlock audit --user u017 --since ...`).
+    pub fn audit_query(&self, q: &AuditQuery) -> Result<Vec<AuditEntry>, Error> {
+        audit::query(&self.side.lock(), q)
+    }
+
+    /// The writer protocol. `op` validates, writes rows through `tx`, then mutates the model
+    /// (infallibly) and records the touched users; an `Err` from `op` must leave the model
+    /// unchanged. Anything failing after `op` marks the model stale (reloaded by the next write).
+    /// Returns `op`'s value and how many users' readable sets changed.
+    fn mutate<'r, T>(
+        &self,
+        op: impl FnOnce(&Transaction<'_>, &mut Model, &mut Pending) -> Result<T, Error>,
+        record: impl FnOnce(&T, usize) -> Record<'r>,
+    ) -> Result<(T, usize), Error> {
+        let mut guard = self.writer.lock();
+        let w = &mut *guard;
+        if w.stale {
+            w.model = store::load(&w.conn)?;
+            let old = self.view.load();
+            self.view
+                .store(Arc::new(full_view(&w.model, old.generation + 1)));
+            w.stale = false;
+        }
+        let tx = w
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(Error::db("starting a transaction"))?;
+        let mut pending = Pending::default();
+        let value = op(&tx, &mut w.model, &mut pending)?;
+        // From here on the model is ahead of the rows until the commit succeeds.
+        let prepared = prepare(&w.model, &self.view.load(), pending);
+        let rec = record(&value, prepared.access_changed);
+        let committed = audit::append(&tx, &rec)
+            .and_then(|()| tx.commit().map_err(Error::db("committing a change")));
+        if let Err(e) = committed {
+            w.stale = true;
+            return Err(e);
+        }
+        let old = self.view.load_full();
+        let mut users = old.users.clone();
+        for (u, v) in prepared.users {
+            match v {
+                Some(v) => users.insert(u, v),
+                None => users.remove(&u),
+            };
+        }
+        self.view.store(Arc::new(View {
+            generation: old.generation + 1,
+            users,
+            tokens: prepared.tokens.unwrap_or_else(|| old.tokens.clone()),
+        }));
+        Ok((value, prepared.access_changed))
+    }
+}
+
+/// Computes the new entries of the touched users against the current view.
+fn prepare(model: &Model, current: &View, pending: Pending) -> Prepared {
+    let touched: Vec<Name> = pending.touched.into_iter().collect();
+    let built: Vec<(Name, Option<Arc<UserView>>, bool)> = touched
+        .into_par_iter()
+        .map(|u| {
+            let old = current.users.get(&u).map(|v| &v.bits);
+            if !model.users.contains_key(&u) {
+                let changed = old.is_some_and(|b| !b.is_empty());
+                return (u, None, changed);
+            }
+            let bits = model.materialise_user(&u);
+            let (bits, changed) = match old {
+                Some(o) if **o == bits => (o.clone(), false),
+                Some(_) => (Arc::new(bits), true),
+                None => {
+                    let changed = !bits.is_empty();
+                    (Arc::new(bits), changed)
+                }
+            };
+            let v = user_view(model, &u, bits);
+            (u, v, changed)
+        })
+        .collect();
+    let access_changed = built.iter().filter(|(_, _, c)| *c).count();
+    Prepared {
+        users: built.into_iter().map(|(u, v, _)| (u, v)).collect(),
+        access_changed,
+        tokens: pending.tokens_changed.then(|| token_map(model)),
+    }
+}
+
+/// Resolves a document's ordinal, assigning one in `tx` if needed; the second value is the id to
+/// add to the cache once the model may be mutated.
+fn resolve_ordinal(
+    tx: &Transaction<'_>,
+    m: &mut Model,
+    doc_id: &str,
+) -> Result<(u32, Option<Name>), Error> {
+    if let Some(&o) = m.ordinals.get(doc_id) {
+        return Ok((o, None));
+    }
+    let o = ordinals::ensure(tx, doc_id).map_err(Error::db("assigning a document ordinal"))?;
+    Ok((o, Some(m.intern(doc_id))))
+}
+
+/// The sync diff: rows first, then the model (see [`Acl::sync_snapshot`]).
+fn apply_snapshot(
+    tx: &Transaction<'_>,
+    m: &mut Model,
+    p: &mut Pending,
+    snap: snapshot::Snapshot,
+) -> Result<SyncCounts, Error> {
+    let mut counts = SyncCounts::default();
+
+    // Users.
+    let mut desired: Vec<(Name, BTreeSet<Name>)> = Vec::with_capacity(snap.users.len());
+    for (u, gs) in &snap.users {
+        let u = m.intern(u);
+        let gs = gs.iter().map(|g| m.intern(g)).collect();
+        desired.push((u, gs));
+    }
+    let named: HashSet<&Name> = desired.iter().map(|(u, _)| u).collect();
+    let removed: Vec<Name> = m
+        .users
+        .iter()
+        .filter(|(u, r)| !r.local && !named.contains(u))
+        .map(|(u, _)| u.clone())
+        .collect();
+    let mut added = Vec::new();
+    let mut regrouped = Vec::new();
+    for (u, gs) in &desired {
+        match m.users.get(u) {
+            None => {
+                counts.memberships_changed += gs.len();
+                added.push(u.clone());
+                regrouped.push((u.clone(), gs.clone()));
+            }
+            Some(rec) if rec.groups != *gs => {
+                counts.memberships_changed += rec.groups.symmetric_difference(gs).count();
+                regrouped.push((u.clone(), gs.clone()));
+            }
+            Some(_) => {}
+        }
+    }
+    for u in &removed {
+        counts.memberships_changed += m.users.get(u).map_or(0, |r| r.groups.len());
+    }
+    counts.users_added = added.len();
+    counts.users_removed = removed.len();
+
+    // Documents: resolve ordinals (cache first, then the table, assigning new ones).
+    let mut ords = Vec::with_capacity(snap.docs.len());
+    let mut misses = Vec::new();
+    for (i, (d, _, _)) in snap.docs.iter().enumerate() {
+        match m.ordinals.get(d.as_str()) {
+            Some(&o) => ords.push(o),
+            None => {
+                ords.push(u32::MAX);
+                misses.push(i);
+            }
+        }
+    }
+    let fresh = ordinals::ensure_many(tx, misses.iter().map(|&i| snap.docs[i].0.as_str()))
+        .map_err(Error::db("assigning document ordinals"))?;
+    for (&i, &o) in misses.iter().zip(&fresh) {
+        ords[i] = o;
+    }
+    let mut in_snapshot = RoaringBitmap::new();
+    let mut changed_grants: Vec<(u32, Grant)> = Vec::new();
+    for ((_, users, groups), &o) in snap.docs.iter().zip(&ords) {
+        in_snapshot.insert(o);
+        let g = m.grant_from(users, groups);
+        let same = match m.grants.get(&o) {
+            Some(old) => *old == g,
+            None => g.is_empty(),
+        };
+        if !same {
+            changed_grants.push((o, g));
+        }
+    }
+    let mut dropped: Vec<u32> = m
+        .grants
+        .keys()
+        .copied()
+        .filter(|o| !in_snapshot.contains(*o))
+        .collect();
+    dropped.sort_unstable();
+    changed_grants.extend(dropped.into_iter().map(|o| (o, Grant::default())));
+    counts.grants_changed = changed_grants.len();
+
+    // Rows.
+    let e = || Error::db("applying an IAM snapshot");
+    for u in &removed {
+        store::delete_user(tx, u).map_err(e())?;
+    }
+    for u in &added {
+        store::insert_user(tx, u, false).map_err(e())?;
+    }
+    for (u, gs) in &regrouped {
+        store::write_memberships(tx, u, gs).map_err(e())?;
+    }
+    for (o, g) in &changed_grants {
+        store::write_grant(tx, *o, g).map_err(e())?;
+    }
+
+    // Model (infallible from here).
+    for (&i, &o) in misses.iter().zip(&fresh) {
+        let id = m.intern(&snap.docs[i].0);
+        m.ordinals.insert(id, o);
+    }
+    for u in removed {
+        m.remove_user(&u);
+        p.touched.insert(u);
+        p.tokens_changed = true;
+    }
+    for u in added {
+        m.insert_user(u, false);
+    }
+    for (u, gs) in regrouped {
+        m.set_user_groups(&u, gs);
+        p.touched.insert(u);
+    }
+    for (o, g) in changed_grants {
+        m.set_grant(o, g, &mut p.touched);
+    }
+    Ok(counts)
+}
