@@ -9,7 +9,7 @@ import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { browserMissing, launch, openPage } from './lib/browser.mjs';
-import { signIn, ask, settled, sources, everythingInDom, assertClean, metric, chooseModel } from './lib/ui.mjs';
+import { signIn, ask, settled, sources, everythingInDom, assertClean, metric, chooseModel, forceRung } from './lib/ui.mjs';
 import { startDaemon, planFromBankDev, seed, HOSTILE, tail } from './lib/daemon.mjs';
 
 const BIN = process.env.AIRLOCK_BIN;
@@ -19,6 +19,8 @@ const skip = !BIN
 // Chromium logs every non-2xx fetch as a console error; the tests that provoke them allow these.
 const HTTP_ERRORS = [/Failed to load resource: the server responded with a status of (401|404|503)/];
 const SMALL_MODEL = 'airlock-small';
+/** A whole answer from the small model on 2 busy cores. */
+const ANSWER_TIMEOUT = 300_000;
 
 describe('web UI against the real daemon', { skip, timeout: 40 * 60_000 }, () => {
   let daemon;
@@ -75,7 +77,9 @@ describe('web UI against the real daemon', { skip, timeout: 40 * 60_000 }, () =>
     const page = await signedIn(c.user);
     const answer = await ask(page, c.query);
     const lengths = new Set();
+    const deadline = Date.now() + ANSWER_TIMEOUT;
     while ((await answer.getAttribute('aria-busy')) === 'true') {
+      assert.ok(Date.now() < deadline, 'answer finished in time');
       const len = (await answer.locator('.answer-body').textContent()).length;
       if (len > 0) lengths.add(len);
       await page.waitForTimeout(50);
@@ -108,7 +112,8 @@ describe('web UI against the real daemon', { skip, timeout: 40 * 60_000 }, () =>
 
     const page = await signedIn(c.user);
     const answer = await ask(page, c.query);
-    await settled(answer);
+    await settled(answer, ANSWER_TIMEOUT);
+    assert.equal(await answer.locator('[role="alert"]').count(), 0, `the question was answered: ${await answer.textContent()}`);
     const all = await everythingInDom(page);
     for (const s of [...c.forbidden_strings, ...c.forbidden_doc_ids, ...forbiddenTitles]) {
       assert.ok(!all.includes(s), `"${s}" must not appear anywhere in the outsider's page`);
@@ -125,7 +130,7 @@ describe('web UI against the real daemon', { skip, timeout: 40 * 60_000 }, () =>
       page,
       'Explain in detail, step by step and at length, every rule, threshold and exception the documents give about onboarding institutional customers.',
     );
-    await answer.locator('.answer-body').filter({ hasText: /\S/ }).waitFor({ timeout: 120_000 });
+    await answer.locator('.answer-body').filter({ hasText: /\S/ }).waitFor({ timeout: ANSWER_TIMEOUT });
     await page.getByRole('button', { name: 'Stop' }).click();
     await settled(answer, 10_000);
     assert.match(await answer.locator('.answer-note').textContent(), /Stopped/, 'the answer was still streaming when Stop was pressed');
@@ -144,11 +149,7 @@ describe('web UI against the real daemon', { skip, timeout: 40 * 60_000 }, () =>
     // itself never sends `rung`: the test adds it to the request the page makes.
     const page = await openPage(browser, daemon.url);
     await signIn(page, daemon.adminToken);
-    await page.route('**/v1/chat/completions', async (route) => {
-      const body = JSON.parse(route.request().postData() || '{}');
-      body.airlock = { ...(body.airlock || {}), rung: 5 };
-      await route.continue({ postData: JSON.stringify(body) });
-    });
+    await forceRung(page, 5);
     const responded = page.waitForResponse('**/v1/chat/completions');
     const answer = await ask(page, 'Is anyone there?');
     const res = await responded;
@@ -168,7 +169,7 @@ describe('web UI against the real daemon', { skip, timeout: 40 * 60_000 }, () =>
     const page = await signedIn(plan.answerable.user);
     const scripts = await page.locator('script').count();
     const answer = await ask(page, 'What does the Zephyrine vendor escrow note say about escrow releases?');
-    await settled(answer);
+    await settled(answer, ANSWER_TIMEOUT);
     await page.waitForTimeout(500);
     const src = await sources(answer);
     const hostile = src.find((s) => s.doc === HOSTILE.doc_id);

@@ -14,6 +14,7 @@
 //   "slow" → a long answer at 8 tokens/s (for Stop)      "hostile" → HTML/script in sources and answer
 //   "rung N" → answer at ladder rung N                   "break" → stream cut before [DONE]
 //   "nothing" → no sources                                "revoked" → 401 as if the token was revoked
+//   request `airlock.rung` (admin only, else 403): that rung; 5 → 503 Retry-After 3
 //   anything else → a Markdown answer citing [1] and [2]
 
 import http from 'node:http';
@@ -242,8 +243,15 @@ export async function startDevServer(opts = {}) {
       return problem(res, 503, 'capacity-unavailable', 'The appliance is at capacity', { 'Retry-After': '7', 'X-Airlock-Rung': '5' });
     if (q.includes('limit')) return problem(res, 429, 'rate-limited', 'Request budget exhausted', { 'Retry-After': '12', 'X-Airlock-Rung': '0' });
 
+    // Forcing a rung is for admins (API.md); rung 5 is the shed.
+    const forced = body.airlock?.rung;
+    if (forced !== undefined && forced !== null) {
+      if (!who.admin) return problem(res, 403, 'forbidden', 'Only an admin may force a rung');
+      if (forced === 5)
+        return problem(res, 503, 'capacity-unavailable', 'The appliance is at capacity', { 'Retry-After': '3', 'X-Airlock-Rung': '5' });
+    }
     const rungMatch = /rung (\d)/.exec(q);
-    const rung = rungMatch ? Math.min(4, parseInt(rungMatch[1], 10)) : 0;
+    const rung = Number.isInteger(forced) ? Math.min(4, forced) : rungMatch ? Math.min(4, parseInt(rungMatch[1], 10)) : 0;
     let citations = DOCS.map((d, i) => ({ n: i + 1, chunk_id: 1000 + i, ...d }));
     let text = DEFAULT_ANSWER;
     let delay = tokenDelay;

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 
 import { startDevServer } from './dev-server.mjs';
 import { browserMissing, launch, openPage } from './lib/browser.mjs';
-import { signIn, ask, settled, sources, assertClean, metric, chooseModel } from './lib/ui.mjs';
+import { signIn, ask, settled, sources, assertClean, metric, chooseModel, forceRung } from './lib/ui.mjs';
 
 const missing = browserMissing();
 const HTTP_ERRORS = [/Failed to load resource: the server responded with a status of (401|404|429|503)/];
@@ -153,6 +153,22 @@ describe('web UI against the dev server (fake API)', { skip: missing || false },
     await settled(limited);
     assert.match(await limited.locator('[role="alert"]').textContent(), /question limit for the moment.*try again in 1[12] seconds/s);
     assert.equal(await limited.getByRole('button', { name: 'Helpful' }).isVisible(), false, 'no feedback on failed answers');
+    assertClean(page, { allowConsole: HTTP_ERRORS });
+    await page.context().close();
+  });
+
+  test('a rung forced by an admin (the acceptance shed path) reaches the server; 5 → 503 message', async () => {
+    const page = await openPage(browser, srv.url);
+    await signIn(page, srv.tokens.admin);
+    await forceRung(page, 5);
+    const responded = page.waitForResponse('**/v1/chat/completions');
+    const answer = await ask(page, 'Is anyone there?');
+    const res = await responded;
+    assert.equal(res.status(), 503);
+    assert.equal(res.headers()['retry-after'], '3');
+    await settled(answer);
+    assert.deepEqual(srv.state.chats.at(-1).airlock, { retrieval: true, rung: 5 });
+    assert.match(await answer.locator('[role="alert"]').textContent(), /Airlock is busy right now.*try again in [23] seconds/s);
     assertClean(page, { allowConsole: HTTP_ERRORS });
     await page.context().close();
   });

@@ -80,3 +80,16 @@ export function metric(text, name) {
   }
   return total;
 }
+
+/**
+ * Makes every chat request of the page force ladder rung `rung` (`airlock.rung`, admin only per
+ * API.md). The page never sends it: a test adds it to the request the page makes, and the
+ * answer still comes from the server.
+ */
+export async function forceRung(page, rung) {
+  await page.route('**/v1/chat/completions', async (route) => {
+    const body = JSON.parse(route.request().postData() || '{}');
+    body.airlock = { ...(body.airlock || {}), rung };
+    await route.continue({ postData: JSON.stringify(body) });
+  });
+}
