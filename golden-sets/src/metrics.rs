@@ -147,12 +147,11 @@ fn rewrite_dates(s: &str) -> String {
                 day(tokens[i]),
                 month_number(tokens[i + 1]),
                 year(tokens[i + 2]),
-            ) {
-                if !tokens[i].ends_with(',') {
-                    out.push(format!("{y:04}-{m:02}-{d:02}{rest}"));
-                    i += 3;
-                    continue;
-                }
+            ) && !tokens[i].ends_with(',')
+            {
+                out.push(format!("{y:04}-{m:02}-{d:02}{rest}"));
+                i += 3;
+                continue;
             }
             // "august 8, 2025"
             if let (Some(m), Some(d), Some((y, rest))) = (
