@@ -613,6 +613,11 @@ document.addEventListener('keydown', (e) => {
   }
 });
 
+// A click outside the open Settings menu closes it.
+document.addEventListener('click', (e) => {
+  if (ui.menu.open && e.target instanceof Node && !ui.menu.contains(e.target)) ui.menu.open = false;
+});
+
 ui.model.addEventListener('change', () => {
   store.savePrefs({ ...store.loadPrefs(), model: ui.model.value });
 });

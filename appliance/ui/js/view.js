@@ -98,7 +98,8 @@ export class TurnView {
     root.appendChild(q);
 
     const a = el(doc, 'article', 'answer-card');
-    a.setAttribute('aria-label', 'Answer');
+    const short = turn.question.length > 60 ? `${turn.question.slice(0, 60)}…` : turn.question;
+    a.setAttribute('aria-label', `Answer to: ${short}`);
     this.answer = a;
     const head = el(doc, 'div', 'answer-head');
     head.appendChild(el(doc, 'p', 'who', 'Airlock'));
