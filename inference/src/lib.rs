@@ -2,3 +2,11 @@
 //! GGUF generators and the continuous-batching engine. Models load only from an installed,
 //! verified bundle's catalogue paths; there is no network code.
 #![warn(missing_docs)]
+
+mod bert;
+pub mod embed;
+pub mod error;
+pub mod tokenizer;
+
+pub use embed::{EmbedTicket, EmbedWorker, Embedder, EmbedderConfig, EmbedderFiles};
+pub use error::{Error, Result};

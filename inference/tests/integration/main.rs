@@ -1,0 +1,5 @@
+//! Integration tests of `airlock-inference` against the real model files and the reference
+//! fixtures (see `../shared/fixtures/README.md`).
+
+mod common;
+mod embed;
