@@ -31,9 +31,10 @@ pub struct Summary {
 }
 
 /// The names of the headline metrics, in report order.
-pub const HEADLINE: [&str; 7] = [
+pub const HEADLINE: [&str; 8] = [
     "ndcg_10",
     "recall_10",
+    "recall_100",
     "mrr_10",
     "answer_hit_rate",
     "citation_precision",
@@ -48,6 +49,7 @@ fn metric_values(cases: &[&CaseScore], name: &str) -> Vec<f64> {
         .filter_map(|c| match name {
             "ndcg_10" => c.ndcg_10,
             "recall_10" => c.recall_10,
+            "recall_100" => c.recall_100,
             "mrr_10" => c.mrr_10,
             "answer_hit_rate" => c.answer_hit.map(b),
             "citation_precision" => c.citation_precision,
@@ -374,6 +376,7 @@ mod tests {
             phase: "v1".into(),
             ndcg_10: Some(ndcg),
             recall_10: Some(ndcg),
+            recall_100: None,
             mrr_10: Some(ndcg),
             answer_hit: Some(hit),
             citation_precision: Some(1.0),

@@ -7,9 +7,11 @@
 //! so evals measure exactly what users get.
 #![warn(missing_docs)]
 
+pub mod client;
 mod error;
 pub mod formats;
 pub mod gate;
 pub mod metrics;
+pub mod runner;
 
 pub use error::Error;

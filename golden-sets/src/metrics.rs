@@ -270,6 +270,9 @@ pub struct CaseScore {
     pub ndcg_10: Option<f64>,
     /// Recall@10 over document ids.
     pub recall_10: Option<f64>,
+    /// Recall@100 over document ids (retrieval sets; `None` for end-to-end cases).
+    #[serde(default)]
+    pub recall_100: Option<f64>,
     /// MRR@10 over document ids.
     pub mrr_10: Option<f64>,
     /// Every `answer_contains` string found in the answer (cases that expect an answer).
@@ -301,6 +304,7 @@ pub fn score_case(case: &GoldenCase, obs: &Observation) -> CaseScore {
         phase: case.phase.as_str().into(),
         ndcg_10: has_relevant.then(|| ndcg_at_k(&ranked, &judged, 10)),
         recall_10: has_relevant.then(|| recall_at_k(&ranked, &judged, 10)),
+        recall_100: None,
         mrr_10: has_relevant.then(|| mrr_at_k(&ranked, &judged, 10)),
         answer_hit: (!case.answer_contains.is_empty()).then(|| {
             case.answer_contains

@@ -1,0 +1,453 @@
+//! The eval runner: drives a daemon through its public API, phase by phase, and scores what users
+//! would have seen.
+//!
+//! End-to-end sets (bank layout): ingest `corpus.jsonl` and apply `iam_v1.jsonl` → `v1` cases →
+//! apply `iam_v2.jsonl` → `v2` cases → delete `deletions.json` → `after_delete` cases.
+//! Retrieval sets (BEIR layout): ingest the corpus readable by one eval user, then score every
+//! judged query through `/v1/retrieve`.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::{Value, json};
+
+use crate::Error;
+use crate::client::{ApiError, ChatOutcome, Client, RetrieveResponse};
+use crate::formats::{self, BeirDoc, GoldenCase, Phase};
+use crate::gate::Report;
+use crate::metrics::{self, CaseScore, Observation};
+
+/// User id → bearer token. `admin` is the operator's token.
+pub type Tokens = BTreeMap<String, String>;
+
+/// How to run a set.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Force this ladder rung on every chat request (admin tokens only on the daemon side:
+    /// the runner sends it with user tokens, so the daemon must accept it from eval users
+    /// only when they hold the admin role; `None` lets the daemon choose).
+    pub rung: Option<u8>,
+    /// Requests in flight at once.
+    pub concurrency: usize,
+    /// Chunks retrieved per query.
+    pub top_k: usize,
+    /// Retrieval mode: `hybrid`, `bm25` or `vector`.
+    pub mode: String,
+    /// Ask for answers (chat completions) as well as retrieval.
+    pub answers: bool,
+    /// `max_tokens` for answers.
+    pub max_tokens: u32,
+    /// Model alias for answers (`None`: the daemon's default).
+    pub model: Option<String>,
+    /// Ingest the corpus, sync ACLs and issue user tokens first (the runner owns the daemon).
+    pub setup: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            rung: None,
+            concurrency: 2,
+            top_k: 10,
+            mode: "hybrid".into(),
+            answers: true,
+            max_tokens: 160,
+            model: None,
+            setup: true,
+        }
+    }
+}
+
+/// Progress of a run: (what, done, total).
+pub type Progress<'a> = &'a (dyn Fn(&str, usize, usize) + Sync);
+
+/// A run failure.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The set could not be read.
+    #[error(transparent)]
+    Set(#[from] Error),
+    /// The daemon refused a set-up or phase step.
+    #[error("{step}: {source}")]
+    Api {
+        /// What the runner was doing.
+        step: String,
+        /// The API error.
+        source: ApiError,
+    },
+    /// A case's user has no token.
+    #[error("no token for user {0:?} (pass it in the tokens file or let the runner set up)")]
+    MissingToken(String),
+}
+
+fn api(step: impl Into<String>) -> impl FnOnce(ApiError) -> RunError {
+    let step = step.into();
+    move |source| RunError::Api { step, source }
+}
+
+/// Runs `f` over `items` with `concurrency` threads; results in input order.
+fn parallel<T: Sync, R: Send>(
+    items: &[T],
+    concurrency: usize,
+    what: &str,
+    progress: Progress<'_>,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let out: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..concurrency.max(1) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    let r = f(item);
+                    out.lock().expect("results lock")[i] = Some(r);
+                    progress(what, done.fetch_add(1, Ordering::Relaxed) + 1, items.len());
+                }
+            });
+        }
+    });
+    out.into_inner()
+        .expect("results lock")
+        .into_iter()
+        .map(|r| r.expect("every item ran"))
+        .collect()
+}
+
+fn read_text(path: &Path) -> Result<String, Error> {
+    std::fs::read_to_string(path).map_err(|source| Error::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn snapshot_users(ndjson: &str) -> Vec<String> {
+    ndjson
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| v["user"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn ingest(
+    client: &Client,
+    admin: &str,
+    corpus: &[BeirDoc],
+    opts: &RunOptions,
+    progress: Progress<'_>,
+) -> Result<(), RunError> {
+    let results = parallel(corpus, opts.concurrency, "ingest", progress, |d| {
+        client
+            .put_document(admin, &d.id, &d.title, &d.text, &d.metadata)
+            .map_err(api(format!("ingest {}", d.id)))
+    });
+    results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(())
+}
+
+fn issue_tokens(
+    client: &Client,
+    admin: &str,
+    users: &[String],
+    tokens: &mut Tokens,
+) -> Result<(), RunError> {
+    for u in users {
+        if !tokens.contains_key(u) {
+            let t = client
+                .issue_token(admin, u)
+                .map_err(api(format!("issue token for {u}")))?;
+            tokens.insert(u.clone(), t);
+        }
+    }
+    Ok(())
+}
+
+/// What one case produced, with its latencies.
+struct CaseRun {
+    score: CaseScore,
+    latency: Vec<(String, f64)>,
+    bundle_version: Option<String>,
+}
+
+/// An observation, its per-stage latencies (ms) and the bundle version the daemon reported.
+type Observed = (Observation, Vec<(String, f64)>, Option<String>);
+
+fn observe(
+    client: &Client,
+    token: &str,
+    query: &str,
+    opts: &RunOptions,
+) -> Result<Observed, ApiError> {
+    let mut obs = Observation::default();
+    let mut lat = Vec::new();
+    let r: RetrieveResponse = match client.retrieve(token, query, opts.top_k, &opts.mode) {
+        Ok(r) => r,
+        Err(e) if e.status() == Some(401) => {
+            obs.refused = true;
+            return Ok((obs, lat, None));
+        }
+        Err(e) => return Err(e),
+    };
+    for (stage, v) in &r.timings_ms {
+        if let Some(ms) = v.as_f64() {
+            lat.push((format!("retrieve.{stage}"), ms));
+        }
+    }
+    for c in &r.results {
+        obs.retrieved_doc_ids.push(c.doc_id.clone());
+        obs.snippets.push(c.snippet.clone());
+        obs.titles.push(c.title.clone());
+    }
+    let mut version = None;
+    if opts.answers {
+        let ChatOutcome {
+            answer,
+            citations,
+            bundle_version,
+            latency_ms,
+            ..
+        } = client.chat(
+            token,
+            opts.model.as_deref(),
+            query,
+            opts.rung,
+            opts.max_tokens,
+        )?;
+        lat.push(("chat.total".into(), latency_ms));
+        obs.answer = answer;
+        for c in citations {
+            obs.cited_doc_ids.push(c.doc_id);
+            obs.snippets.push(c.snippet);
+            obs.titles.push(c.title);
+        }
+        version = bundle_version;
+    }
+    Ok((obs, lat, version))
+}
+
+fn run_cases(
+    client: &Client,
+    cases: &[&GoldenCase],
+    tokens: &Tokens,
+    opts: &RunOptions,
+    what: &str,
+    progress: Progress<'_>,
+) -> Result<Vec<CaseRun>, RunError> {
+    parallel(cases, opts.concurrency, what, progress, |case| {
+        let Some(token) = tokens.get(&case.user) else {
+            return Err(RunError::MissingToken(case.user.clone()));
+        };
+        let (obs, latency, bundle_version) =
+            observe(client, token, &case.query, opts).map_err(api(format!("case {}", case.id)))?;
+        Ok(CaseRun {
+            score: metrics::score_case(case, &obs),
+            latency,
+            bundle_version,
+        })
+    })
+    .into_iter()
+    .collect()
+}
+
+/// The files of an end-to-end set directory.
+pub struct GoldenSet {
+    /// Set name (directory name).
+    pub name: String,
+    /// Corpus documents.
+    pub corpus: Vec<BeirDoc>,
+    /// First IAM snapshot (JSON Lines text).
+    pub iam_v1: String,
+    /// Second IAM snapshot.
+    pub iam_v2: String,
+    /// Document ids deleted before the `after_delete` phase.
+    pub deletions: Vec<String>,
+    /// The cases.
+    pub cases: Vec<GoldenCase>,
+}
+
+impl GoldenSet {
+    /// Reads a bank-layout set directory strictly.
+    pub fn read(dir: &Path) -> Result<Self, Error> {
+        let p = |f: &str| -> PathBuf { dir.join(f) };
+        let corpus_path = p("corpus.jsonl");
+        let corpus = formats::parse_jsonl(&corpus_path, &read_text(&corpus_path)?)?;
+        let del_path = p("deletions.json");
+        let deletions: Vec<String> =
+            serde_json::from_str(&read_text(&del_path)?).map_err(|e| Error::Parse {
+                path: del_path.clone(),
+                line: e.line(),
+                message: e.to_string(),
+            })?;
+        Ok(GoldenSet {
+            name: dir
+                .file_name()
+                .map_or("set".into(), |n| n.to_string_lossy().into_owned()),
+            corpus,
+            iam_v1: read_text(&p("iam_v1.jsonl"))?,
+            iam_v2: read_text(&p("iam_v2.jsonl"))?,
+            deletions,
+            cases: formats::read_golden(&p("golden.jsonl"))?,
+        })
+    }
+}
+
+/// Runs an end-to-end set through every phase and returns the report.
+pub fn run_golden(
+    client: &Client,
+    set: &GoldenSet,
+    mut tokens: Tokens,
+    opts: &RunOptions,
+    progress: Progress<'_>,
+) -> Result<Report, RunError> {
+    let admin = tokens
+        .get("admin")
+        .cloned()
+        .ok_or_else(|| RunError::MissingToken("admin".into()))?;
+    if opts.setup {
+        ingest(client, &admin, &set.corpus, opts, progress)?;
+        client
+            .acl_sync(&admin, &set.iam_v1)
+            .map_err(api("sync iam_v1"))?;
+        issue_tokens(client, &admin, &snapshot_users(&set.iam_v1), &mut tokens)?;
+    }
+    let mut runs = Vec::new();
+    for phase in Phase::ALL {
+        match phase {
+            Phase::V1 => {}
+            Phase::V2 => {
+                if opts.setup {
+                    client
+                        .acl_sync(&admin, &set.iam_v2)
+                        .map_err(api("sync iam_v2"))?;
+                    issue_tokens(client, &admin, &snapshot_users(&set.iam_v2), &mut tokens)?;
+                }
+            }
+            Phase::AfterDelete => {
+                if opts.setup {
+                    for d in &set.deletions {
+                        client
+                            .delete_document(&admin, d)
+                            .map_err(api(format!("delete {d}")))?;
+                    }
+                }
+            }
+        }
+        let cases: Vec<&GoldenCase> = set.cases.iter().filter(|c| c.phase == phase).collect();
+        runs.extend(run_cases(
+            client,
+            &cases,
+            &tokens,
+            opts,
+            phase.as_str(),
+            progress,
+        )?);
+    }
+    Ok(report(&set.name, opts.rung, runs))
+}
+
+fn report(name: &str, rung: Option<u8>, runs: Vec<CaseRun>) -> Report {
+    let mut latency: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut version = None;
+    let mut scores = Vec::with_capacity(runs.len());
+    for r in runs {
+        for (stage, ms) in r.latency {
+            latency.entry(stage).or_default().push(ms);
+        }
+        version = version.or(r.bundle_version);
+        scores.push(r.score);
+    }
+    Report::new(name, version, rung, scores, &latency)
+}
+
+/// The eval user that reads a BEIR corpus.
+pub const BEIR_USER: &str = "eval-reader";
+const BEIR_GROUP: &str = "eval-readers";
+
+/// Runs a BEIR retrieval set: nDCG@10, recall@10, recall@100, MRR@10 per query.
+pub fn run_beir(
+    client: &Client,
+    dir: &Path,
+    split: &str,
+    mut tokens: Tokens,
+    opts: &RunOptions,
+    progress: Progress<'_>,
+) -> Result<Report, RunError> {
+    let set = formats::read_beir(dir, split)?;
+    if opts.setup {
+        let admin = tokens
+            .get("admin")
+            .cloned()
+            .ok_or_else(|| RunError::MissingToken("admin".into()))?;
+        ingest(client, &admin, &set.corpus, opts, progress)?;
+        let mut snapshot = json!({"user": BEIR_USER, "groups": [BEIR_GROUP]}).to_string();
+        for d in &set.corpus {
+            snapshot.push('\n');
+            snapshot
+                .push_str(&json!({"doc": d.id, "users": [], "groups": [BEIR_GROUP]}).to_string());
+        }
+        client
+            .acl_sync(&admin, &snapshot)
+            .map_err(api("sync eval grants"))?;
+        issue_tokens(client, &admin, &[BEIR_USER.to_owned()], &mut tokens)?;
+    }
+    let token = tokens
+        .get(BEIR_USER)
+        .cloned()
+        .ok_or_else(|| RunError::MissingToken(BEIR_USER.into()))?;
+    let k = opts.top_k.max(100);
+    let runs = parallel(&set.queries, opts.concurrency, "queries", progress, |q| {
+        let r = client
+            .retrieve(&token, &q.text, k, &opts.mode)
+            .map_err(api(format!("query {}", q.id)))?;
+        let docs: Vec<&str> = r.results.iter().map(|c| c.doc_id.as_str()).collect();
+        let ranked = metrics::dedup_docs(&docs);
+        let judged = &set.qrels[&q.id];
+        let latency = r
+            .timings_ms
+            .iter()
+            .filter_map(|(s, v)| Some((format!("retrieve.{s}"), v.as_f64()?)))
+            .collect();
+        Ok(CaseRun {
+            score: CaseScore {
+                id: q.id.clone(),
+                kind: "retrieval".into(),
+                phase: "v1".into(),
+                ndcg_10: Some(metrics::ndcg_at_k(&ranked, judged, 10)),
+                recall_10: Some(metrics::recall_at_k(&ranked, judged, 10)),
+                recall_100: Some(metrics::recall_at_k(&ranked, judged, 100)),
+                mrr_10: Some(metrics::mrr_at_k(&ranked, judged, 10)),
+                answer_hit: None,
+                citation_precision: None,
+                citation_recall: None,
+                abstained: None,
+                leaks: Vec::new(),
+            },
+            latency,
+            bundle_version: None,
+        })
+    })
+    .into_iter()
+    .collect::<Result<Vec<_>, RunError>>()?;
+    let name = dir
+        .file_name()
+        .map_or("beir".into(), |n| n.to_string_lossy().into_owned());
+    Ok(report(&format!("{name}/{split}"), opts.rung, runs))
+}
+
+/// Whether a directory holds an end-to-end (bank layout) set rather than a BEIR one.
+pub fn is_golden_set(dir: &Path) -> bool {
+    dir.join("golden.jsonl").is_file()
+}
+
+/// Documents named in the cases of a set (for building small fixture subsets).
+pub fn case_doc_ids(cases: &[GoldenCase]) -> HashSet<String> {
+    cases
+        .iter()
+        .flat_map(|c| c.relevant_doc_ids.iter().chain(&c.forbidden_doc_ids))
+        .cloned()
+        .collect()
+}
