@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::allow::AllowSet;
 use crate::audit::{self, AuditEntry, AuditKind, AuditQuery, Record};
 use crate::error::{Error, IdKind, check_id};
-use crate::model::{Grant, Model, Name, Role};
+use crate::model::{Grant, Model, Name, Role, materialise};
 use crate::view::{AclSnapshot, Principal, UserInfo, UserView, View};
 use crate::{ordinals, snapshot, store, token};
 
@@ -168,19 +168,60 @@ fn token_map(model: &Model) -> Arc<HashMap<[u8; 32], Name>> {
     )
 }
 
+/// Materialises the sets of `users` (in parallel). Users without direct grants and with the same
+/// groups share one bitmap: in a bank most users have the same few group sets, so this divides
+/// memory and work by the number of distinct sets. `None` for users that do not exist.
+fn compute_bits(model: &Model, users: &[Name]) -> Vec<Option<Arc<RoaringBitmap>>> {
+    enum Job<'a> {
+        Own(&'a Name),
+        Shared(Vec<&'a Name>),
+    }
+    let mut jobs: Vec<Job<'_>> = Vec::new();
+    let mut shared: HashMap<Vec<&Name>, usize> = HashMap::new();
+    let slots: Vec<Option<usize>> = users
+        .iter()
+        .map(|u| {
+            let rec = model.users.get(u)?;
+            if model.user_docs.contains_key(u) {
+                jobs.push(Job::Own(u));
+                return Some(jobs.len() - 1);
+            }
+            let key: Vec<&Name> = rec.groups.iter().collect();
+            Some(*shared.entry(key).or_insert_with_key(|k| {
+                jobs.push(Job::Shared(k.clone()));
+                jobs.len() - 1
+            }))
+        })
+        .collect();
+    let done: Vec<Arc<RoaringBitmap>> = jobs
+        .par_iter()
+        .map(|j| {
+            Arc::new(match j {
+                Job::Own(u) => model.materialise_user(u),
+                Job::Shared(groups) => {
+                    materialise(None, groups.iter().filter_map(|g| model.group_docs.get(*g)))
+                }
+            })
+        })
+        .collect();
+    slots
+        .into_iter()
+        .map(|s| s.map(|i| done[i].clone()))
+        .collect()
+}
+
 /// Builds the view of every user from scratch (start-up and recovery).
 fn full_view(model: &Model, generation: u64) -> View {
-    let users: Vec<&Name> = model.users.keys().collect();
-    let built: Vec<(Name, Arc<UserView>)> = users
-        .par_iter()
-        .filter_map(|u| {
-            let bits = Arc::new(model.materialise_user(u));
-            user_view(model, u, bits).map(|v| ((*u).clone(), v))
-        })
+    let users: Vec<Name> = model.users.keys().cloned().collect();
+    let bits = compute_bits(model, &users);
+    let users = users
+        .into_iter()
+        .zip(bits)
+        .filter_map(|(u, b)| Some((u.clone(), user_view(model, &u, b?)?)))
         .collect();
     View {
         generation,
-        users: built.into_iter().collect(),
+        users,
         tokens: token_map(model),
     }
 }
@@ -609,30 +650,21 @@ impl Acl {
 /// Computes the new entries of the touched users against the current view.
 fn prepare(model: &Model, current: &View, pending: Pending) -> Prepared {
     let touched: Vec<Name> = pending.touched.into_iter().collect();
-    let built: Vec<(Name, Option<Arc<UserView>>, bool)> = touched
-        .into_par_iter()
-        .map(|u| {
-            let old = current.users.get(&u).map(|v| &v.bits);
-            if !model.users.contains_key(&u) {
-                let changed = old.is_some_and(|b| !b.is_empty());
-                return (u, None, changed);
-            }
-            let bits = model.materialise_user(&u);
-            let (bits, changed) = match old {
-                Some(o) if **o == bits => (o.clone(), false),
-                Some(_) => (Arc::new(bits), true),
-                None => {
-                    let changed = !bits.is_empty();
-                    (Arc::new(bits), changed)
-                }
-            };
-            let v = user_view(model, &u, bits);
-            (u, v, changed)
-        })
-        .collect();
-    let access_changed = built.iter().filter(|(_, _, c)| *c).count();
+    let bits = compute_bits(model, &touched);
+    let mut access_changed = 0;
+    let mut users = Vec::with_capacity(touched.len());
+    for (u, new) in touched.into_iter().zip(bits) {
+        let empty = RoaringBitmap::new();
+        let old = current.users.get(&u).map_or(&empty, |v| &*v.bits);
+        let new_ref = new.as_deref().unwrap_or(&empty);
+        if old != new_ref {
+            access_changed += 1;
+        }
+        let view = new.and_then(|b| user_view(model, &u, b));
+        users.push((u, view));
+    }
     Prepared {
-        users: built.into_iter().map(|(u, v, _)| (u, v)).collect(),
+        users,
         access_changed,
         tokens: pending.tokens_changed.then(|| token_map(model)),
     }

@@ -105,3 +105,26 @@ fn invalid_ids_are_user_errors() {
     assert!(e.is_user_error());
     assert!(acl.snapshot().user_ids().is_empty());
 }
+
+#[test]
+fn users_with_the_same_groups_share_one_bitmap() {
+    let (_d, acl) = temp_acl();
+    acl.sync_snapshot(
+        "t",
+        &br#"{"user": "a", "groups": ["risk", "all"]}
+{"user": "b", "groups": ["all", "risk"]}
+{"user": "c", "groups": ["all", "risk"]}
+{"doc": "d1", "users": [], "groups": ["risk"]}
+{"doc": "d2", "users": ["c"], "groups": []}"#[..],
+    )
+    .unwrap();
+    let s = acl.snapshot();
+    let (a, b, c) = (s.allow_set("a"), s.allow_set("b"), s.allow_set("c"));
+    assert!(std::ptr::eq(a.bitmap(), b.bitmap()));
+    assert!(
+        !std::ptr::eq(a.bitmap(), c.bitmap()),
+        "c has a grant by name"
+    );
+    assert_eq!(a.len(), 1);
+    assert_eq!(c.len(), 2);
+}
