@@ -11,6 +11,7 @@ pub mod client;
 mod error;
 pub mod formats;
 pub mod gate;
+pub mod html;
 pub mod metrics;
 pub mod runner;
 

@@ -296,10 +296,11 @@ impl GoldenSet {
 }
 
 /// Runs an end-to-end set through every phase and returns the report.
+/// Tokens issued during set-up are added to `tokens`, so a later run (another rung) can reuse them.
 pub fn run_golden(
     client: &Client,
     set: &GoldenSet,
-    mut tokens: Tokens,
+    tokens: &mut Tokens,
     opts: &RunOptions,
     progress: Progress<'_>,
 ) -> Result<Report, RunError> {
@@ -312,7 +313,7 @@ pub fn run_golden(
         client
             .acl_sync(&admin, &set.iam_v1)
             .map_err(api("sync iam_v1"))?;
-        issue_tokens(client, &admin, &snapshot_users(&set.iam_v1), &mut tokens)?;
+        issue_tokens(client, &admin, &snapshot_users(&set.iam_v1), tokens)?;
     }
     let mut runs = Vec::new();
     for phase in Phase::ALL {
@@ -323,7 +324,7 @@ pub fn run_golden(
                     client
                         .acl_sync(&admin, &set.iam_v2)
                         .map_err(api("sync iam_v2"))?;
-                    issue_tokens(client, &admin, &snapshot_users(&set.iam_v2), &mut tokens)?;
+                    issue_tokens(client, &admin, &snapshot_users(&set.iam_v2), tokens)?;
                 }
             }
             Phase::AfterDelete => {
@@ -340,12 +341,30 @@ pub fn run_golden(
         runs.extend(run_cases(
             client,
             &cases,
-            &tokens,
+            tokens,
             opts,
             phase.as_str(),
             progress,
         )?);
     }
+    Ok(report(&set.name, opts.rung, runs))
+}
+
+/// Runs, without changing the daemon's state, every case that holds after the last phase
+/// (`valid_phases` contains `after_delete`). Used for per-rung sweeps after one full run.
+pub fn run_golden_final_state(
+    client: &Client,
+    set: &GoldenSet,
+    tokens: &Tokens,
+    opts: &RunOptions,
+    progress: Progress<'_>,
+) -> Result<Report, RunError> {
+    let cases: Vec<&GoldenCase> = set
+        .cases
+        .iter()
+        .filter(|c| c.valid_phases.contains(&Phase::AfterDelete))
+        .collect();
+    let runs = run_cases(client, &cases, tokens, opts, "final-state", progress)?;
     Ok(report(&set.name, opts.rung, runs))
 }
 
@@ -372,7 +391,7 @@ pub fn run_beir(
     client: &Client,
     dir: &Path,
     split: &str,
-    mut tokens: Tokens,
+    tokens: &mut Tokens,
     opts: &RunOptions,
     progress: Progress<'_>,
 ) -> Result<Report, RunError> {
@@ -392,7 +411,7 @@ pub fn run_beir(
         client
             .acl_sync(&admin, &snapshot)
             .map_err(api("sync eval grants"))?;
-        issue_tokens(client, &admin, &[BEIR_USER.to_owned()], &mut tokens)?;
+        issue_tokens(client, &admin, &[BEIR_USER.to_owned()], tokens)?;
     }
     let token = tokens
         .get(BEIR_USER)

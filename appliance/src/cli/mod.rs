@@ -6,6 +6,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod eval;
+
 /// Airlock: an air-gapped RAG appliance.
 #[derive(Debug, Parser)]
 #[command(name = "airlock", version, about, propagate_version = true)]
@@ -25,7 +27,11 @@ pub struct DataArgs {
 
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Golden-set evaluation and the release gate.
+    #[command(subcommand)]
+    Eval(eval::EvalCommand),
+}
 
 /// Parses the command line, runs it and maps the outcome to an exit code.
 pub fn main() -> ExitCode {
@@ -38,7 +44,8 @@ pub fn main() -> ExitCode {
         }
     };
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
@@ -46,7 +53,9 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Runs a parsed command.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {}
+/// Runs a parsed command. `Ok(false)` is a clean refusal (e.g. the eval gate): exit code 1.
+pub fn run(cli: Cli) -> anyhow::Result<bool> {
+    match cli.command {
+        Command::Eval(cmd) => eval::run(cmd),
+    }
 }

@@ -111,7 +111,7 @@ fn run(leak: bool) -> airlock_eval::gate::Report {
     write_set(dir.path());
     let set = GoldenSet::read(dir.path()).unwrap();
     let client = Client::new(&fake_daemon(leak), Duration::from_secs(10));
-    let tokens = BTreeMap::from([
+    let mut tokens = BTreeMap::from([
         ("admin".to_owned(), "tok-admin".to_owned()),
         ("u1".to_owned(), "tok-u1".to_owned()),
     ]);
@@ -119,7 +119,7 @@ fn run(leak: bool) -> airlock_eval::gate::Report {
         setup: false,
         ..RunOptions::default()
     };
-    run_golden(&client, &set, tokens, &opts, &|_, _, _| {}).unwrap()
+    run_golden(&client, &set, &mut tokens, &opts, &|_, _, _| {}).unwrap()
 }
 
 #[test]
@@ -159,7 +159,7 @@ fn unknown_user_token_counts_as_refusal_not_error() {
     write_set(dir.path());
     let set = GoldenSet::read(dir.path()).unwrap();
     let client = Client::new(&fake_daemon(false), Duration::from_secs(10));
-    let tokens = BTreeMap::from([
+    let mut tokens = BTreeMap::from([
         ("admin".to_owned(), "tok-admin".to_owned()),
         ("u1".to_owned(), "revoked".to_owned()),
     ]);
@@ -167,7 +167,7 @@ fn unknown_user_token_counts_as_refusal_not_error() {
         setup: false,
         ..RunOptions::default()
     };
-    let r = run_golden(&client, &set, tokens, &opts, &|_, _, _| {}).unwrap();
+    let r = run_golden(&client, &set, &mut tokens, &opts, &|_, _, _| {}).unwrap();
     assert_eq!(r.leaks(), 0);
     assert_eq!(
         r.overall.metrics["answer_hit_rate"].mean, 0.0,
