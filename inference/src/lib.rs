@@ -4,9 +4,13 @@
 #![warn(missing_docs)]
 
 mod bert;
+pub mod catalogue;
+pub mod chat;
 pub mod embed;
 pub mod error;
 pub mod tokenizer;
 
+pub use catalogue::{Catalogue, GeneratorFiles, ModelEntry, Role};
+pub use chat::{ChatMessage, ChatTemplate};
 pub use embed::{EmbedTicket, EmbedWorker, Embedder, EmbedderConfig, EmbedderFiles};
 pub use error::{Error, Result};

@@ -228,3 +228,32 @@ pub fn compile_from_file(gguf: &Path) -> Result<(String, GgufTokenizerInfo)> {
     })?;
     Ok((text, info))
 }
+
+/// The compiled artifact file names written next to a generator's `model.gguf`.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+/// See [`TOKENIZER_FILE`].
+pub const CHAT_TEMPLATE_FILE: &str = "chat_template.jinja";
+
+/// Compiles a generator's artifacts into `out_dir`: `tokenizer.json` (from the GGUF metadata)
+/// and `chat_template.jinja` (the template text, verbatim). Bundle staging runs this so the
+/// daemon never parses tokenizer metadata itself. Returns the side information.
+pub fn write_artifacts(gguf: &Path, out_dir: &Path) -> Result<GgufTokenizerInfo> {
+    let (json, info) = compile_from_file(gguf)?;
+    let template = info
+        .chat_template
+        .as_deref()
+        .ok_or_else(|| Error::invalid(gguf, "no tokenizer.chat_template in the metadata"))?;
+    // Refuse a template the renderer cannot compile.
+    crate::chat::ChatTemplate::new(&gguf.display().to_string(), template, "", "")?;
+    std::fs::create_dir_all(out_dir).map_err(|e| Error::io(out_dir, e))?;
+    for (name, text) in [
+        (TOKENIZER_FILE, json.as_str()),
+        (CHAT_TEMPLATE_FILE, template),
+    ] {
+        let path = out_dir.join(name);
+        let tmp = out_dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+    }
+    Ok(info)
+}

@@ -3,3 +3,4 @@
 
 mod common;
 mod embed;
+mod gguf_tokenizer;
