@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 mod traits;
+pub mod vector;
 pub mod visibility;
 
 pub use traits::{Embed, ModelError, Rerank};

@@ -14,6 +14,10 @@ const NO_DOC: u32 = u32::MAX;
 pub struct ChunkMap {
     chunk_doc: Vec<u32>,
     doc_chunks: Vec<Vec<u32>>,
+    /// Documents with at least one mapped chunk (for [`Visibility::estimate_visible`]).
+    docs: RoaringBitmap,
+    /// Number of mapped chunks.
+    mapped: u64,
 }
 
 impl ChunkMap {
@@ -28,7 +32,11 @@ impl ChunkMap {
         if self.chunk_doc.len() <= c {
             self.chunk_doc.resize(c + 1, NO_DOC);
         }
+        if self.chunk_doc[c] == NO_DOC {
+            self.mapped += 1;
+        }
         self.chunk_doc[c] = doc;
+        self.docs.insert(doc);
         let d = doc as usize;
         if self.doc_chunks.len() <= d {
             self.doc_chunks.resize_with(d + 1, Vec::new);
@@ -46,8 +54,12 @@ impl ChunkMap {
         };
         let removed = std::mem::take(list);
         for &c in &removed {
-            self.chunk_doc[c as usize] = NO_DOC;
+            if self.chunk_doc[c as usize] == doc {
+                self.chunk_doc[c as usize] = NO_DOC;
+                self.mapped -= 1;
+            }
         }
+        self.docs.remove(doc);
         removed
     }
 
@@ -65,6 +77,16 @@ impl ChunkMap {
             .get(doc as usize)
             .map(Vec::as_slice)
             .unwrap_or(&[])
+    }
+
+    /// Number of chunks currently mapped to a document.
+    pub fn mapped_chunks(&self) -> u64 {
+        self.mapped
+    }
+
+    /// Documents that currently have at least one chunk.
+    pub fn docs_with_chunks(&self) -> &RoaringBitmap {
+        &self.docs
     }
 
     /// One past the largest chunk id ever inserted.
@@ -91,7 +113,10 @@ impl<'a> Visibility<'a> {
     #[inline]
     pub fn visible(&self, chunk: u32) -> bool {
         !self.dead.contains(chunk)
-            && self.map.doc_of(chunk).is_some_and(|d| self.allow.contains(d))
+            && self
+                .map
+                .doc_of(chunk)
+                .is_some_and(|d| self.allow.contains(d))
     }
 
     /// The exact set of visible chunks. Costs O(allowed documents): use for selective users
@@ -108,6 +133,25 @@ impl<'a> Visibility<'a> {
     /// Upper-bound estimate of the number of visible chunks without materialising them.
     pub fn estimate(&self, avg_chunks_per_doc: f64) -> u64 {
         (self.allow.len() as f64 * avg_chunks_per_doc).ceil() as u64
+    }
+
+    /// Estimate of the number of visible chunks in O(bitmap containers), without materialising
+    /// them: |allowed ∩ documents with chunks| × mean chunks per document, minus nothing for
+    /// dead chunks (an upper bound when few chunks are dead). Used by the vector index to pick
+    /// exact scan vs graph search.
+    pub fn estimate_visible(&self) -> u64 {
+        let docs = self.map.docs_with_chunks();
+        if docs.is_empty() {
+            return 0;
+        }
+        let allowed_docs = self.allow.bitmap().intersection_len(docs);
+        let mean = self.map.mapped_chunks() as f64 / docs.len() as f64;
+        (allowed_docs as f64 * mean).ceil() as u64
+    }
+
+    /// The dead-chunk bitmap in use.
+    pub fn dead(&self) -> &RoaringBitmap {
+        self.dead
     }
 
     /// The allow set in use.
@@ -135,8 +179,14 @@ mod tests {
         assert!(!v.visible(2), "document not allowed");
         assert!(!v.visible(99), "unknown chunk");
         assert_eq!(v.visible_chunks().iter().collect::<Vec<_>>(), vec![0]);
+        assert_eq!(
+            v.estimate_visible(),
+            2,
+            "one allowed doc × 1.5 chunks per doc, rounded up"
+        );
         m.remove_doc(10);
         let v = Visibility::new(&allow, &m, &dead);
         assert!(!v.visible(0), "removed document");
+        assert_eq!((m.mapped_chunks(), v.estimate_visible()), (1, 0));
     }
 }

@@ -1,0 +1,417 @@
+//! The int8 vector index against brute-force f32 search.
+//!
+//! Failure budget (stated, and asserted): over the queries of each selectivity, mean recall@10
+//! against exact f32 search over exactly the visible chunks ≥ 0.95 (the graph path) and ≥ 0.98
+//! (the exact int8 path, after f32 rescoring); zero invisible chunks returned; never fewer than
+//! `min(k, visible)` hits.
+
+use airlock_acl::AllowSet;
+use airlock_retrieval::vector::synth::{self, Rng};
+use airlock_retrieval::vector::{
+    PathChoice, SearchOptions, SearchPath, VectorError, VectorIndex, VectorParams,
+};
+use airlock_retrieval::{ChunkMap, Visibility};
+use roaring::RoaringBitmap;
+
+const DIM: usize = 96;
+const CHUNKS_PER_DOC: u32 = 8;
+const K: usize = 10;
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    index: VectorIndex,
+    vectors: Vec<Vec<f32>>,
+    map: ChunkMap,
+    queries: Vec<Vec<f32>>,
+}
+
+fn params() -> VectorParams {
+    // Smaller than the production defaults (16 / 200): tests run unoptimised.
+    VectorParams {
+        m: 12,
+        ef_construction: 64,
+        capacity_hint: 10_000,
+        ..VectorParams::default()
+    }
+}
+
+fn fixture(n: usize) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let vectors = synth::clustered(n, DIM, n / 40, 0.9, 42);
+    let mut index = VectorIndex::create(dir.path(), DIM, params()).unwrap();
+    let items: Vec<(u32, &[f32])> = vectors
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (i as u32, v.as_slice()))
+        .collect();
+    for batch in items.chunks(2500) {
+        index.insert(batch).unwrap();
+    }
+    let mut map = ChunkMap::new();
+    for c in 0..n as u32 {
+        map.insert(c, c / CHUNKS_PER_DOC);
+    }
+    // Queries near (not on) indexed vectors, from every part of the collection.
+    let sources: Vec<Vec<f32>> = vectors.iter().step_by(n / 20).cloned().collect();
+    let queries = synth::noisy_copies(&sources, 20, 0.02, 9);
+    Fixture {
+        _dir: dir,
+        index,
+        vectors,
+        map,
+        queries,
+    }
+}
+
+fn allow_fraction(n_docs: u32, frac: f64, seed: u64) -> AllowSet {
+    let mut rng = Rng::new(seed);
+    let want = ((f64::from(n_docs) * frac).round() as u32).max(1);
+    let mut bits = RoaringBitmap::new();
+    while bits.len() < u64::from(want) {
+        bits.insert(rng.below(u64::from(n_docs)) as u32);
+    }
+    AllowSet::from_bitmap_for_tests(bits)
+}
+
+/// Runs every query; returns mean recall@K and the paths seen. Asserts the hard invariants.
+fn check(f: &Fixture, vis: &Visibility<'_>, opts: &SearchOptions) -> (f64, Vec<SearchPath>) {
+    let visible = vis.visible_chunks();
+    let mut recall = 0.0;
+    let mut paths = Vec::new();
+    for q in &f.queries {
+        let out = f.index.search(q, K, vis, opts).unwrap();
+        let truth: Vec<u32> = synth::exact_top_k(&f.vectors, visible.iter(), q, K)
+            .iter()
+            .map(|t| t.0)
+            .collect();
+        let got: Vec<u32> = out.hits.iter().map(|h| h.0).collect();
+        assert_eq!(
+            got.len(),
+            truth.len(),
+            "short result on {:?} (visible {})",
+            out.path,
+            visible.len()
+        );
+        for c in &got {
+            assert!(vis.visible(*c), "invisible chunk {c} returned");
+        }
+        assert!(
+            out.hits.windows(2).all(|w| w[0].1 >= w[1].1),
+            "hits sorted by score"
+        );
+        recall += synth::recall(&got, &truth);
+        paths.push(out.path);
+    }
+    (recall / f.queries.len() as f64, paths)
+}
+
+#[test]
+fn filtered_search_matches_exact_search_at_every_selectivity() {
+    let n = 4000;
+    let f = fixture(n);
+    let n_docs = n as u32 / CHUNKS_PER_DOC;
+    let dead = RoaringBitmap::new();
+    for (i, frac) in [1.0, 0.5, 0.1, 0.02, 0.01, 0.001, 0.0001]
+        .into_iter()
+        .enumerate()
+    {
+        let allow = allow_fraction(n_docs, frac, 100 + i as u64);
+        let vis = Visibility::new(&allow, &f.map, &dead);
+        let (r, paths) = check(&f, &vis, &SearchOptions::default());
+        let budget = if paths.iter().all(|p| *p == SearchPath::Exact) {
+            0.98
+        } else {
+            0.95
+        };
+        assert!(
+            r >= budget,
+            "selectivity {frac}: recall@10 {r:.3} < {budget} ({paths:?})"
+        );
+        // The other strategy must hold the same budget (the crossover only trades speed).
+        for path in [PathChoice::Exact, PathChoice::Graph] {
+            let opts = SearchOptions {
+                path,
+                ..SearchOptions::default()
+            };
+            let (r, _) = check(&f, &vis, &opts);
+            assert!(
+                r >= 0.95,
+                "selectivity {frac}, forced {path:?}: recall@10 {r:.3}"
+            );
+        }
+    }
+}
+
+#[test]
+fn graph_path_widens_then_falls_back_instead_of_collapsing() {
+    let f = fixture(4000);
+    let allow = allow_fraction(500, 0.002, 5); // one document: 8 chunks < k
+    let dead = RoaringBitmap::new();
+    let vis = Visibility::new(&allow, &f.map, &dead);
+    let opts = SearchOptions {
+        path: PathChoice::Graph,
+        max_ef: 64,
+        ..SearchOptions::default()
+    };
+    let out = f.index.search(&f.queries[0], K, &vis, &opts).unwrap();
+    assert_eq!(out.path, SearchPath::GraphThenExact);
+    assert_eq!(out.hits.len(), CHUNKS_PER_DOC as usize);
+    // With a wide filter the graph alone finds k.
+    let all = allow_fraction(500, 1.0, 5);
+    let vis = Visibility::new(&all, &f.map, &dead);
+    let out = f
+        .index
+        .search(&f.queries[0], K, &vis, &SearchOptions::default())
+        .unwrap();
+    assert_eq!((out.path, out.hits.len()), (SearchPath::Graph, K));
+}
+
+#[test]
+fn dead_and_unmapped_chunks_are_never_returned() {
+    let f = fixture(4000);
+    let allow = allow_fraction(500, 1.0, 1);
+    // Kill the exact top 10 of the first query and half of everything else.
+    let q = &f.queries[0];
+    let top = synth::exact_top_k(&f.vectors, 0..4000, q, K);
+    let mut dead: RoaringBitmap = top.iter().map(|t| t.0).collect();
+    dead.extend((0..4000).step_by(2));
+    let vis = Visibility::new(&allow, &f.map, &dead);
+    for path in [PathChoice::Auto, PathChoice::Exact, PathChoice::Graph] {
+        let out = f
+            .index
+            .search(
+                q,
+                K,
+                &vis,
+                &SearchOptions {
+                    path,
+                    ..SearchOptions::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(out.hits.len(), K);
+        assert!(out.hits.iter().all(|h| !dead.contains(h.0)), "{path:?}");
+    }
+    let none = AllowSet::empty();
+    let vis = Visibility::new(&none, &f.map, &dead);
+    let out = f
+        .index
+        .search(q, K, &vis, &SearchOptions::default())
+        .unwrap();
+    assert_eq!((out.path, out.hits.len()), (SearchPath::Empty, 0));
+}
+
+#[test]
+fn int8_with_rescoring_reaches_f32_exact_recall() {
+    let f = fixture(3000);
+    let allow = allow_fraction(375, 1.0, 3);
+    let dead = RoaringBitmap::new();
+    let vis = Visibility::new(&allow, &f.map, &dead);
+    let exact = SearchOptions {
+        path: PathChoice::Exact,
+        ..SearchOptions::default()
+    };
+    let (rescored, _) = check(&f, &vis, &exact);
+    assert!(
+        rescored >= 0.99,
+        "int8 exact + f32 rescoring recall@10 {rescored:.4}"
+    );
+    let (plain, _) = check(
+        &f,
+        &vis,
+        &SearchOptions {
+            rescore: false,
+            ..exact
+        },
+    );
+    assert!(
+        plain <= rescored + 1e-9,
+        "rescoring never hurts here: {plain:.4} vs {rescored:.4}"
+    );
+    // Rescored scores are the exact f32 dot products.
+    let q = &f.queries[1];
+    let out = f
+        .index
+        .search(q, K, &vis, &SearchOptions::default())
+        .unwrap();
+    let ids: Vec<u32> = out.hits.iter().map(|h| h.0).collect();
+    let rs = f.index.rescore(q, &ids).unwrap();
+    for (h, r) in out.hits.iter().zip(rs) {
+        let want = synth::exact_top_k(&f.vectors, [h.0], q, 1)[0].1;
+        assert!((r.unwrap() - want).abs() < 1e-5 && (h.1 - want).abs() < 1e-5);
+    }
+    assert_eq!(f.index.rescore(q, &[999_999]).unwrap(), vec![None]);
+}
+
+#[test]
+fn insert_is_idempotent_by_chunk_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = synth::clustered(300, DIM, 10, 0.9, 1);
+    let mut idx = VectorIndex::create(dir.path(), DIM, params()).unwrap();
+    let items: Vec<(u32, &[f32])> = v
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (i as u32 * 3, x.as_slice()))
+        .collect();
+    let r = idx.insert(&items[..200]).unwrap();
+    assert_eq!((r.added, r.skipped), (200, 0));
+    // Overlapping batch with a duplicate inside it and different vectors for known ids.
+    let mut again = items[150..300].to_vec();
+    again.push(items[299]);
+    again[0].1 = &v[0];
+    let r = idx.insert(&again).unwrap();
+    assert_eq!((r.added, r.skipped), (100, 51));
+    assert_eq!(idx.len(), 300);
+    assert_eq!(
+        idx.vector(450).unwrap(),
+        v[150],
+        "the first vector of an id is kept"
+    );
+    assert_eq!(idx.ids().len(), 300);
+    assert!(idx.contains(897) && !idx.contains(898));
+    let bad = vec![0.5f32; DIM - 1];
+    assert!(matches!(
+        idx.insert(&[(7, &bad)]),
+        Err(VectorError::Dimension { chunk: 7, .. })
+    ));
+    let nan = vec![f32::NAN; DIM];
+    assert!(matches!(
+        idx.insert(&[(7, &nan)]),
+        Err(VectorError::NonFinite(7))
+    ));
+}
+
+fn ids_of(
+    index: &VectorIndex,
+    q: &[f32],
+    vis: &Visibility<'_>,
+    path: PathChoice,
+) -> Vec<(u32, f32)> {
+    index
+        .search(
+            q,
+            K,
+            vis,
+            &SearchOptions {
+                path,
+                ..SearchOptions::default()
+            },
+        )
+        .unwrap()
+        .hits
+}
+
+#[test]
+fn persists_reloads_without_rebuild_and_accepts_inserts_after_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = synth::clustered(3000, DIM, 60, 0.9, 8);
+    let items: Vec<(u32, &[f32])> = v
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (i as u32, x.as_slice()))
+        .collect();
+    let mut map = ChunkMap::new();
+    for c in 0..3000 {
+        map.insert(c, c / CHUNKS_PER_DOC);
+    }
+    let allow = allow_fraction(375, 1.0, 2);
+    let dead = RoaringBitmap::new();
+    let vis = Visibility::new(&allow, &map, &dead);
+    let q = synth::noisy_copies(&v[..1], 1, 0.02, 3).remove(0);
+
+    let p = VectorParams {
+        dump_min_new: 1000,
+        ..params()
+    };
+    let mut idx = VectorIndex::create(dir.path(), DIM, p).unwrap();
+    assert!(matches!(
+        VectorIndex::create(dir.path(), DIM, p),
+        Err(VectorError::AlreadyExists(_))
+    ));
+    idx.insert(&items[..2000]).unwrap();
+    idx.flush().unwrap(); // dumps the graph (2000 new ≥ 1000)
+    let before = ids_of(&idx, &q, &vis, PathChoice::Graph);
+    let scale = idx.quantizer().unwrap().scale();
+    drop(idx);
+
+    let mut idx = VectorIndex::open(dir.path()).unwrap();
+    assert_eq!(idx.len(), 2000);
+    assert_eq!(idx.quantizer().unwrap().scale(), scale);
+    assert_eq!(
+        ids_of(&idx, &q, &vis, PathChoice::Graph),
+        before,
+        "same graph after reload"
+    );
+    // Inserts after reload; a small batch is durable but not dumped: reopen re-inserts it.
+    idx.insert(&items[2000..2500]).unwrap();
+    idx.flush().unwrap();
+    idx.insert(&items[2500..2600]).unwrap(); // never flushed: dropped on reopen
+    drop(idx);
+    let mut idx = VectorIndex::open(dir.path()).unwrap();
+    assert_eq!(idx.len(), 2500);
+    assert!(idx.contains(2499) && !idx.contains(2500));
+    idx.insert(&items[2500..]).unwrap();
+    idx.checkpoint().unwrap();
+    let all_graph = ids_of(&idx, &q, &vis, PathChoice::Graph);
+    let all_exact = ids_of(&idx, &q, &vis, PathChoice::Exact);
+    drop(idx);
+    let idx = VectorIndex::open(dir.path()).unwrap();
+    assert_eq!(idx.len(), 3000);
+    assert_eq!(ids_of(&idx, &q, &vis, PathChoice::Graph), all_graph);
+    assert_eq!(ids_of(&idx, &q, &vis, PathChoice::Exact), all_exact);
+    let truth: Vec<u32> = synth::exact_top_k(&v, 0..3000, &q, K)
+        .iter()
+        .map(|t| t.0)
+        .collect();
+    let got: Vec<u32> = all_exact.iter().map(|h| h.0).collect();
+    assert!(synth::recall(&got, &truth) >= 0.9);
+    // Only the current graph dump is left behind.
+    let dumps = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".hnsw.graph")
+        })
+        .count();
+    assert_eq!(dumps, 1);
+}
+
+#[test]
+fn corrupt_files_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let v = synth::clustered(500, DIM, 10, 0.9, 4);
+    let items: Vec<(u32, &[f32])> = v
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (i as u32, x.as_slice()))
+        .collect();
+    let mut idx = VectorIndex::create(dir.path(), DIM, params()).unwrap();
+    idx.insert(&items).unwrap();
+    idx.checkpoint().unwrap();
+    drop(idx);
+    let flip = |name: &str, at: usize| {
+        let p = dir.path().join(name);
+        let mut b = std::fs::read(&p).unwrap();
+        let i = at.min(b.len() - 1);
+        b[i] ^= 0x20;
+        std::fs::write(&p, &b).unwrap();
+    };
+    for (name, at) in [
+        ("vectors.f32", 5000),
+        ("vectors.i8", 900),
+        ("chunks.u32", 70),
+        ("graph-1.hnsw.graph", 300),
+        ("vector.meta", 200),
+    ] {
+        flip(name, at);
+        let err = VectorIndex::open(dir.path())
+            .err()
+            .unwrap_or_else(|| panic!("{name}: corruption not detected"));
+        assert!(matches!(err, VectorError::Corrupt { .. }), "{name}: {err}");
+        flip(name, at); // restore
+        VectorIndex::open(dir.path()).unwrap();
+    }
+}
