@@ -8,9 +8,11 @@ pub mod catalogue;
 pub mod chat;
 pub mod embed;
 pub mod error;
+pub mod rerank;
 pub mod tokenizer;
 
 pub use catalogue::{Catalogue, GeneratorFiles, ModelEntry, Role};
 pub use chat::{ChatMessage, ChatTemplate};
 pub use embed::{EmbedTicket, EmbedWorker, Embedder, EmbedderConfig, EmbedderFiles};
 pub use error::{Error, Result};
+pub use rerank::{CrossEncoder, CrossEncoderConfig, CrossEncoderFiles, EmbeddingRescorer};

@@ -4,3 +4,4 @@
 mod common;
 mod embed;
 mod gguf_tokenizer;
+mod rerank;
