@@ -6,11 +6,33 @@
 //!
 //! It does not know `airlock-inference`: models come in through the [`Embed`] and [`Rerank`]
 //! traits, which the daemon fills.
+//!
+//! Entry point: [`Retrieval`] — `open(db, index_dir, config, embedder, reranker)`, then
+//! [`Retrieval::upsert`] / [`Retrieval::ingest_path`], [`Retrieval::search`],
+//! [`Retrieval::delete`], [`Retrieval::reconcile`], [`Retrieval::reindex`].
 #![warn(missing_docs)]
 
+mod bm25;
+pub mod chunker;
+mod config;
+mod dense;
+mod engine;
+mod error;
+mod fusion;
+pub mod ingest;
+mod store;
 mod traits;
 pub mod vector;
+mod vector_adapter;
 pub mod visibility;
 
+pub use config::{Bm25Config, ChunkConfig, RetrievalConfig, SearchConfig, StopWords};
+pub use engine::{
+    DeleteOutcome, IngestReport, Progress, ReconcileReport, ReindexReport, RepairReport, Retrieval,
+    SearchMode, SearchRequest, SearchResponse, SearchResult, StageScores, Stats, Timings,
+};
+pub use error::{Error, Result};
+pub use ingest::{DocumentInput, SourceFormat};
+pub use store::{DocumentInfo, UpsertOutcome, UpsertStatus};
 pub use traits::{Embed, ModelError, Rerank};
 pub use visibility::{ChunkMap, Visibility};

@@ -12,6 +12,11 @@ pub trait Embed: Send + Sync {
     fn dim(&self) -> usize;
     /// Maximum tokens per input (including special tokens); longer inputs are truncated.
     fn max_tokens(&self) -> usize;
+    /// Special tokens the embedder adds to every input (`[CLS]` and `[SEP]` for BERT models);
+    /// the chunker keeps chunks within `max_tokens() - special_tokens()`.
+    fn special_tokens(&self) -> usize {
+        2
+    }
     /// Byte spans `(start, end)` of the tokens of `text` (no special tokens), used by the chunker
     /// to cut on the embedder's own tokenization.
     fn token_spans(&self, text: &str) -> Result<Vec<(usize, usize)>, ModelError>;

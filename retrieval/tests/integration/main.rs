@@ -1,3 +1,8 @@
 //! Integration tests of `airlock-retrieval`: real SQLite, real tantivy, real files.
 
+mod common;
+mod crash;
+mod engine;
+mod ingest;
+mod property;
 mod vector;

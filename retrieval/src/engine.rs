@@ -1,0 +1,1181 @@
+//! The [`Retrieval`] engine: ingest, search, delete, reconcile, reindex, crash repair.
+//!
+//! Write path (one writer at a time): validate → chunk → embed (no lock held) → one SQLite
+//! transaction (the acknowledgement point) → publish a new visibility snapshot (old chunks dead
+//! at once) → index writes (BM25, vector), idempotent by chunk id. A crash between the commit and
+//! the index writes is repaired by [`Retrieval::open`], which indexes every committed chunk an
+//! index lacks and drops index entries SQLite no longer has.
+//!
+//! Read path: load the current snapshot (chunk → document map + dead bitmap, an `Arc` swapped by
+//! writers) and the current index generation, run the stages, and check every returned chunk
+//! against the snapshot again (a dead or disallowed chunk is a bug: `debug_assert!`, and dropped
+//! in release builds).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use airlock_acl::AllowSet;
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
+use roaring::RoaringBitmap;
+use rusqlite::Connection;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::bm25::{Bm25Index, ChunkFilter};
+use crate::chunker;
+use crate::config::RetrievalConfig;
+use crate::dense::DenseIndex;
+use crate::error::{Error, Result};
+use crate::fusion;
+use crate::ingest::{self, DocumentInput};
+use crate::store::{self, DocumentInfo, NewChunk, NewDocument, Store, UpsertOutcome};
+use crate::traits::{Embed, Rerank};
+use crate::visibility::{ChunkMap, Visibility};
+
+/// Which retrievers a search uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchMode {
+    /// BM25 only.
+    Bm25,
+    /// Vector index only.
+    Vector,
+    /// Both, fused by reciprocal rank.
+    Hybrid,
+}
+
+impl SearchMode {
+    fn name(self) -> &'static str {
+        match self {
+            SearchMode::Bm25 => "bm25",
+            SearchMode::Vector => "vector",
+            SearchMode::Hybrid => "hybrid",
+        }
+    }
+}
+
+/// One search.
+#[derive(Debug, Clone)]
+pub struct SearchRequest<'a> {
+    /// Natural-language query.
+    pub query: &'a str,
+    /// Number of chunks wanted (several may come from one document).
+    pub k: usize,
+    /// Retrievers to use.
+    pub mode: SearchMode,
+    /// Rescore candidates with full-precision vectors (vector and hybrid modes).
+    pub rescore: bool,
+    /// Rerank the top candidates with the configured [`Rerank`] model (ignored without one).
+    pub rerank: bool,
+}
+
+impl<'a> SearchRequest<'a> {
+    /// Hybrid search with rescoring, no rerank: the default request of the API.
+    pub fn new(query: &'a str, k: usize) -> Self {
+        Self {
+            query,
+            k,
+            mode: SearchMode::Hybrid,
+            rescore: true,
+            rerank: false,
+        }
+    }
+}
+
+/// The score of one result at each stage it went through (absent: the stage did not see it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StageScores {
+    /// BM25 score.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bm25: Option<f32>,
+    /// 1-based rank in the BM25 list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bm25_rank: Option<u32>,
+    /// Vector index similarity (int8 approximation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector: Option<f32>,
+    /// 1-based rank in the vector list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector_rank: Option<u32>,
+    /// Reciprocal rank fusion score (hybrid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rrf: Option<f32>,
+    /// Full-precision cosine with the query.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rescore: Option<f32>,
+    /// Reranker score.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank: Option<f32>,
+}
+
+/// Milliseconds spent in each stage of one search (0 when skipped).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Timings {
+    /// Query embedding.
+    pub embed_ms: f64,
+    /// BM25 retrieval.
+    pub bm25_ms: f64,
+    /// Vector retrieval.
+    pub vector_ms: f64,
+    /// Fusion.
+    pub fuse_ms: f64,
+    /// Full-precision rescoring.
+    pub rescore_ms: f64,
+    /// Cross-encoder rerank.
+    pub rerank_ms: f64,
+    /// Reading chunk texts from the store.
+    pub fetch_ms: f64,
+    /// Whole search.
+    pub total_ms: f64,
+}
+
+/// One retrieved chunk.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchResult {
+    /// Chunk id.
+    pub chunk_id: u32,
+    /// External document id.
+    pub doc_id: String,
+    /// Document ordinal (for ACL re-checks).
+    pub doc_ordinal: u32,
+    /// Document title.
+    pub title: String,
+    /// Position of the chunk in its document (0-based).
+    pub position: u32,
+    /// Chunk text.
+    pub text: String,
+    /// Final score (the last stage that ran).
+    pub score: f32,
+    /// Per-stage scores.
+    pub stage_scores: StageScores,
+}
+
+/// Results and timings of one search.
+#[derive(Debug, Clone, Serialize)]
+pub struct SearchResponse {
+    /// Best first, at most `k`.
+    pub results: Vec<SearchResult>,
+    /// Per-stage timings.
+    pub timings: Timings,
+}
+
+/// Ingest progress, reported through the callback of [`Retrieval::upsert`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// Documents validated and chunked (`errors` refused, `unchanged` skipped).
+    Prepared {
+        /// Documents to store.
+        docs: usize,
+        /// Their chunks.
+        chunks: usize,
+        /// Documents refused.
+        errors: usize,
+        /// Documents identical to their stored version.
+        unchanged: usize,
+    },
+    /// Chunks embedded so far.
+    Embedded {
+        /// Done.
+        done: usize,
+        /// Total.
+        total: usize,
+    },
+    /// The batch is committed (durable and acknowledged); indexing follows.
+    Committed {
+        /// Documents committed.
+        docs: usize,
+        /// Chunks committed.
+        chunks: usize,
+    },
+    /// The committed chunks are searchable.
+    Indexed {
+        /// Chunks indexed.
+        chunks: usize,
+    },
+}
+
+/// Result of a batch upsert: one entry per stored document, one error per refused one.
+#[derive(Debug, Default)]
+pub struct IngestReport {
+    /// Stored documents, then within each batch first the unchanged ones, then the others in
+    /// input order.
+    pub outcomes: Vec<UpsertOutcome>,
+    /// Refused documents, each error naming its document.
+    pub errors: Vec<Error>,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeleteOutcome {
+    /// The document was live and is now tombstoned.
+    Deleted,
+    /// It was already tombstoned (idempotent delete).
+    AlreadyDeleted,
+    /// No document with this id was ever stored.
+    NotFound,
+}
+
+/// Result of [`Retrieval::reconcile`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ReconcileReport {
+    /// Live documents absent from the source, now tombstoned (sorted).
+    pub orphans_tombstoned: Vec<String>,
+    /// Source ids with no live document here (sorted).
+    pub missing: Vec<String>,
+}
+
+/// Result of [`Retrieval::reindex`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReindexReport {
+    /// The new index generation (directory `index/<generation>`).
+    pub generation: u64,
+    /// Live chunks indexed.
+    pub chunks: u64,
+    /// Index entries of dead chunks dropped.
+    pub dropped: u64,
+    /// Wall time.
+    pub elapsed_ms: f64,
+}
+
+/// What [`Retrieval::open`] repaired.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RepairReport {
+    /// Committed chunks missing from BM25, now indexed.
+    pub bm25_added: u64,
+    /// BM25 entries of chunks no longer live, removed.
+    pub bm25_removed: u64,
+    /// Committed chunks missing from the vector index, now indexed.
+    pub vector_added: u64,
+}
+
+/// Counters for status pages and metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Stats {
+    /// Live documents.
+    pub live_docs: u64,
+    /// Live chunks.
+    pub live_chunks: u64,
+    /// Dead chunk ids (superseded or tombstoned; indexed until the next reindex).
+    pub dead_chunks: u64,
+    /// Current index generation.
+    pub index_generation: u64,
+    /// Whether vector search is available.
+    pub vector_index: bool,
+}
+
+/// The visibility state searches read: an immutable snapshot, replaced by writers.
+pub(crate) struct Snapshot {
+    pub(crate) map: ChunkMap,
+    pub(crate) dead: RoaringBitmap,
+    live_chunks: u64,
+    live_docs: u64,
+}
+
+struct SnapshotFilter {
+    allow: AllowSet,
+    snap: Arc<Snapshot>,
+}
+
+impl ChunkFilter for SnapshotFilter {
+    fn visible(&self, chunk: u32) -> bool {
+        Visibility::new(&self.allow, &self.snap.map, &self.snap.dead).visible(chunk)
+    }
+}
+
+/// One generation of derived indexes.
+struct Indexes {
+    generation: u64,
+    bm25: Bm25Index,
+    vector: Option<Box<dyn DenseIndex>>,
+}
+
+/// Opens the vector index of a generation directory, if vector search is configured. Called with
+/// the directory and the embedder's dimension.
+pub(crate) type VectorOpener =
+    dyn Fn(&Path, usize) -> Result<Option<Box<dyn DenseIndex>>> + Send + Sync;
+
+/// The retrieval engine over one SQLite file and one index directory.
+pub struct Retrieval {
+    config: RetrievalConfig,
+    embedder: Arc<dyn Embed>,
+    reranker: Option<Arc<dyn Rerank>>,
+    db_path: PathBuf,
+    index_root: PathBuf,
+    vector_opener: Box<VectorOpener>,
+    writer: Mutex<Store>,
+    readers: Mutex<Vec<Connection>>,
+    snapshot: ArcSwap<Snapshot>,
+    indexes: ArcSwap<Indexes>,
+    repair: RepairReport,
+}
+
+impl std::fmt::Debug for Retrieval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Retrieval")
+            .field("db_path", &self.db_path)
+            .field("index_root", &self.index_root)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Retrieval {
+    /// Opens (creating if needed) the store at `db_path` and the indexes under `index_root`,
+    /// then repairs indexes that miss committed chunks (see [`Retrieval::last_repair`]).
+    ///
+    /// Vector search uses the int8 index of [`crate::vector`]; without one (BM25-only
+    /// deployments, tests) use [`Retrieval::open_bm25_only`].
+    pub fn open(
+        db_path: &Path,
+        index_root: &Path,
+        config: RetrievalConfig,
+        embedder: Arc<dyn Embed>,
+        reranker: Option<Arc<dyn Rerank>>,
+    ) -> Result<Self> {
+        Self::open_with(
+            db_path,
+            index_root,
+            config,
+            embedder,
+            reranker,
+            Box::new(crate::vector_adapter::open),
+        )
+    }
+
+    /// Like [`Retrieval::open`] without a vector index: `vector` and `hybrid` searches fail with
+    /// [`Error::VectorUnavailable`]. Chunking still uses the embedder's tokenizer and chunk
+    /// vectors are still computed and stored, so a later [`Retrieval::open`] indexes them.
+    pub fn open_bm25_only(
+        db_path: &Path,
+        index_root: &Path,
+        config: RetrievalConfig,
+        embedder: Arc<dyn Embed>,
+        reranker: Option<Arc<dyn Rerank>>,
+    ) -> Result<Self> {
+        Self::open_with(
+            db_path,
+            index_root,
+            config,
+            embedder,
+            reranker,
+            Box::new(|_, _| Ok(None)),
+        )
+    }
+
+    fn open_with(
+        db_path: &Path,
+        index_root: &Path,
+        config: RetrievalConfig,
+        embedder: Arc<dyn Embed>,
+        reranker: Option<Arc<dyn Rerank>>,
+        vector_opener: Box<VectorOpener>,
+    ) -> Result<Self> {
+        config.validate()?;
+        if let Some(parent) = db_path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
+        }
+        std::fs::create_dir_all(index_root).map_err(|e| Error::io(index_root, e))?;
+        let store = Store::open(db_path)?;
+        let generation = store.meta("index_generation")? as u64;
+        remove_other_generations(index_root, generation)?;
+        let indexes = open_generation(
+            index_root,
+            generation,
+            &config,
+            embedder.dim(),
+            &vector_opener,
+        )?;
+        let snapshot = load_snapshot(&store)?;
+        let repair = repair_indexes(&store, &indexes, &snapshot)?;
+        if repair != RepairReport::default() {
+            tracing::warn!(
+                bm25_added = repair.bm25_added,
+                bm25_removed = repair.bm25_removed,
+                vector_added = repair.vector_added,
+                "retrieval: repaired indexes after an interrupted write"
+            );
+        }
+        Ok(Self {
+            config,
+            embedder,
+            reranker,
+            db_path: db_path.to_path_buf(),
+            index_root: index_root.to_path_buf(),
+            vector_opener,
+            writer: Mutex::new(store),
+            readers: Mutex::new(Vec::new()),
+            snapshot: ArcSwap::from_pointee(snapshot),
+            indexes: ArcSwap::from_pointee(indexes),
+            repair,
+        })
+    }
+
+    /// What the last [`Retrieval::open`] repaired (all zero after a clean shutdown).
+    pub fn last_repair(&self) -> &RepairReport {
+        &self.repair
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &RetrievalConfig {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Stats {
+        let snap = self.snapshot.load();
+        let idx = self.indexes.load();
+        Stats {
+            live_docs: snap.live_docs,
+            live_chunks: snap.live_chunks,
+            dead_chunks: snap.dead.len(),
+            index_generation: idx.generation,
+            vector_index: idx.vector.is_some(),
+        }
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Ingest
+
+    /// Stores a batch of documents: each is validated, chunked, embedded, then all are committed
+    /// in one transaction and indexed. A refused document (invalid id, empty, too large) becomes
+    /// an entry in [`IngestReport::errors`] and the rest continue; a storage, index or model
+    /// failure fails the call (nothing of the batch is acknowledged unless committed).
+    pub fn upsert(
+        &self,
+        docs: Vec<DocumentInput>,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<IngestReport> {
+        let mut report = IngestReport::default();
+        let existing = self.live_versions(docs.iter().map(|d| d.doc_id.as_str()))?;
+        let mut prepared = Vec::with_capacity(docs.len());
+        let mut unchanged = 0;
+        for doc in docs {
+            match self.prepare(doc, &existing) {
+                Ok(Ok(p)) => prepared.push(p),
+                Ok(Err(same)) => {
+                    unchanged += 1;
+                    report.outcomes.push(same);
+                }
+                Err(e) if e.is_user_error() => report.errors.push(e),
+                Err(e) => return Err(e),
+            }
+        }
+        let total: usize = prepared.iter().map(|p: &Prepared| p.spans.len()).sum();
+        progress(Progress::Prepared {
+            docs: prepared.len(),
+            chunks: total,
+            errors: report.errors.len(),
+            unchanged,
+        });
+        let docs = self.embed_prepared(prepared, total, progress)?;
+        let writer = self.writer.lock();
+        self.commit_and_index(writer, docs, &mut report, progress)?;
+        Ok(report)
+    }
+
+    /// Stores one document; its refusal is the error.
+    pub fn upsert_one(&self, doc: DocumentInput) -> Result<UpsertOutcome> {
+        let mut r = self.upsert(vec![doc], &mut |_| {})?;
+        if let Some(e) = r.errors.pop() {
+            return Err(e);
+        }
+        r.outcomes
+            .pop()
+            .ok_or_else(|| Error::Corrupt("upsert of one document reported nothing".into()))
+    }
+
+    /// Ingests a file or a directory tree (text, Markdown, HTML, JSONL), `batch` documents per
+    /// transaction. Unreadable or refused documents are reported, the rest continue.
+    pub fn ingest_path(
+        &self,
+        path: &Path,
+        batch: usize,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<IngestReport> {
+        let items = ingest::read_path(path, self.config.max_document_bytes)?;
+        self.ingest_items(items, batch, progress)
+    }
+
+    /// Ingests parsed documents (e.g. from [`ingest::parse_jsonl`]) in batches of `batch`,
+    /// carrying parse errors into the report.
+    pub fn ingest_items(
+        &self,
+        items: Vec<Result<DocumentInput>>,
+        batch: usize,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<IngestReport> {
+        let mut report = IngestReport::default();
+        let mut buf = Vec::with_capacity(batch.max(1));
+        let mut flush = |buf: &mut Vec<DocumentInput>, report: &mut IngestReport| -> Result<()> {
+            if buf.is_empty() {
+                return Ok(());
+            }
+            let r = self.upsert(std::mem::take(buf), progress)?;
+            report.outcomes.extend(r.outcomes);
+            report.errors.extend(r.errors);
+            Ok(())
+        };
+        for item in items {
+            match item {
+                Ok(d) => buf.push(d),
+                Err(e) if e.is_user_error() => report.errors.push(e),
+                Err(e) => return Err(e),
+            }
+            if buf.len() >= batch.max(1) {
+                flush(&mut buf, &mut report)?;
+            }
+        }
+        flush(&mut buf, &mut report)?;
+        Ok(report)
+    }
+
+    /// (version, ordinal, chunk count) of the live documents among `ids`.
+    fn live_versions<'a>(
+        &self,
+        ids: impl Iterator<Item = &'a str>,
+    ) -> Result<HashMap<String, (String, u32, usize)>> {
+        self.with_reader(|conn| {
+            let mut st = conn.prepare_cached(
+                "SELECT version, ordinal, chunk_count FROM documents WHERE doc_id = ?1 AND deleted_at IS NULL",
+            )?;
+            let mut out = HashMap::new();
+            for id in ids {
+                let row = rusqlite::OptionalExtension::optional(st.query_row([id], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, u32>(1)?, r.get::<_, i64>(2)? as usize))
+                }))?;
+                if let Some(v) = row {
+                    out.insert(id.to_owned(), v);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Validates and chunks one document; `Err(outcome)` inside `Ok` when it is unchanged.
+    fn prepare(
+        &self,
+        doc: DocumentInput,
+        existing: &HashMap<String, (String, u32, usize)>,
+    ) -> Result<std::result::Result<Prepared, UpsertOutcome>> {
+        ingest::validate_doc_id(&doc.doc_id)?;
+        let size = doc.text.len() + doc.title.len();
+        if size > self.config.max_document_bytes {
+            return Err(Error::DocumentTooLarge {
+                doc_id: doc.doc_id,
+                bytes: size,
+                limit: self.config.max_document_bytes,
+            });
+        }
+        if doc.text.trim().is_empty() {
+            return Err(Error::EmptyDocument { doc_id: doc.doc_id });
+        }
+        let version = content_version(&doc);
+        if let Some((v, ordinal, chunks)) = existing.get(&doc.doc_id)
+            && *v == version
+        {
+            return Ok(Err(UpsertOutcome {
+                doc_id: doc.doc_id,
+                ordinal: *ordinal,
+                version,
+                chunks: *chunks,
+                status: crate::store::UpsertStatus::Unchanged,
+            }));
+        }
+        let title_tokens = if store::index_title(&doc.title).is_empty() {
+            0
+        } else {
+            self.embedder
+                .token_spans(store::index_title(&doc.title))?
+                .len()
+        };
+        let budget = self
+            .embedder
+            .max_tokens()
+            .saturating_sub(self.embedder.special_tokens() + title_tokens)
+            .max(16);
+        let max_tokens = self.config.chunk.target_tokens.min(budget);
+        let token_spans = self.embedder.token_spans(&doc.text)?;
+        let spans = chunker::chunk(
+            &doc.text,
+            &token_spans,
+            max_tokens,
+            self.config.chunk.overlap,
+        );
+        if spans.is_empty() {
+            return Err(Error::EmptyDocument { doc_id: doc.doc_id });
+        }
+        Ok(Ok(Prepared {
+            doc,
+            version,
+            spans,
+        }))
+    }
+
+    fn embed_prepared(
+        &self,
+        prepared: Vec<Prepared>,
+        total: usize,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<Vec<NewDocument>> {
+        let texts: Vec<String> = prepared
+            .iter()
+            .flat_map(|p| {
+                p.spans
+                    .iter()
+                    .map(|s| store::index_text(&p.doc.title, &p.doc.text[s.byte_start..s.byte_end]))
+            })
+            .collect();
+        let mut vectors = Vec::with_capacity(total);
+        for batch in texts.chunks(self.config.embed_batch) {
+            let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+            let v = self.embedder.embed(&refs)?;
+            if v.len() != refs.len() || v.iter().any(|x| x.len() != self.embedder.dim()) {
+                return Err(Error::Model(crate::ModelError(format!(
+                    "embedder returned {} vectors for {} texts (dimension {} expected)",
+                    v.len(),
+                    refs.len(),
+                    self.embedder.dim()
+                ))));
+            }
+            vectors.extend(v);
+            progress(Progress::Embedded {
+                done: vectors.len(),
+                total,
+            });
+        }
+        let mut vectors = vectors.into_iter();
+        Ok(prepared
+            .into_iter()
+            .map(|p| {
+                let chunks = p
+                    .spans
+                    .iter()
+                    .map(|s| NewChunk {
+                        text: p.doc.text[s.byte_start..s.byte_end].to_owned(),
+                        token_start: s.token_start,
+                        token_end: s.token_end,
+                        byte_start: s.byte_start,
+                        byte_end: s.byte_end,
+                        embedding: vectors.next().unwrap_or_default(),
+                    })
+                    .collect();
+                NewDocument {
+                    doc_id: p.doc.doc_id,
+                    title: p.doc.title,
+                    metadata: p.doc.metadata,
+                    version: p.version,
+                    chunks,
+                }
+            })
+            .collect())
+    }
+
+    fn commit_and_index(
+        &self,
+        mut store: parking_lot::MutexGuard<'_, Store>,
+        docs: Vec<NewDocument>,
+        report: &mut IngestReport,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<()> {
+        if docs.is_empty() {
+            return Ok(());
+        }
+        let committed = store.upsert(docs)?;
+        progress(Progress::Committed {
+            docs: committed.outcomes.len(),
+            chunks: committed.added.len(),
+        });
+        // Publish: the old versions' chunks are dead from here on.
+        let old = self.snapshot.load_full();
+        let mut map = old.map.clone();
+        let mut dead = old.dead.clone();
+        for &ord in &committed.replaced_docs {
+            map.remove_doc(ord);
+        }
+        dead.extend(committed.dead.iter().copied());
+        for (id, ord, _, _) in &committed.added {
+            map.insert(*id, *ord);
+        }
+        let live_docs = store.live_doc_count()?;
+        let live_chunks =
+            old.live_chunks + committed.added.len() as u64 - committed.dead.len() as u64;
+        self.snapshot.store(Arc::new(Snapshot {
+            map,
+            dead,
+            live_chunks,
+            live_docs,
+        }));
+        // Index (idempotent by chunk id; repaired on open if this does not finish).
+        let idx = self.indexes.load_full();
+        let bm25_add: Vec<(u32, String)> = committed
+            .added
+            .iter()
+            .map(|(id, _, t, _)| (*id, t.clone()))
+            .collect();
+        idx.bm25.write(&bm25_add, &committed.dead)?;
+        if let Some(v) = &idx.vector {
+            let items: Vec<(u32, &[f32])> = committed
+                .added
+                .iter()
+                .map(|(id, _, _, e)| (*id, e.as_slice()))
+                .collect();
+            v.insert(&items)?;
+            v.flush()?;
+        }
+        progress(Progress::Indexed {
+            chunks: committed.added.len(),
+        });
+        drop(store);
+        report.outcomes.extend(committed.outcomes);
+        Ok(())
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Delete, reconcile, reindex
+
+    /// Tombstones a document: `deleted_at` is set and its chunks become dead in one step; it is
+    /// never returned again. Idempotent.
+    pub fn delete(&self, doc_id: &str) -> Result<DeleteOutcome> {
+        let r = self.delete_many(&[doc_id])?;
+        Ok(r[0])
+    }
+
+    fn delete_many(&self, doc_ids: &[&str]) -> Result<Vec<DeleteOutcome>> {
+        let mut store = self.writer.lock();
+        let deleted = store.delete(doc_ids)?;
+        let old = self.snapshot.load_full();
+        let mut map = old.map.clone();
+        let mut dead = old.dead.clone();
+        let mut dead_ids = Vec::new();
+        let mut out = Vec::with_capacity(doc_ids.len());
+        for (id, d) in doc_ids.iter().zip(deleted) {
+            match d {
+                Some((ord, chunks)) => {
+                    map.remove_doc(ord);
+                    dead.extend(chunks.iter().copied());
+                    dead_ids.extend(chunks);
+                    out.push(DeleteOutcome::Deleted);
+                }
+                None => out.push(
+                    match Store::document(&store.conn, id).map_err(|e| store.err(e))? {
+                        Some(_) => DeleteOutcome::AlreadyDeleted,
+                        None => DeleteOutcome::NotFound,
+                    },
+                ),
+            }
+        }
+        if out.contains(&DeleteOutcome::Deleted) {
+            let live_docs = store.live_doc_count()?;
+            self.snapshot.store(Arc::new(Snapshot {
+                map,
+                dead,
+                live_chunks: old.live_chunks - dead_ids.len() as u64,
+                live_docs,
+            }));
+            // Dropping them from BM25 now keeps its statistics honest; the dead bitmap already
+            // hides them, and repair on open finishes this if it is interrupted.
+            self.indexes.load().bm25.write(&[], &dead_ids)?;
+        }
+        Ok(out)
+    }
+
+    /// Compares the store with the source's current id list: live documents the source no
+    /// longer has are tombstoned, source ids with no live document are reported missing.
+    pub fn reconcile(&self, source_ids: &[String]) -> Result<ReconcileReport> {
+        let live: std::collections::BTreeSet<String> =
+            self.writer.lock().live_doc_ids()?.into_iter().collect();
+        let source: std::collections::BTreeSet<&str> =
+            source_ids.iter().map(String::as_str).collect();
+        let orphans: Vec<&str> = live
+            .iter()
+            .map(String::as_str)
+            .filter(|id| !source.contains(id))
+            .collect();
+        let missing: Vec<String> = source
+            .iter()
+            .filter(|id| !live.contains(**id))
+            .map(|s| (*s).to_owned())
+            .collect();
+        let outcomes = self.delete_many(&orphans)?;
+        let orphans_tombstoned = orphans
+            .iter()
+            .zip(outcomes)
+            .filter(|(_, o)| *o == DeleteOutcome::Deleted)
+            .map(|(id, _)| (*id).to_owned())
+            .collect();
+        Ok(ReconcileReport {
+            orphans_tombstoned,
+            missing,
+        })
+    }
+
+    /// Rebuilds every index from the store into `index/<generation + 1>/`, switches to it and
+    /// removes the old generation. Dead chunks are not carried over. Writes wait meanwhile;
+    /// searches continue on the old generation until the switch.
+    pub fn reindex(&self) -> Result<ReindexReport> {
+        let t = Instant::now();
+        let store = self.writer.lock();
+        let old = self.indexes.load_full();
+        let old_entries = old.bm25.num_docs();
+        let generation = old.generation + 1;
+        let dir = self.index_root.join(generation.to_string());
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        }
+        let fresh = open_generation(
+            &self.index_root,
+            generation,
+            &self.config,
+            self.embedder.dim(),
+            &self.vector_opener,
+        )?;
+        let mut chunks = 0u64;
+        let mut bm25_batch = Vec::new();
+        let mut vec_batch: Vec<(u32, Vec<f32>)> = Vec::new();
+        let flush = |b: &mut Vec<(u32, String)>, v: &mut Vec<(u32, Vec<f32>)>| -> Result<()> {
+            fresh.bm25.write(b, &[])?;
+            if let Some(vi) = &fresh.vector {
+                let items: Vec<(u32, &[f32])> =
+                    v.iter().map(|(id, e)| (*id, e.as_slice())).collect();
+                vi.insert(&items)?;
+            }
+            b.clear();
+            v.clear();
+            Ok(())
+        };
+        store.for_each_chunk(None, |id, text, emb| {
+            chunks += 1;
+            bm25_batch.push((id, text));
+            vec_batch.push((id, emb));
+            if bm25_batch.len() >= 20_000 {
+                flush(&mut bm25_batch, &mut vec_batch)?;
+            }
+            Ok(())
+        })?;
+        flush(&mut bm25_batch, &mut vec_batch)?;
+        if let Some(v) = &fresh.vector {
+            v.flush()?;
+        }
+        Store::set_meta(&store.conn, "index_generation", generation as i64)
+            .map_err(|e| store.err(e))?;
+        self.indexes.store(Arc::new(fresh));
+        drop(old);
+        let old_dir = self.index_root.join((generation - 1).to_string());
+        if old_dir.exists() {
+            // Searches still holding the old generation keep their open (mmapped) files.
+            std::fs::remove_dir_all(&old_dir).map_err(|e| Error::io(&old_dir, e))?;
+        }
+        drop(store);
+        Ok(ReindexReport {
+            generation,
+            chunks,
+            dropped: old_entries.saturating_sub(chunks),
+            elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
+        })
+    }
+
+    // ----------------------------------------------------------------------------------------
+    // Read
+
+    /// Admin view of a document (live or tombstoned), `None` if never stored.
+    pub fn document(&self, doc_id: &str) -> Result<Option<DocumentInfo>> {
+        self.with_reader(|c| Store::document(c, doc_id))
+    }
+
+    /// Whether `chunk_id` is live and readable under `allow` right now (the generation-time
+    /// re-check of DESIGN §4).
+    pub fn is_visible(&self, chunk_id: u32, allow: &AllowSet) -> bool {
+        let snap = self.snapshot.load();
+        Visibility::new(allow, &snap.map, &snap.dead).visible(chunk_id)
+    }
+
+    /// Runs one search for a user whose readable documents are `allow`.
+    pub fn search(&self, req: &SearchRequest<'_>, allow: &AllowSet) -> Result<SearchResponse> {
+        let total = Instant::now();
+        let cfg = &self.config.search;
+        if req.k == 0 || req.k > cfg.max_k {
+            return Err(Error::InvalidRequest(format!(
+                "k must be within 1..={}",
+                cfg.max_k
+            )));
+        }
+        let mut timings = Timings::default();
+        let snap = self.snapshot.load_full();
+        let idx = self.indexes.load_full();
+        let vis = Visibility::new(allow, &snap.map, &snap.dead);
+        let needs_vector = req.mode != SearchMode::Bm25;
+        if needs_vector && idx.vector.is_none() {
+            return Err(Error::VectorUnavailable(req.mode.name()));
+        }
+        if req.query.trim().is_empty() || allow.is_empty() {
+            timings.total_ms = ms(total);
+            return Ok(SearchResponse {
+                results: Vec::new(),
+                timings,
+            });
+        }
+        let n_cand = cfg.candidates.max(req.k);
+        let qvec = if needs_vector {
+            let t = Instant::now();
+            let mut v = self.embedder.embed(&[req.query])?;
+            timings.embed_ms = ms(t);
+            v.pop()
+        } else {
+            None
+        };
+        let bm25_hits = if req.mode != SearchMode::Vector {
+            let t = Instant::now();
+            let filter = Arc::new(SnapshotFilter {
+                allow: allow.clone(),
+                snap: Arc::clone(&snap),
+            });
+            let h = idx.bm25.search(req.query, n_cand, filter)?;
+            timings.bm25_ms = ms(t);
+            h
+        } else {
+            Vec::new()
+        };
+        let vec_hits = match (&idx.vector, &qvec) {
+            (Some(v), Some(q)) => {
+                let t = Instant::now();
+                let h = v.search(q, n_cand, &vis)?;
+                timings.vector_ms = ms(t);
+                h
+            }
+            _ => Vec::new(),
+        };
+        let t = Instant::now();
+        let mut cands = match req.mode {
+            SearchMode::Bm25 => fusion::single(&bm25_hits, fusion::Source::Bm25),
+            SearchMode::Vector => fusion::single(&vec_hits, fusion::Source::Vector),
+            SearchMode::Hybrid => fusion::rrf(&bm25_hits, &vec_hits, cfg.rrf_k),
+        };
+        timings.fuse_ms = ms(t);
+        if req.rescore
+            && let (Some(v), Some(q)) = (&idx.vector, &qvec)
+        {
+            let t = Instant::now();
+            let depth = cfg.rescore_depth.max(req.k).min(cands.len());
+            let ids: Vec<u32> = cands[..depth].iter().map(|c| c.chunk).collect();
+            let exact = v.rescore(q, &ids)?;
+            fusion::apply_rescore(&mut cands, depth, &exact, req.mode, cfg.rrf_k);
+            timings.rescore_ms = ms(t);
+        }
+        // Texts: enough candidates for the reranker and for k live results.
+        let t = Instant::now();
+        let want = if req.rerank && self.reranker.is_some() {
+            cfg.rerank_depth.max(req.k)
+        } else {
+            req.k
+        };
+        let mut rows = Vec::with_capacity(want);
+        self.with_reader(|conn| {
+            for c in &cands {
+                if rows.len() >= want {
+                    break;
+                }
+                if !vis.visible(c.chunk) {
+                    debug_assert!(false, "search produced an invisible chunk {}", c.chunk);
+                    continue;
+                }
+                // A chunk deleted after the snapshot was taken has no row: skip it.
+                if let Some(row) = Store::chunk(conn, c.chunk)? {
+                    rows.push((c.clone(), row));
+                }
+            }
+            Ok(())
+        })?;
+        timings.fetch_ms = ms(t);
+        if req.rerank
+            && let Some(rr) = &self.reranker
+        {
+            let t = Instant::now();
+            let texts: Vec<String> = rows
+                .iter()
+                .map(|(_, r)| store::index_text(&r.title, &r.text))
+                .collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let scores = rr.score(req.query, &refs)?;
+            if scores.len() != rows.len() {
+                return Err(Error::Model(crate::ModelError(format!(
+                    "reranker {} returned {} scores for {} passages",
+                    rr.name(),
+                    scores.len(),
+                    rows.len()
+                ))));
+            }
+            for ((c, _), s) in rows.iter_mut().zip(scores) {
+                c.stage.rerank = Some(s);
+                c.score = s;
+            }
+            rows.sort_by(|a, b| {
+                b.0.score
+                    .total_cmp(&a.0.score)
+                    .then(a.0.chunk.cmp(&b.0.chunk))
+            });
+            timings.rerank_ms = ms(t);
+        }
+        rows.truncate(req.k);
+        let results: Vec<SearchResult> = rows
+            .into_iter()
+            .map(|(c, r)| SearchResult {
+                chunk_id: c.chunk,
+                doc_id: r.doc_id,
+                doc_ordinal: r.doc_ordinal,
+                title: r.title,
+                position: r.position,
+                text: r.text,
+                score: c.score,
+                stage_scores: c.stage,
+            })
+            .collect();
+        debug_assert!(
+            results
+                .iter()
+                .all(|r| !snap.dead.contains(r.chunk_id) && allow.contains(r.doc_ordinal)),
+            "dead or disallowed chunk returned"
+        );
+        timings.total_ms = ms(total);
+        Ok(SearchResponse { results, timings })
+    }
+
+    fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+        let conn = self.readers.lock().pop();
+        let conn = match conn {
+            Some(c) => c,
+            None => store::open_conn(&self.db_path)?,
+        };
+        let r = f(&conn).map_err(|source| Error::Store {
+            path: self.db_path.clone(),
+            source,
+        });
+        let mut pool = self.readers.lock();
+        if pool.len() < 8 {
+            pool.push(conn);
+        }
+        r
+    }
+}
+
+struct Prepared {
+    doc: DocumentInput,
+    version: String,
+    spans: Vec<chunker::ChunkSpan>,
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Content hash of a document version: SHA-256 over title, text and metadata (hex, 128 bits).
+fn content_version(doc: &DocumentInput) -> String {
+    let mut h = Sha256::new();
+    h.update((doc.title.len() as u64).to_le_bytes());
+    h.update(doc.title.as_bytes());
+    h.update((doc.text.len() as u64).to_le_bytes());
+    h.update(doc.text.as_bytes());
+    h.update(
+        serde_json::Value::Object(doc.metadata.clone())
+            .to_string()
+            .as_bytes(),
+    );
+    hex::encode(&h.finalize()[..16])
+}
+
+fn load_snapshot(store: &Store) -> Result<Snapshot> {
+    let next = store.meta("next_chunk_id")?;
+    let next = u32::try_from(next).map_err(|_| Error::Corrupt(format!("next_chunk_id {next}")))?;
+    let mut map = ChunkMap::new();
+    let mut live = RoaringBitmap::new();
+    for (id, ord) in store.live_chunks()? {
+        map.insert(id, ord);
+        live.insert(id);
+    }
+    // Every id below `next` without a live row is dead (ids are never reused).
+    let mut dead = RoaringBitmap::new();
+    dead.insert_range(0..next);
+    dead -= &live;
+    Ok(Snapshot {
+        map,
+        dead,
+        live_chunks: live.len(),
+        live_docs: store.live_doc_count()?,
+    })
+}
+
+fn open_generation(
+    root: &Path,
+    generation: u64,
+    config: &RetrievalConfig,
+    dim: usize,
+    vector_opener: &VectorOpener,
+) -> Result<Indexes> {
+    let dir = root.join(generation.to_string());
+    let bm25 = Bm25Index::open(&dir.join("bm25"), &config.bm25)?;
+    let vector = vector_opener(&dir.join("vector"), dim)?;
+    Ok(Indexes {
+        generation,
+        bm25,
+        vector,
+    })
+}
+
+/// Removes generation directories other than `keep` (left by an interrupted reindex).
+fn remove_other_generations(root: &Path, keep: u64) -> Result<()> {
+    for entry in std::fs::read_dir(root).map_err(|e| Error::io(root, e))? {
+        let entry = entry.map_err(|e| Error::io(root, e))?;
+        let name = entry.file_name();
+        let Some(g) = name.to_str().and_then(|n| n.parse::<u64>().ok()) else {
+            continue;
+        };
+        if g != keep {
+            let p = entry.path();
+            tracing::info!(generation = g, "retrieval: removing stale index generation");
+            std::fs::remove_dir_all(&p).map_err(|e| Error::io(&p, e))?;
+        }
+    }
+    Ok(())
+}
+
+fn repair_indexes(store: &Store, idx: &Indexes, snap: &Snapshot) -> Result<RepairReport> {
+    let mut live = RoaringBitmap::new();
+    live.insert_range(0..snap.map.chunk_id_bound());
+    live -= &snap.dead;
+    let mut report = RepairReport::default();
+    let in_bm25 = idx.bm25.chunk_ids()?;
+    let missing = &live - &in_bm25;
+    let extra = &in_bm25 - &live;
+    let mut missing_vec = RoaringBitmap::new();
+    if let Some(v) = &idx.vector {
+        missing_vec = &live - &v.ids()?;
+    }
+    if missing.is_empty() && extra.is_empty() && missing_vec.is_empty() {
+        return Ok(report);
+    }
+    let todo = &missing | &missing_vec;
+    let mut bm25_add = Vec::new();
+    let mut vec_add = Vec::new();
+    store.for_each_chunk(Some(&todo), |id, text, emb| {
+        if missing.contains(id) {
+            bm25_add.push((id, text));
+        }
+        if missing_vec.contains(id) {
+            vec_add.push((id, emb));
+        }
+        Ok(())
+    })?;
+    let extra: Vec<u32> = extra.iter().collect();
+    idx.bm25.write(&bm25_add, &extra)?;
+    if let Some(v) = &idx.vector {
+        let items: Vec<(u32, &[f32])> = vec_add.iter().map(|(id, e)| (*id, e.as_slice())).collect();
+        v.insert(&items)?;
+        v.flush()?;
+    }
+    report.bm25_added = bm25_add.len() as u64;
+    report.bm25_removed = extra.len() as u64;
+    report.vector_added = vec_add.len() as u64;
+    Ok(report)
+}

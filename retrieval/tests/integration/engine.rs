@@ -1,0 +1,288 @@
+//! Engine behaviour in BM25 mode: versions, ACL filtering, tombstones, reconciliation, reindex.
+
+use airlock_retrieval::{
+    DeleteOutcome, DocumentInput, Error, Progress, SearchMode, SearchRequest, UpsertStatus,
+};
+
+use crate::common::{Env, allow, allow_all, test_config};
+
+fn bm25(q: &str, k: usize) -> SearchRequest<'_> {
+    SearchRequest {
+        query: q,
+        k,
+        mode: SearchMode::Bm25,
+        rescore: false,
+        rerank: false,
+    }
+}
+
+fn ids(r: &airlock_retrieval::SearchResponse) -> Vec<String> {
+    r.results.iter().map(|r| r.doc_id.clone()).collect()
+}
+
+#[test]
+fn upsert_versions_replace_chunks_and_reopen_keeps_state() {
+    let env = Env::new();
+    let eng = env.open_bm25(test_config());
+    let a = eng
+        .upsert_one(DocumentInput::new("a", "Wing", "supersonic wing flutter"))
+        .unwrap();
+    assert_eq!(a.status, UpsertStatus::Created);
+    assert_eq!(a.chunks, 1);
+    let same = eng
+        .upsert_one(DocumentInput::new("a", "Wing", "supersonic wing flutter"))
+        .unwrap();
+    assert_eq!(same.status, UpsertStatus::Unchanged);
+    assert_eq!(same.version, a.version);
+    let b = eng
+        .upsert_one(DocumentInput::new("a", "Wing", "hypersonic boundary layer"))
+        .unwrap();
+    assert_eq!(b.status, UpsertStatus::Replaced);
+    assert_ne!(b.version, a.version);
+    // The old version's chunk is dead at once: its words no longer match.
+    assert!(
+        eng.search(&bm25("flutter", 5), &allow_all())
+            .unwrap()
+            .results
+            .is_empty()
+    );
+    let r = eng.search(&bm25("hypersonic", 5), &allow_all()).unwrap();
+    assert_eq!(ids(&r), vec!["a"]);
+    assert_eq!(r.results[0].title, "Wing");
+    assert!(r.results[0].stage_scores.bm25.is_some());
+    let st = eng.stats();
+    assert_eq!((st.live_docs, st.live_chunks, st.dead_chunks), (1, 1, 1));
+    drop(eng);
+    let eng = env.open_bm25(test_config());
+    assert_eq!(
+        eng.last_repair(),
+        &Default::default(),
+        "clean shutdown needs no repair"
+    );
+    assert_eq!(
+        ids(&eng.search(&bm25("hypersonic", 5), &allow_all()).unwrap()),
+        vec!["a"]
+    );
+    assert!(
+        eng.search(&bm25("flutter", 5), &allow_all())
+            .unwrap()
+            .results
+            .is_empty()
+    );
+    let info = eng.document("a").unwrap().unwrap();
+    assert_eq!(info.version, b.version);
+    assert_eq!(info.chunks, 1);
+}
+
+#[test]
+fn acl_filter_returns_only_allowed_documents_and_k_when_k_exist() {
+    let env = Env::new();
+    let eng = env.open_bm25(test_config());
+    let docs: Vec<DocumentInput> = (0..200)
+        .map(|i| {
+            DocumentInput::new(
+                format!("d{i}"),
+                "",
+                format!("treasury liquidity report number {i}"),
+            )
+        })
+        .collect();
+    let rep = eng.upsert(docs, &mut |_| {}).unwrap();
+    assert!(rep.errors.is_empty());
+    let ord = |i: usize| rep.outcomes[i].ordinal;
+    // A user who may read 3 of 200 matching documents gets exactly those 3.
+    let few = allow([ord(7), ord(99), ord(150)]);
+    let r = eng.search(&bm25("liquidity", 10), &few).unwrap();
+    let mut got = ids(&r);
+    got.sort();
+    assert_eq!(got, vec!["d150", "d7", "d99"]);
+    // 1% selectivity over a larger k: still k results whenever k visible matches exist.
+    let half = allow((0..200).step_by(2).map(ord));
+    let r = eng.search(&bm25("treasury report", 60), &half).unwrap();
+    assert_eq!(r.results.len(), 60);
+    assert!(r.results.iter().all(|x| x.doc_ordinal % 2 == ord(0) % 2));
+    // Nobody: nothing. Empty query: nothing.
+    assert!(
+        eng.search(&bm25("liquidity", 10), &allow([]))
+            .unwrap()
+            .results
+            .is_empty()
+    );
+    assert!(
+        eng.search(&bm25("  ", 10), &allow_all())
+            .unwrap()
+            .results
+            .is_empty()
+    );
+    // k out of range is a caller error.
+    assert!(matches!(
+        eng.search(&bm25("x", 0), &allow_all()),
+        Err(Error::InvalidRequest(_))
+    ));
+    // Vector modes need a vector index.
+    let v = SearchRequest::new("liquidity", 5);
+    assert!(matches!(
+        eng.search(&v, &allow_all()),
+        Err(Error::VectorUnavailable(_))
+    ));
+}
+
+#[test]
+fn delete_tombstones_at_once_and_is_idempotent() {
+    let env = Env::new();
+    let eng = env.open_bm25(test_config());
+    eng.upsert_one(DocumentInput::new("x", "", "credit committee minutes"))
+        .unwrap();
+    eng.upsert_one(DocumentInput::new("y", "", "credit risk appetite"))
+        .unwrap();
+    assert_eq!(eng.delete("x").unwrap(), DeleteOutcome::Deleted);
+    assert_eq!(eng.delete("x").unwrap(), DeleteOutcome::AlreadyDeleted);
+    assert_eq!(eng.delete("never").unwrap(), DeleteOutcome::NotFound);
+    assert_eq!(
+        ids(&eng.search(&bm25("credit", 10), &allow_all()).unwrap()),
+        vec!["y"]
+    );
+    let info = eng.document("x").unwrap().unwrap();
+    assert!(info.deleted_at_ms.is_some());
+    // A later upsert of the same id is a new live version.
+    let again = eng
+        .upsert_one(DocumentInput::new("x", "", "credit committee minutes"))
+        .unwrap();
+    assert_eq!(again.status, UpsertStatus::Created);
+    assert_eq!(again.ordinal, info.ordinal, "ordinals are never reassigned");
+    let mut got = ids(&eng.search(&bm25("credit", 10), &allow_all()).unwrap());
+    got.sort();
+    assert_eq!(got, vec!["x", "y"]);
+    assert!(
+        eng.is_visible(
+            eng.search(&bm25("committee", 1), &allow_all())
+                .unwrap()
+                .results[0]
+                .chunk_id,
+            &allow_all()
+        )
+    );
+}
+
+#[test]
+fn reconcile_tombstones_orphans_and_reports_missing() {
+    let env = Env::new();
+    let eng = env.open_bm25(test_config());
+    for id in ["a", "b", "c", "d"] {
+        eng.upsert_one(DocumentInput::new(id, "", format!("policy text {id}")))
+            .unwrap();
+    }
+    eng.delete("d").unwrap();
+    let source = vec![
+        "a".to_string(),
+        "c".into(),
+        "d".into(),
+        "e".into(),
+        "e".into(),
+    ];
+    let rep = eng.reconcile(&source).unwrap();
+    assert_eq!(rep.orphans_tombstoned, vec!["b"]);
+    assert_eq!(rep.missing, vec!["d", "e"]);
+    let mut got = ids(&eng.search(&bm25("policy", 10), &allow_all()).unwrap());
+    got.sort();
+    assert_eq!(got, vec!["a", "c"]);
+    // Idempotent.
+    let again = eng.reconcile(&source).unwrap();
+    assert!(again.orphans_tombstoned.is_empty());
+}
+
+#[test]
+fn reindex_drops_dead_chunks_into_a_new_generation() {
+    let env = Env::new();
+    let eng = env.open_bm25(test_config());
+    for i in 0..20 {
+        eng.upsert_one(DocumentInput::new(
+            format!("d{i}"),
+            "",
+            format!("audit finding {i} v1"),
+        ))
+        .unwrap();
+    }
+    for i in 0..10 {
+        eng.upsert_one(DocumentInput::new(
+            format!("d{i}"),
+            "",
+            format!("audit finding {i} v2"),
+        ))
+        .unwrap();
+    }
+    eng.delete("d19").unwrap();
+    let before = eng
+        .search(&bm25("audit finding", 50), &allow_all())
+        .unwrap();
+    assert_eq!(before.results.len(), 19);
+    let rep = eng.reindex().unwrap();
+    assert_eq!(rep.generation, 1);
+    assert_eq!(rep.chunks, 19);
+    assert!(env.index().join("1").exists() && !env.index().join("0").exists());
+    let after = eng
+        .search(&bm25("audit finding", 50), &allow_all())
+        .unwrap();
+    let mut a: Vec<_> = after.results.iter().map(|r| r.chunk_id).collect();
+    let mut b: Vec<_> = before.results.iter().map(|r| r.chunk_id).collect();
+    a.sort();
+    b.sort();
+    assert_eq!(a, b);
+    // Writes keep working on the new generation, and it survives a reopen.
+    eng.upsert_one(DocumentInput::new("new", "", "audit finding fresh"))
+        .unwrap();
+    drop(eng);
+    let eng = env.open_bm25(test_config());
+    assert_eq!(eng.stats().index_generation, 1);
+    assert_eq!(eng.last_repair(), &Default::default());
+    assert_eq!(
+        eng.search(&bm25("audit finding", 50), &allow_all())
+            .unwrap()
+            .results
+            .len(),
+        20
+    );
+}
+
+#[test]
+fn long_documents_are_chunked_within_the_embedder_budget() {
+    let env = Env::new();
+    let mut cfg = test_config();
+    cfg.chunk.target_tokens = 400; // above MiniLM-like 256: capped
+    let eng = env.open_bm25(cfg);
+    let mut text = String::new();
+    for s in 0..6 {
+        text.push_str(&format!("# Section {s}\n\n"));
+        for p in 0..4 {
+            for w in 0..12 {
+                text.push_str(&format!(
+                    "Sentence {w} of paragraph {p} in section {s} talks about deposits. "
+                ));
+            }
+            text.push_str("\n\n");
+        }
+    }
+    let mut events = Vec::new();
+    let rep = eng
+        .upsert(
+            vec![DocumentInput::new("long", "Deposit handbook", text.clone())],
+            &mut |p| events.push(p),
+        )
+        .unwrap();
+    let n = rep.outcomes[0].chunks;
+    assert!(n > 10, "{n} chunks");
+    assert!(matches!(
+        events.first(),
+        Some(Progress::Prepared { docs: 1, .. })
+    ));
+    assert!(events.contains(&Progress::Committed { docs: 1, chunks: n }));
+    assert_eq!(events.last(), Some(&Progress::Indexed { chunks: n }));
+    // Every chunk fits the 256-token budget with title and special tokens.
+    let all = eng.search(&bm25("deposits", 100), &allow_all()).unwrap();
+    assert_eq!(all.results.len(), n);
+    for r in &all.results {
+        let toks = crate::common::word_spans(&r.text).len();
+        assert!(toks + 2 + 2 <= 256, "chunk of {toks} tokens");
+        assert_eq!(r.title, "Deposit handbook");
+    }
+}

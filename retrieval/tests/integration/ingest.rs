@@ -1,0 +1,134 @@
+//! Ingest from real files: every format, per-document errors that do not stop the batch, and the
+//! bank-dev / Cranfield JSONL layouts.
+
+use std::io::BufReader;
+
+use airlock_retrieval::ingest::parse_jsonl;
+use airlock_retrieval::{Error, SearchMode, SearchRequest};
+
+use crate::common::{Env, allow_all, shared_dir, test_config};
+
+fn bm25(q: &str, k: usize) -> SearchRequest<'_> {
+    SearchRequest {
+        query: q,
+        k,
+        mode: SearchMode::Bm25,
+        rescore: false,
+        rerank: false,
+    }
+}
+
+#[test]
+fn directory_of_mixed_files_with_bad_ones_ingests_the_good_ones() {
+    let env = Env::new();
+    let src = env.dir.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(
+        src.join("plain.txt"),
+        "Overdraft fees are waived for students.",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("sub/guide.md"),
+        "# Mortgage guide\n\nFixed rates last five years.",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("page.html"),
+        "<html><head><title>x</title><script>alert('pwned')</script></head><body><h1>Branch hours</h1><p>Open Saturdays &amp; Sundays.</p></body></html>",
+    )
+    .unwrap();
+    std::fs::write(
+        src.join("batch.jsonl"),
+        concat!(
+            r#"{"doc_id": "j1", "title": "Card limits", "text": "Daily ATM withdrawal limit", "metadata": {"kind": "faq"}}"#,
+            "\n",
+            r#"{"doc_id": "j2", "text": ""}"#,
+            "\n",
+            "{broken\n",
+        ),
+    )
+    .unwrap();
+    std::fs::write(src.join("bad.txt"), b"valid start \xff\xfe invalid").unwrap();
+    std::fs::write(src.join("empty.md"), "   \n\n ").unwrap();
+    std::fs::write(src.join("big.txt"), "word ".repeat(3000)).unwrap();
+    std::fs::write(src.join("image.png"), [0x89, b'P', b'N', b'G']).unwrap();
+
+    let mut cfg = test_config();
+    cfg.max_document_bytes = 10_000;
+    let eng = env.open_bm25(cfg);
+    let rep = eng.ingest_path(&src, 2, &mut |_| {}).unwrap();
+    let mut stored: Vec<&str> = rep.outcomes.iter().map(|o| o.doc_id.as_str()).collect();
+    stored.sort();
+    assert_eq!(stored, vec!["j1", "page.html", "plain.txt", "sub/guide.md"]);
+    assert_eq!(rep.errors.len(), 6, "{:?}", rep.errors);
+    let has = |f: &dyn Fn(&Error) -> bool| rep.errors.iter().any(f);
+    assert!(has(
+        &|e| matches!(e, Error::InvalidUtf8 { doc_id, offset: 12 } if doc_id == "bad.txt")
+    ));
+    assert!(has(
+        &|e| matches!(e, Error::EmptyDocument { doc_id } if doc_id == "empty.md")
+    ));
+    assert!(has(
+        &|e| matches!(e, Error::EmptyDocument { doc_id } if doc_id == "j2")
+    ));
+    assert!(has(
+        &|e| matches!(e, Error::DocumentTooLarge { doc_id, bytes: 15000, limit: 10000 } if doc_id == "big.txt")
+    ));
+    assert!(has(&|e| matches!(e, Error::InvalidJsonl { line: 3, .. })));
+    assert!(has(&|e| matches!(e, Error::UnsupportedFormat { .. })));
+    assert!(rep.errors.iter().all(Error::is_user_error));
+    // Messages name the document.
+    assert!(
+        rep.errors
+            .iter()
+            .any(|e| e.to_string().contains("bad.txt") && e.to_string().contains("UTF-8"))
+    );
+
+    let r = eng.search(&bm25("saturday", 5), &allow_all()).unwrap();
+    assert_eq!(r.results[0].doc_id, "page.html");
+    assert_eq!(r.results[0].title, "Branch hours");
+    assert!(!r.results[0].text.contains("pwned") && !r.results[0].text.contains('<'));
+    assert!(
+        eng.search(&bm25("alert pwned", 5), &allow_all())
+            .unwrap()
+            .results
+            .is_empty()
+    );
+    let md = eng.document("sub/guide.md").unwrap().unwrap();
+    assert_eq!(md.title, "Mortgage guide");
+    assert_eq!(eng.document("j1").unwrap().unwrap().metadata["kind"], "faq");
+}
+
+#[test]
+fn bank_dev_and_cranfield_jsonl_layouts_ingest() {
+    let bank = shared_dir().join("datasets/bank-dev/corpus.jsonl");
+    let cran = shared_dir().join("datasets/cranfield/corpus.jsonl");
+    let env = Env::new();
+    let eng = env.open_bm25(test_config());
+    // First 150 bank documents (doc_id layout) and 150 Cranfield ones (_id layout).
+    for (path, n) in [(&bank, 150), (&cran, 150)] {
+        let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let items: Vec<_> = parse_jsonl("corpus", BufReader::new(f), 1 << 20)
+            .into_iter()
+            .take(n)
+            .collect();
+        let rep = eng.ingest_items(items, 64, &mut |_| {}).unwrap();
+        assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+        assert_eq!(rep.outcomes.len(), n);
+    }
+    let st = eng.stats();
+    assert_eq!(st.live_docs, 300);
+    // Bank documents (median ~475 words) need several chunks each.
+    assert!(st.live_chunks > 450, "{} chunks", st.live_chunks);
+    let r = eng
+        .search(&bm25("boundary layer transition", 5), &allow_all())
+        .unwrap();
+    assert_eq!(r.results.len(), 5);
+    assert!(
+        r.results
+            .iter()
+            .all(|x| x.doc_id.chars().all(|c| c.is_ascii_digit())),
+        "Cranfield ids"
+    );
+}
