@@ -92,7 +92,7 @@ pub enum Error {
     },
     /// The vector index failed.
     #[error("vector index: {0}")]
-    Vector(String),
+    Vector(#[from] crate::vector::VectorError),
     /// The embedder or reranker failed.
     #[error("model: {0}")]
     Model(#[from] crate::ModelError),

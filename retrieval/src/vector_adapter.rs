@@ -1,13 +1,92 @@
-//! Connects [`crate::vector`]'s index to the engine's [`DenseIndex`] seam.
+//! Connects [`crate::vector::VectorIndex`] to the engine's [`DenseIndex`] seam: a lock for its
+//! `&mut self` writers, the engine's candidate count, and a checkpoint when the engine closes.
 
 use std::path::Path;
 
-use crate::dense::DenseIndex;
-use crate::error::Result;
+use parking_lot::RwLock;
+use roaring::RoaringBitmap;
 
-/// Opens the vector index of one generation directory.
-pub(crate) fn open(_dir: &Path, _dim: usize) -> Result<Option<Box<dyn DenseIndex>>> {
-    // The int8 index (crate::vector) is not in the tree yet: vector modes report
-    // `VectorUnavailable` until it is wired here.
-    Ok(None)
+use crate::dense::DenseIndex;
+use crate::error::{Error, Result};
+use crate::vector::{SearchOptions, VectorIndex, VectorParams};
+use crate::visibility::Visibility;
+
+/// File that marks a complete vector index directory (written last by `VectorIndex::create`).
+const META_FILE: &str = "vector.meta";
+
+struct Adapter {
+    index: RwLock<VectorIndex>,
+}
+
+/// Opens the vector index of one generation directory, creating it when absent. A directory
+/// left without its meta file by a crash during creation is emptied and created again (the
+/// vectors are in SQLite; repair re-inserts them).
+pub(crate) fn open(dir: &Path, dim: usize) -> Result<Option<Box<dyn DenseIndex>>> {
+    let index = if dir.join(META_FILE).exists() {
+        let index = VectorIndex::open(dir)?;
+        if index.dim() != dim {
+            return Err(Error::Corrupt(format!(
+                "vector index {} has dimension {}, the embedder {dim}: run reindex",
+                dir.display(),
+                index.dim()
+            )));
+        }
+        index
+    } else {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
+        VectorIndex::create(dir, dim, VectorParams::default())?
+    };
+    Ok(Some(Box::new(Adapter {
+        index: RwLock::new(index),
+    })))
+}
+
+impl DenseIndex for Adapter {
+    fn insert(&self, items: &[(u32, &[f32])]) -> Result<()> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.index.write().insert(items)?;
+        Ok(())
+    }
+
+    fn ids(&self) -> Result<RoaringBitmap> {
+        Ok(self.index.read().ids())
+    }
+
+    fn search(&self, query: &[f32], k: usize, vis: &Visibility<'_>) -> Result<Vec<(u32, f32)>> {
+        // Rescoring is the engine's own stage (over the fused list), so the index returns its
+        // int8 ranking here.
+        let opts = SearchOptions {
+            candidates: k,
+            rescore: false,
+            ..SearchOptions::default()
+        };
+        Ok(self.index.read().search(query, k, vis, &opts)?.hits)
+    }
+
+    fn rescore(&self, query: &[f32], ids: &[u32]) -> Result<Vec<(u32, f32)>> {
+        let scores = self.index.read().rescore(query, ids)?;
+        Ok(ids
+            .iter()
+            .zip(scores)
+            .filter_map(|(&id, s)| s.map(|s| (id, s)))
+            .collect())
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.index.write().flush()?;
+        Ok(())
+    }
+}
+
+impl Drop for Adapter {
+    fn drop(&mut self) {
+        // A full graph dump at close spares the next open from re-inserting recent rows.
+        if let Err(e) = self.index.get_mut().checkpoint() {
+            tracing::warn!(error = %e, "vector index checkpoint at close failed");
+        }
+    }
 }

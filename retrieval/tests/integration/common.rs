@@ -109,6 +109,21 @@ impl Env {
     pub fn open_bm25(&self, cfg: RetrievalConfig) -> Retrieval {
         open_bm25_at(self.dir.path(), cfg)
     }
+    pub fn open(&self, cfg: RetrievalConfig) -> Retrieval {
+        open_at(self.dir.path(), cfg)
+    }
+}
+
+/// Full engine (BM25 + int8 vector index) with the test embedder.
+pub fn open_at(dir: &Path, cfg: RetrievalConfig) -> Retrieval {
+    Retrieval::open(
+        &dir.join("airlock.db"),
+        &dir.join("index"),
+        cfg,
+        Arc::new(HashEmbedder::default()),
+        None,
+    )
+    .unwrap()
 }
 
 pub fn open_bm25_at(dir: &Path, cfg: RetrievalConfig) -> Retrieval {

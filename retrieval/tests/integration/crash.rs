@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use airlock_retrieval::{DocumentInput, Progress, SearchMode, SearchRequest};
 
-use crate::common::{allow_all, open_bm25_at, test_config};
+use crate::common::{allow_all, open_at, test_config};
 
 const DIR_ENV: &str = "AIRLOCK_TEST_CRASH_DIR";
 const MARK: &str = "AIRLOCK-CRASH-CHILD-COMMITTED";
@@ -31,7 +31,7 @@ fn crash_child() {
     let Some(dir) = std::env::var_os(DIR_ENV) else {
         return;
     };
-    let eng = open_bm25_at(std::path::Path::new(&dir), test_config());
+    let eng = open_at(std::path::Path::new(&dir), test_config());
     eng.upsert(docs("first", 5), &mut |_| {}).unwrap();
     eng.upsert(docs("second", 7), &mut |p| {
         if let Progress::Committed { .. } = p {
@@ -71,9 +71,10 @@ fn kill_between_commit_and_index_is_repaired() {
     let status = child.wait().unwrap();
     assert!(!status.success());
 
-    let eng = open_bm25_at(dir.path(), test_config());
+    let eng = open_at(dir.path(), test_config());
     let rep = eng.last_repair();
     assert_eq!(rep.bm25_added, 7, "{rep:?}");
+    assert_eq!(rep.vector_added, 7, "{rep:?}");
     let req = SearchRequest {
         query: "ledger reconciled",
         k: 50,
@@ -89,6 +90,6 @@ fn kill_between_commit_and_index_is_repaired() {
     );
     drop(eng);
     // Repair is idempotent: nothing left to do on the next open.
-    let eng = open_bm25_at(dir.path(), test_config());
+    let eng = open_at(dir.path(), test_config());
     assert_eq!(eng.last_repair(), &Default::default());
 }

@@ -4,7 +4,11 @@ use airlock_retrieval::{
     DeleteOutcome, DocumentInput, Error, Progress, SearchMode, SearchRequest, UpsertStatus,
 };
 
-use crate::common::{Env, allow, allow_all, test_config};
+use std::sync::Arc;
+
+use airlock_retrieval::{ModelError, Rerank, Retrieval};
+
+use crate::common::{Env, HashEmbedder, allow, allow_all, test_config};
 
 fn bm25(q: &str, k: usize) -> SearchRequest<'_> {
     SearchRequest {
@@ -285,4 +289,107 @@ fn long_documents_are_chunked_within_the_embedder_budget() {
         assert!(toks + 2 + 2 <= 256, "chunk of {toks} tokens");
         assert_eq!(r.title, "Deposit handbook");
     }
+}
+
+/// TEST-ONLY reranker: the number of query words in the passage.
+struct OverlapReranker;
+
+impl Rerank for OverlapReranker {
+    fn name(&self) -> &str {
+        "overlap"
+    }
+    fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>, ModelError> {
+        let q: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+        Ok(passages
+            .iter()
+            .map(|p| {
+                let p = p.to_lowercase();
+                q.iter().filter(|w| p.contains(w.as_str())).count() as f32
+            })
+            .collect())
+    }
+}
+
+#[test]
+fn hybrid_vector_rescore_and_rerank_report_stage_scores_and_timings() {
+    let env = Env::new();
+    let eng = Retrieval::open(
+        &env.dir.path().join("airlock.db"),
+        &env.index(),
+        test_config(),
+        Arc::new(HashEmbedder::default()),
+        Some(Arc::new(OverlapReranker)),
+    )
+    .unwrap();
+    let docs: Vec<DocumentInput> = (0..300)
+        .map(|i| {
+            let topic = ["mortgage rates", "card fraud", "branch opening hours"][i % 3];
+            DocumentInput::new(format!("d{i}"), "", format!("{topic} note {i} for staff"))
+        })
+        .collect();
+    let rep = eng.upsert(docs, &mut |_| {}).unwrap();
+    assert!(eng.stats().vector_index);
+    let everyone = allow_all();
+    let mut req = SearchRequest::new("card fraud", 10);
+    let r = eng.search(&req, &everyone).unwrap();
+    assert_eq!(r.results.len(), 10);
+    for x in &r.results {
+        assert!(x.text.starts_with("card fraud"), "{}", x.text);
+        let s = &x.stage_scores;
+        assert!(s.bm25.is_some() && s.vector.is_some() && s.rrf.is_some() && s.rescore.is_some());
+        assert!(s.rerank.is_none());
+    }
+    assert!(r.timings.embed_ms > 0.0 && r.timings.bm25_ms > 0.0 && r.timings.vector_ms > 0.0);
+    assert!(r.timings.total_ms >= r.timings.bm25_ms);
+    // Rerank: scores from the reranker, best first.
+    req.rerank = true;
+    let rr = eng.search(&req, &everyone).unwrap();
+    assert_eq!(rr.results.len(), 10);
+    assert!(
+        rr.results
+            .iter()
+            .all(|x| x.stage_scores.rerank == Some(2.0))
+    );
+    assert!(rr.timings.rerank_ms > 0.0);
+    // Vector mode at a 1% ACL: still k results (exact path), only allowed documents.
+    let ords: Vec<u32> = rep.outcomes.iter().map(|o| o.ordinal).collect();
+    let few = allow(ords.iter().copied().step_by(30));
+    let v = SearchRequest {
+        query: "card fraud",
+        k: 10,
+        mode: SearchMode::Vector,
+        rescore: true,
+        rerank: false,
+    };
+    let vr = eng.search(&v, &few).unwrap();
+    assert_eq!(vr.results.len(), 10);
+    assert!(vr.results.iter().all(|x| few.contains(x.doc_ordinal)));
+    for w in vr.results.windows(2) {
+        assert!(w[0].score >= w[1].score);
+    }
+    // Deleted documents vanish from every mode.
+    eng.delete("d1").unwrap();
+    for mode in [SearchMode::Bm25, SearchMode::Vector, SearchMode::Hybrid] {
+        let q = SearchRequest {
+            query: "card fraud note 1 for staff",
+            k: 300,
+            mode,
+            rescore: true,
+            rerank: false,
+        };
+        let res = eng.search(&q, &everyone).unwrap();
+        assert!(res.results.iter().all(|x| x.doc_id != "d1"), "{mode:?}");
+    }
+    // Reindex rebuilds the vector index too.
+    eng.reindex().unwrap();
+    drop(eng);
+    let eng = env.open(test_config());
+    assert_eq!(eng.last_repair(), &Default::default());
+    assert_eq!(
+        eng.search(&SearchRequest::new("mortgage", 299), &everyone)
+            .unwrap()
+            .results
+            .len(),
+        299
+    );
 }

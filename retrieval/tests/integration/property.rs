@@ -1,6 +1,7 @@
 //! Random sequences of upsert / delete / search / reopen / reindex against a brute-force model:
 //! no dead or disallowed chunk is ever returned, and BM25 results are exactly the model's visible
-//! matches (all of them when k is large, a consistent prefix when k is small).
+//! matches (all of them when k is large, a consistent prefix when k is small); vector and hybrid
+//! searches return exactly min(k, visible) current chunks.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -68,7 +69,7 @@ proptest! {
     #[test]
     fn search_never_returns_dead_or_disallowed_chunks(ops in prop::collection::vec(op(), 1..40)) {
         let env = Env::new();
-        let mut eng = env.open_bm25(test_config());
+        let mut eng = env.open(test_config());
         // Model: live doc → its words; doc → ordinal (stable once assigned).
         let mut live: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
         let mut ordinal: BTreeMap<usize, u32> = BTreeMap::new();
@@ -88,7 +89,7 @@ proptest! {
                 }
                 Op::Reopen => {
                     drop(eng);
-                    eng = env.open_bm25(test_config());
+                    eng = env.open(test_config());
                     prop_assert_eq!(eng.last_repair(), &Default::default());
                 }
                 Op::Reindex => {
@@ -119,6 +120,21 @@ proptest! {
                     prop_assert_eq!(top_ids, prefix);
                     for w in all.results.windows(2) {
                         prop_assert!(w[0].score >= w[1].score);
+                    }
+                    // Hybrid (vector side returns k whenever k visible chunks exist): exactly
+                    // min(k, visible live documents) results, all visible and current.
+                    let visible = live.keys().filter(|d| allowed_docs.contains(d)).count();
+                    let mut h = SearchRequest::new(&q, k);
+                    for (mode, rescore) in [(SearchMode::Hybrid, true), (SearchMode::Vector, false)] {
+                        h.mode = mode;
+                        h.rescore = rescore;
+                        let hr = eng.search(&h, &set).unwrap();
+                        prop_assert_eq!(hr.results.len(), k.min(visible), "{:?}", mode);
+                        for r in &hr.results {
+                            let d: usize = r.doc_id[3..].parse().unwrap();
+                            prop_assert!(allowed_docs.contains(&d) && live.contains_key(&d));
+                            prop_assert_eq!(&r.text, &text(&live[&d]));
+                        }
                     }
                 }
             }
