@@ -1,6 +1,29 @@
 //! `airlock`: the appliance. CLI, config, daemon wiring, HTTP API, auth, admission and the
 //! degradation ladder, metrics, web UI assets and egress lockdown. The only crate that wires the
 //! other crates together.
+//!
+//! The daemon is [`app`]: one `axum::Router` built from an [`AppState`], used unchanged by
+//! `airlock serve`, the integration tests and the evals.
 #![warn(missing_docs)]
 
+pub mod admission;
+pub mod auth;
 pub mod cli;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod metrics;
+pub mod models;
+pub mod openai;
+pub mod prompt;
+pub mod rag;
+pub mod routes;
+pub mod server;
+pub mod services;
+pub mod state;
+
+pub use config::Config;
+pub use error::ApiError;
+pub use routes::app;
+pub use services::Services;
+pub use state::AppState;

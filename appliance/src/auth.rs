@@ -1,0 +1,124 @@
+//! Authentication: `Authorization: Bearer <token>` → user through the ACL's token table
+//! (SHA-256 lookups), or, when configured, a user id set by a trusted SSO proxy that proves
+//! itself with a shared secret. Extractors run on the request head, before any body is read.
+
+use axum::extract::FromRequestParts;
+use axum::http::HeaderName;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Header the SSO proxy uses to prove itself in trusted-header mode.
+pub const PROXY_SECRET_HEADER: HeaderName = HeaderName::from_static("x-airlock-proxy-secret");
+
+/// An authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The user id.
+    pub user_id: String,
+    /// Whether the user has the `admin` role.
+    pub admin: bool,
+}
+
+/// An authenticated caller with the admin role (403 `forbidden` otherwise).
+#[derive(Debug, Clone)]
+pub struct Admin(pub Caller);
+
+/// The token of an `Authorization: Bearer` header, if well-formed.
+pub fn bearer(parts: &Parts) -> Option<&str> {
+    let v = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = token.trim();
+    (!token.is_empty()).then_some(token)
+}
+
+/// Constant-time equality of two secrets (compares their SHA-256 digests).
+pub fn secrets_equal(a: &str, b: &str) -> bool {
+    let da = Sha256::digest(a.as_bytes());
+    let db = Sha256::digest(b.as_bytes());
+    da.iter()
+        .zip(db.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        if let Some(c) = parts.extensions.get::<Caller>() {
+            return Ok(c.clone());
+        }
+        let services = state.services()?;
+        let caller = if let Some(token) = bearer(parts) {
+            services.authenticate(token)?
+        } else if let (Some(header), Some(secret)) = (
+            state.config().trusted_header.as_deref(),
+            state.config().trusted_header_secret.as_deref(),
+        ) {
+            let proof = parts
+                .headers
+                .get(PROXY_SECRET_HEADER)
+                .and_then(|v| v.to_str().ok());
+            let user = parts.headers.get(header).and_then(|v| v.to_str().ok());
+            match (proof, user) {
+                (Some(p), Some(u)) if secrets_equal(p, secret) => services.principal(u.trim())?,
+                _ => None,
+            }
+        } else {
+            None
+        };
+        let caller = caller.ok_or(ApiError::Unauthorized)?;
+        parts.extensions.insert(caller.clone());
+        Ok(caller)
+    }
+}
+
+impl FromRequestParts<AppState> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        if caller.admin {
+            Ok(Admin(caller))
+        } else {
+            Err(ApiError::Forbidden("this endpoint needs the admin role"))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Request;
+
+    fn parts(auth: &str) -> Parts {
+        Request::builder()
+            .header(AUTHORIZATION, auth)
+            .body(())
+            .unwrap()
+            .into_parts()
+            .0
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        assert_eq!(bearer(&parts("Bearer abc")), Some("abc"));
+        assert_eq!(bearer(&parts("bearer  abc ")), Some("abc"));
+        assert_eq!(bearer(&parts("Basic abc")), None);
+        assert_eq!(bearer(&parts("Bearer ")), None);
+    }
+
+    #[test]
+    fn secret_compare() {
+        assert!(secrets_equal("same-secret", "same-secret"));
+        assert!(!secrets_equal("same-secret", "same-secres"));
+        assert!(!secrets_equal("a", "ab"));
+    }
+}

@@ -1,0 +1,244 @@
+//! The one HTTP error table: every failure the API can report, its problem type slug and status,
+//! and the RFC 9457 `application/problem+json` body.
+//!
+//! [`ApiError::slug_status`] is the single `match` (no `_` arm) from error to (slug, status).
+//! 5xx bodies carry a fixed title and detail only; the cause goes to the log with the request id.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+/// Prefix of every problem `type` URI.
+pub const PROBLEM_BASE: &str = "https://airlock.local/problems/";
+
+/// Every error the HTTP API reports.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Malformed JSON, missing or wrong-typed fields, bad UTF-8, out-of-range values.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// Prompt plus `max_tokens` exceeds the model context.
+    #[error(
+        "the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds the context of {context} tokens"
+    )]
+    ContextTooLong {
+        /// Tokens in the rendered prompt.
+        prompt_tokens: usize,
+        /// Requested completion tokens.
+        max_tokens: usize,
+        /// The model's context length.
+        context: usize,
+    },
+    /// No token, an unknown token, or a token of a removed user.
+    #[error("a valid bearer token is required")]
+    Unauthorized,
+    /// Authenticated, but the endpoint or option needs the admin role.
+    #[error("{0}")]
+    Forbidden(&'static str),
+    /// Unknown route, model or document; also documents the caller may not read.
+    #[error("{0}")]
+    NotFound(String),
+    /// Known route, wrong method.
+    #[error("method {0} is not allowed on this route")]
+    MethodNotAllowed(String),
+    /// Body over the configured limit.
+    #[error("the request body exceeds the limit of {limit} bytes")]
+    PayloadTooLarge {
+        /// The limit that applied.
+        limit: usize,
+    },
+    /// Per-user budget exhausted.
+    #[error("request budget exhausted; retry later")]
+    RateLimited {
+        /// When to retry.
+        retry_after: Duration,
+    },
+    /// The admission ladder shed the request.
+    #[error("the appliance is at capacity; retry later")]
+    CapacityUnavailable {
+        /// When to retry.
+        retry_after: Duration,
+    },
+    /// Queued past its deadline before the first token.
+    #[error("the request waited past its deadline before generation started")]
+    DeadlineExceeded,
+    /// The daemon is starting or stopping: no verified bundle or index is loaded.
+    #[error("the appliance is not ready")]
+    NotReady,
+    /// Anything that is our fault. The message is logged, never sent.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// The problem type slug and HTTP status: THE error table.
+    pub fn slug_status(&self) -> (&'static str, StatusCode) {
+        match self {
+            ApiError::InvalidRequest(_) => ("invalid-request", StatusCode::BAD_REQUEST),
+            ApiError::ContextTooLong { .. } => ("context-too-long", StatusCode::BAD_REQUEST),
+            ApiError::Unauthorized => ("unauthorized", StatusCode::UNAUTHORIZED),
+            ApiError::Forbidden(_) => ("forbidden", StatusCode::FORBIDDEN),
+            ApiError::NotFound(_) => ("not-found", StatusCode::NOT_FOUND),
+            ApiError::MethodNotAllowed(_) => ("method-not-allowed", StatusCode::METHOD_NOT_ALLOWED),
+            ApiError::PayloadTooLarge { .. } => {
+                ("payload-too-large", StatusCode::PAYLOAD_TOO_LARGE)
+            }
+            ApiError::RateLimited { .. } => ("rate-limited", StatusCode::TOO_MANY_REQUESTS),
+            ApiError::CapacityUnavailable { .. } => {
+                ("capacity-unavailable", StatusCode::SERVICE_UNAVAILABLE)
+            }
+            ApiError::DeadlineExceeded => ("deadline-exceeded", StatusCode::GATEWAY_TIMEOUT),
+            ApiError::NotReady => ("not-ready", StatusCode::SERVICE_UNAVAILABLE),
+            ApiError::Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR),
+        }
+    }
+
+    /// Shorthand for an internal fault with its cause (logged, not sent).
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        ApiError::Internal(cause.to_string())
+    }
+
+    /// The `Retry-After` seconds, for the errors that carry one.
+    fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::RateLimited { retry_after }
+            | ApiError::CapacityUnavailable { retry_after } => Some(retry_after.as_secs().max(1)),
+            ApiError::NotReady => Some(1),
+            _ => None,
+        }
+    }
+
+    /// The RFC 9457 body.
+    pub fn problem(&self) -> Problem {
+        let (slug, status) = self.slug_status();
+        let title = status.canonical_reason().unwrap_or("Error");
+        let detail = if status.is_server_error() {
+            match self {
+                // Fixed texts: no internals in 5xx bodies.
+                ApiError::CapacityUnavailable { .. }
+                | ApiError::DeadlineExceeded
+                | ApiError::NotReady => self.to_string(),
+                _ => "the request could not be completed; the cause is logged under its request id"
+                    .to_string(),
+            }
+        } else {
+            self.to_string()
+        };
+        Problem {
+            r#type: format!("{PROBLEM_BASE}{slug}"),
+            title: title.to_string(),
+            status: status.as_u16(),
+            detail,
+        }
+    }
+}
+
+/// An RFC 9457 problem details object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Problem {
+    /// `https://airlock.local/problems/<slug>`.
+    pub r#type: String,
+    /// The status's reason phrase.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// A human-readable explanation specific to this occurrence.
+    pub detail: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (_, status) = self.slug_status();
+        if status.is_server_error() {
+            tracing::error!(error = %self, "request failed");
+        }
+        let body = serde_json::to_vec(&self.problem()).unwrap_or_default();
+        let mut resp = (status, body).into_response();
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        if let Some(secs) = self.retry_after() {
+            h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}
+
+impl From<airlock_acl::Error> for ApiError {
+    fn from(e: airlock_acl::Error) -> Self {
+        use airlock_acl::Error as E;
+        match e {
+            E::UnknownUser { .. } => ApiError::NotFound(e.to_string()),
+            E::InvalidId { .. }
+            | E::UserExists { .. }
+            | E::UnknownRole { .. }
+            | E::Snapshot { .. } => ApiError::InvalidRequest(e.to_string()),
+            E::SnapshotRead { .. }
+            | E::Open { .. }
+            | E::Database { .. }
+            | E::SchemaTooNew { .. }
+            | E::Corrupt { .. } => ApiError::internal(error_chain(&e)),
+        }
+    }
+}
+
+impl From<airlock_retrieval::Error> for ApiError {
+    fn from(e: airlock_retrieval::Error) -> Self {
+        use airlock_retrieval::Error as E;
+        match e {
+            E::DocumentTooLarge { limit, .. } => ApiError::PayloadTooLarge { limit },
+            E::InvalidUtf8 { .. }
+            | E::EmptyDocument { .. }
+            | E::InvalidDocumentId { .. }
+            | E::InvalidJsonl { .. }
+            | E::UnsupportedFormat { .. }
+            | E::InvalidRequest(_)
+            | E::VectorUnavailable(_) => ApiError::InvalidRequest(e.to_string()),
+            E::Store { .. }
+            | E::SchemaTooNew { .. }
+            | E::Bm25 { .. }
+            | E::Vector(_)
+            | E::Model(_)
+            | E::Io { .. }
+            | E::Corrupt(_) => ApiError::internal(error_chain(&e)),
+        }
+    }
+}
+
+/// The error and its sources on one line, for logs.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn five_hundreds_hide_internals() {
+        let p =
+            ApiError::internal("sqlite: disk I/O error at /var/lib/airlock/airlock.db").problem();
+        assert_eq!(p.status, 500);
+        assert!(!p.detail.contains("sqlite"), "{}", p.detail);
+        assert!(p.r#type.ends_with("/internal"));
+    }
+
+    #[test]
+    fn four_hundreds_explain() {
+        let p = ApiError::InvalidRequest("missing field `query`".into()).problem();
+        assert_eq!(p.status, 400);
+        assert_eq!(p.detail, "missing field `query`");
+        assert_eq!(p.title, "Bad Request");
+    }
+}

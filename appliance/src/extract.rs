@@ -1,0 +1,144 @@
+//! Body extractors that enforce the configured size limits and turn every rejection into a
+//! problem from the error table (axum's own rejections answer in plain text).
+//!
+//! Handlers take the caller (auth, from the request head) before the body, so authentication
+//! is always checked before a byte of the body is read.
+
+use axum::body::Body;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::header;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Which limit applies to a body.
+#[derive(Debug, Clone, Copy)]
+enum Limit {
+    /// `body_limit` (1 MiB by default).
+    Ordinary,
+    /// `upload_limit` (32 MiB by default): documents and IAM syncs.
+    Upload,
+}
+
+async fn read_body(req: Request, state: &AppState, which: Limit) -> Result<Bytes, ApiError> {
+    let limit = match which {
+        Limit::Ordinary => state.config().body_limit(),
+        Limit::Upload => state.config().upload_limit(),
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
+    let body: Body = req.into_body();
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(ApiError::PayloadTooLarge { limit })
+        }
+        Err(e) => Err(ApiError::InvalidRequest(format!(
+            "could not read the request body: {e}"
+        ))),
+    }
+}
+
+fn check_content_type(req: &Request, accepted: &[&str]) -> Result<(), ApiError> {
+    let Some(ct) = req.headers().get(header::CONTENT_TYPE) else {
+        return Ok(()); // lenient: curl without -H still works; the body must parse anyway
+    };
+    let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
+    let essence = ct.split(';').next().unwrap_or("").trim();
+    if accepted.contains(&essence) || essence.ends_with("+json") {
+        Ok(())
+    } else {
+        Err(ApiError::InvalidRequest(format!(
+            "unsupported content type `{essence}`; expected {}",
+            accepted.join(" or ")
+        )))
+    }
+}
+
+/// Parses a JSON body; the message names the line, column and reason of the first error.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::InvalidRequest(format!("invalid JSON body: {e}")))
+}
+
+/// A JSON body under the ordinary limit.
+#[derive(Debug)]
+pub struct ApiJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        check_content_type(&req, &["application/json"])?;
+        let bytes = read_body(req, state, Limit::Ordinary).await?;
+        parse_json(&bytes).map(ApiJson)
+    }
+}
+
+/// A JSON body under the upload limit (documents).
+#[derive(Debug)]
+pub struct UploadJson<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<AppState> for UploadJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        check_content_type(&req, &["application/json"])?;
+        let bytes = read_body(req, state, Limit::Upload).await?;
+        parse_json(&bytes).map(UploadJson)
+    }
+}
+
+/// A JSON Lines body under the upload limit (IAM syncs), as raw UTF-8 text.
+#[derive(Debug)]
+pub struct NdjsonText(pub String);
+
+impl FromRequest<AppState> for NdjsonText {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        check_content_type(
+            &req,
+            &[
+                "application/x-ndjson",
+                "application/jsonl",
+                "application/json",
+            ],
+        )?;
+        let bytes = read_body(req, state, Limit::Upload).await?;
+        String::from_utf8(bytes.to_vec())
+            .map(NdjsonText)
+            .map_err(|e| ApiError::InvalidRequest(format!("body is not UTF-8: {e}")))
+    }
+}
+
+/// The request id (`x-request-id`, set by the request-id layer when the client sent none).
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for RequestId {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let id = parts
+            .headers
+            .get(crate::routes::REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty() && v.len() <= 200)
+            .map(str::to_owned)
+            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        Ok(RequestId(id))
+    }
+}

@@ -1,0 +1,268 @@
+//! Prometheus metrics (names per API.md), exposed at `GET /metrics` in the text format.
+//!
+//! Labels carry only bounded, non-sensitive values (route templates, status codes, stage names,
+//! bundle version): never prompt, answer or document text, user ids or document ids.
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Labels of `airlock_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteStatus {
+    /// The matched route template (e.g. `/v1/documents/{doc_id}`), or `unmatched`.
+    pub route: String,
+    /// The response status code.
+    pub status: u16,
+}
+
+/// Labels of `airlock_retrieval_stage_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Stage {
+    /// The stage name (auth, embed, bm25, vector, fusion, rescore, rerank, recheck, prefill,
+    /// first_token).
+    pub stage: &'static str,
+}
+
+/// Labels of `airlock_bundle_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BundleVersion {
+    /// The installed bundle's version.
+    pub version: String,
+}
+
+/// Every metric the daemon exports. Cheap to clone (all handles are `Arc`s inside).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Mutex<Registry>>,
+    /// `airlock_requests_total{route,status}`.
+    pub requests: Family<RouteStatus, Counter>,
+    /// `airlock_ttft_seconds`: time from request to the first generated token.
+    pub ttft: Histogram,
+    /// `airlock_tpot_seconds`: time per output token after the first.
+    pub tpot: Histogram,
+    /// `airlock_queue_depth`: requests admitted and waiting for the engine.
+    pub queue_depth: Gauge,
+    /// `airlock_inflight`: HTTP requests being served.
+    pub inflight: Gauge,
+    /// `airlock_ladder_rung`: the current degradation rung.
+    pub ladder_rung: Gauge,
+    /// `airlock_rung_transitions_total`.
+    pub rung_transitions: Counter,
+    /// `airlock_retrieval_stage_seconds{stage}`.
+    pub stage_seconds: Family<Stage, Histogram>,
+    /// `airlock_recheck_drops_total`: chunks dropped by the pre-prompt ACL/tombstone re-check.
+    pub recheck_drops: Counter,
+    /// `airlock_generation_cancelled_total`: sequences cancelled because the client went away.
+    pub cancelled: Counter,
+    /// `airlock_engine_active_sequences`.
+    pub engine_active: Gauge,
+    /// `airlock_kv_bytes`: KV cache bytes held by the engine.
+    pub kv_bytes: Gauge,
+    /// `airlock_generated_tokens_total`.
+    pub generated_tokens: Counter,
+    /// `airlock_prompt_tokens_total`.
+    pub prompt_tokens: Counter,
+    /// `airlock_bundle_info{version}` = 1.
+    pub bundle_info: Family<BundleVersion, Gauge>,
+}
+
+/// The stages reported in `airlock_retrieval_stage_seconds` (created at start so every scrape
+/// lists them).
+pub const STAGES: [&str; 12] = [
+    "auth",
+    "embed",
+    "bm25",
+    "vector",
+    "fusion",
+    "rescore",
+    "rerank",
+    "fetch",
+    "recheck",
+    "retrieval_total",
+    "prefill",
+    "first_token",
+];
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms … ~65 s
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut r = Registry::with_prefix("airlock");
+        let m = Metrics {
+            registry: Arc::new(Mutex::new(Registry::default())),
+            requests: Family::default(),
+            ttft: latency_histogram(),
+            tpot: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
+            queue_depth: Gauge::default(),
+            inflight: Gauge::default(),
+            ladder_rung: Gauge::default(),
+            rung_transitions: Counter::default(),
+            stage_seconds: Family::new_with_constructor(latency_histogram),
+            recheck_drops: Counter::default(),
+            cancelled: Counter::default(),
+            engine_active: Gauge::default(),
+            kv_bytes: Gauge::default(),
+            generated_tokens: Counter::default(),
+            prompt_tokens: Counter::default(),
+            bundle_info: Family::default(),
+        };
+        r.register(
+            "requests",
+            "HTTP requests by route template and status",
+            m.requests.clone(),
+        );
+        r.register(
+            "ttft_seconds",
+            "Time to first token of chat completions",
+            m.ttft.clone(),
+        );
+        r.register(
+            "tpot_seconds",
+            "Time per output token after the first",
+            m.tpot.clone(),
+        );
+        r.register(
+            "queue_depth",
+            "Requests waiting for the generation engine",
+            m.queue_depth.clone(),
+        );
+        r.register("inflight", "HTTP requests being served", m.inflight.clone());
+        r.register(
+            "ladder_rung",
+            "Current degradation ladder rung (0 = full quality)",
+            m.ladder_rung.clone(),
+        );
+        r.register(
+            "rung_transitions",
+            "Ladder rung changes",
+            m.rung_transitions.clone(),
+        );
+        r.register(
+            "retrieval_stage_seconds",
+            "Latency of each request stage",
+            m.stage_seconds.clone(),
+        );
+        r.register(
+            "recheck_drops",
+            "Chunks dropped by the access re-check just before the prompt",
+            m.recheck_drops.clone(),
+        );
+        r.register(
+            "generation_cancelled",
+            "Generations cancelled because the client went away",
+            m.cancelled.clone(),
+        );
+        r.register(
+            "engine_active_sequences",
+            "Sequences the engine is decoding",
+            m.engine_active.clone(),
+        );
+        r.register(
+            "kv_bytes",
+            "Bytes of KV cache held by the engine",
+            m.kv_bytes.clone(),
+        );
+        r.register(
+            "generated_tokens",
+            "Completion tokens generated",
+            m.generated_tokens.clone(),
+        );
+        r.register(
+            "prompt_tokens",
+            "Prompt tokens prefilled",
+            m.prompt_tokens.clone(),
+        );
+        r.register(
+            "bundle_info",
+            "The installed bundle (value 1, version label)",
+            m.bundle_info.clone(),
+        );
+        for stage in STAGES {
+            drop(m.stage_seconds.get_or_create(&Stage { stage }));
+        }
+        *m.registry.lock() = r;
+        m
+    }
+
+    /// Records the latency of one stage.
+    pub fn observe_stage(&self, stage: &'static str, seconds: f64) {
+        self.stage_seconds
+            .get_or_create(&Stage { stage })
+            .observe(seconds);
+    }
+
+    /// Sets `airlock_bundle_info{version}` to 1.
+    pub fn set_bundle(&self, version: &str) {
+        self.bundle_info.clear();
+        self.bundle_info
+            .get_or_create(&BundleVersion {
+                version: version.to_string(),
+            })
+            .set(1);
+    }
+
+    /// The Prometheus text exposition (format 0.0.4).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let r = self.registry.lock();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &r);
+        out
+    }
+}
+
+/// The `Content-Type` of [`Metrics::encode`].
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_has_the_contract_names() {
+        let m = Metrics::new();
+        m.requests
+            .get_or_create(&RouteStatus {
+                route: "/healthz".into(),
+                status: 200,
+            })
+            .inc();
+        m.observe_stage("bm25", 0.001);
+        m.set_bundle("1.2.3");
+        let text = m.encode();
+        for name in [
+            "airlock_requests_total{route=\"/healthz\",status=\"200\"} 1",
+            "airlock_ttft_seconds_bucket",
+            "airlock_tpot_seconds_bucket",
+            "airlock_queue_depth ",
+            "airlock_inflight ",
+            "airlock_ladder_rung ",
+            "airlock_rung_transitions_total",
+            "airlock_retrieval_stage_seconds_bucket{stage=\"bm25\",le=",
+            "airlock_recheck_drops_total ",
+            "airlock_generation_cancelled_total ",
+            "airlock_engine_active_sequences ",
+            "airlock_kv_bytes ",
+            "airlock_bundle_info{version=\"1.2.3\"} 1",
+        ] {
+            assert!(text.contains(name), "missing {name} in\n{text}");
+        }
+    }
+}

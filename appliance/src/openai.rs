@@ -1,0 +1,299 @@
+//! OpenAI-compatible wire types (requests ignore unknown fields: clients send extras) and the
+//! `airlock` extensions of API.md.
+
+use serde::{Deserialize, Serialize};
+
+/// One chat message. `content` may be a string or an array of text parts.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user`, `assistant` (others are accepted and treated as `user`).
+    pub role: String,
+    /// The text.
+    #[serde(default, deserialize_with = "content_text")]
+    pub content: String,
+}
+
+fn content_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Content {
+        Text(String),
+        Parts(Vec<Part>),
+        Null(()),
+    }
+    #[derive(Deserialize)]
+    struct Part {
+        #[serde(default)]
+        text: Option<String>,
+    }
+    Ok(match Content::deserialize(d)? {
+        Content::Text(s) => s,
+        Content::Parts(p) => p
+            .into_iter()
+            .filter_map(|p| p.text)
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Content::Null(()) => String::new(),
+    })
+}
+
+/// `stop`: a string or a list of strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    /// One stop string.
+    One(String),
+    /// Several.
+    Many(Vec<String>),
+}
+
+impl Stop {
+    /// As a list.
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            Stop::One(s) => vec![s],
+            Stop::Many(v) => v,
+        }
+    }
+}
+
+/// The `airlock` request extension.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AirlockRequest {
+    /// Whether retrieval runs (default true); false = plain chat.
+    #[serde(default = "yes")]
+    pub retrieval: bool,
+    /// Chunks placed in the prompt (default from config).
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Forces a ladder rung (admin only).
+    #[serde(default)]
+    pub rung: Option<u8>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for AirlockRequest {
+    fn default() -> Self {
+        AirlockRequest {
+            retrieval: true,
+            top_k: None,
+            rung: None,
+        }
+    }
+}
+
+/// `POST /v1/chat/completions` body.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ChatRequest {
+    /// `airlock-large` (default), `airlock-small`, or another catalogue alias.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The conversation.
+    pub messages: Vec<ChatMessage>,
+    /// SSE streaming.
+    #[serde(default)]
+    pub stream: bool,
+    /// Completion length cap.
+    #[serde(default)]
+    pub max_tokens: Option<u32>,
+    /// Newer clients send this instead of `max_tokens`.
+    #[serde(default)]
+    pub max_completion_tokens: Option<u32>,
+    /// Sampling temperature (0 = greedy).
+    #[serde(default)]
+    pub temperature: Option<f32>,
+    /// Nucleus sampling.
+    #[serde(default)]
+    pub top_p: Option<f32>,
+    /// Sampling seed.
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// Stop strings.
+    #[serde(default)]
+    pub stop: Option<Stop>,
+    /// Extensions.
+    #[serde(default)]
+    pub airlock: Option<AirlockRequest>,
+}
+
+/// One citation: a chunk that was placed in the prompt as source `[n]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Citation {
+    /// The source number in the prompt (1-based).
+    pub n: usize,
+    /// The document.
+    pub doc_id: String,
+    /// The chunk.
+    pub chunk_id: u32,
+    /// The document title.
+    pub title: String,
+    /// A short excerpt of the chunk.
+    pub snippet: String,
+    /// Final retrieval score.
+    pub score: f32,
+}
+
+/// The `airlock` response extension.
+#[derive(Debug, Clone, Serialize)]
+pub struct AirlockResponse {
+    /// The chunks in the prompt.
+    pub citations: Vec<Citation>,
+    /// The rung that served the request.
+    pub rung: u8,
+    /// The installed bundle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bundle_version: Option<String>,
+}
+
+/// Token counts.
+#[derive(Debug, Clone, Copy, Serialize, Default)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens.
+    pub completion_tokens: usize,
+    /// Sum.
+    pub total_tokens: usize,
+}
+
+/// An assistant message in a response.
+#[derive(Debug, Clone, Serialize)]
+pub struct AssistantMessage {
+    /// Always `assistant`.
+    pub role: &'static str,
+    /// The answer.
+    pub content: String,
+}
+
+/// One choice of a non-streaming response.
+#[derive(Debug, Clone, Serialize)]
+pub struct Choice {
+    /// Always 0.
+    pub index: u32,
+    /// The answer.
+    pub message: AssistantMessage,
+    /// `stop` or `length`.
+    pub finish_reason: &'static str,
+}
+
+/// Non-streaming chat completion.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatResponse {
+    /// `chatcmpl-<uuid>`.
+    pub id: String,
+    /// `chat.completion`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The model alias that served it.
+    pub model: String,
+    /// One choice.
+    pub choices: Vec<Choice>,
+    /// Token counts.
+    pub usage: Usage,
+    /// Extensions.
+    pub airlock: AirlockResponse,
+}
+
+/// A streaming delta.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Delta {
+    /// Only in the first event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub role: Option<&'static str>,
+    /// New text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+}
+
+/// One choice of a streaming chunk.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChunkChoice {
+    /// Always 0.
+    pub index: u32,
+    /// New text.
+    pub delta: Delta,
+    /// Set on the last event.
+    pub finish_reason: Option<&'static str>,
+}
+
+/// A `chat.completion.chunk` event.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChatChunk {
+    /// Same id on every event of one completion.
+    pub id: String,
+    /// `chat.completion.chunk`.
+    pub object: &'static str,
+    /// Unix seconds.
+    pub created: u64,
+    /// The model alias.
+    pub model: String,
+    /// One choice.
+    pub choices: Vec<ChunkChoice>,
+    /// Only on the first event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub airlock: Option<AirlockResponse>,
+    /// Only on the last event.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}
+
+/// `input` of `/v1/embeddings`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum EmbeddingInput {
+    /// One text.
+    One(String),
+    /// Several texts.
+    Many(Vec<String>),
+}
+
+/// `POST /v1/embeddings` body.
+#[derive(Debug, Clone, Deserialize)]
+pub struct EmbeddingsRequest {
+    /// Ignored beyond validation (the bundle has one embedder); optional.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Text(s) to embed.
+    pub input: EmbeddingInput,
+    /// `float` (default) or `base64`.
+    #[serde(default)]
+    pub encoding_format: Option<String>,
+}
+
+/// Unix seconds now.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_request_accepts_extras_and_content_parts() {
+        let r: ChatRequest = serde_json::from_str(
+            r#"{"model":"airlock-small","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],
+                "stream":true,"n":1,"user":"x","stop":"END","airlock":{"retrieval":false}}"#,
+        )
+        .unwrap();
+        assert_eq!(r.messages[0].content, "hi");
+        assert!(r.stream);
+        assert!(!r.airlock.unwrap().retrieval);
+        assert_eq!(r.stop.unwrap().into_vec(), vec!["END".to_string()]);
+    }
+
+    #[test]
+    fn airlock_extension_rejects_unknown_fields() {
+        let r =
+            serde_json::from_str::<ChatRequest>(r#"{"messages":[],"airlock":{"retreival":false}}"#);
+        assert!(r.is_err());
+    }
+}

@@ -1,0 +1,161 @@
+//! The retrieval half of the request path (DESIGN.md §4): the caller's allow set → hybrid search
+//! (BM25 ∥ vector, fusion, rescoring, rerank by rung) → the re-check of every chunk against the
+//! CURRENT ACL and tombstones just before the prompt, dropping (counting and auditing) any
+//! chunk that fails. Blocking: run it on the blocking pool.
+
+use std::time::Instant;
+
+use airlock_retrieval::{SearchMode, SearchRequest, SearchResult, Timings};
+use serde::Serialize;
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::services::Services;
+
+/// What to retrieve.
+#[derive(Debug, Clone)]
+pub struct RetrieveParams<'a> {
+    /// The caller.
+    pub user_id: &'a str,
+    /// The request id (audit key).
+    pub request_id: &'a str,
+    /// The query text.
+    pub query: &'a str,
+    /// Chunks wanted.
+    pub k: usize,
+    /// Retrievers.
+    pub mode: SearchMode,
+    /// Cross-encoder rerank (only if the rung allows it and a reranker is installed).
+    pub rerank: bool,
+}
+
+/// Per-stage milliseconds of one retrieval, as reported in `timings_ms`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StageTimings {
+    /// Query embedding.
+    pub embed: f64,
+    /// BM25.
+    pub bm25: f64,
+    /// Vector search.
+    pub vector: f64,
+    /// Rank fusion.
+    pub fusion: f64,
+    /// Full-precision rescoring.
+    pub rescore: f64,
+    /// Cross-encoder rerank.
+    pub rerank: f64,
+    /// Reading chunk texts.
+    pub fetch: f64,
+    /// The pre-prompt ACL + tombstone re-check.
+    pub recheck: f64,
+    /// Whole retrieval.
+    pub total: f64,
+}
+
+impl StageTimings {
+    fn from_search(t: &Timings) -> Self {
+        StageTimings {
+            embed: t.embed_ms,
+            bm25: t.bm25_ms,
+            vector: t.vector_ms,
+            fusion: t.fuse_ms,
+            rescore: t.rescore_ms,
+            rerank: t.rerank_ms,
+            fetch: t.fetch_ms,
+            recheck: 0.0,
+            total: t.total_ms,
+        }
+    }
+
+    /// Records every stage in `airlock_retrieval_stage_seconds`.
+    pub fn observe(&self, m: &Metrics) {
+        for (stage, ms) in [
+            ("embed", self.embed),
+            ("bm25", self.bm25),
+            ("vector", self.vector),
+            ("fusion", self.fusion),
+            ("rescore", self.rescore),
+            ("rerank", self.rerank),
+            ("fetch", self.fetch),
+            ("recheck", self.recheck),
+            ("retrieval_total", self.total),
+        ] {
+            if ms > 0.0 {
+                m.observe_stage(stage, ms / 1e3);
+            }
+        }
+    }
+}
+
+/// The chunks that survived the re-check, best first, and the timings.
+#[derive(Debug)]
+pub struct Retrieved {
+    /// Chunks safe to show this caller right now.
+    pub chunks: Vec<SearchResult>,
+    /// Chunks dropped by the re-check.
+    pub dropped: usize,
+    /// Stage timings.
+    pub timings: StageTimings,
+}
+
+/// Runs the search for the caller's current allow set, then the re-check. Blocking.
+pub fn retrieve(
+    services: &Services,
+    metrics: &Metrics,
+    p: &RetrieveParams<'_>,
+) -> Result<Retrieved, ApiError> {
+    let allow = services.acl.allow_set(p.user_id);
+    let req = SearchRequest {
+        query: p.query,
+        k: p.k,
+        mode: p.mode,
+        rescore: true,
+        rerank: p.rerank,
+    };
+    let resp = services.retrieval.search(&req, &allow)?;
+    let mut timings = StageTimings::from_search(&resp.timings);
+    let t = Instant::now();
+    let (chunks, dropped_docs) = recheck(services, p.user_id, resp.results);
+    timings.recheck = t.elapsed().as_secs_f64() * 1e3;
+    timings.total += timings.recheck;
+    let dropped = dropped_docs.len();
+    if dropped > 0 {
+        metrics.recheck_drops.inc_by(dropped as u64);
+        tracing::warn!(
+            dropped,
+            "re-check dropped chunks that changed access since the search"
+        );
+        services
+            .acl
+            .audit_recheck_drop(p.request_id, p.user_id, &dropped_docs)?;
+    }
+    timings.observe(metrics);
+    Ok(Retrieved {
+        chunks,
+        dropped,
+        timings,
+    })
+}
+
+/// The generation-time re-check: keeps a chunk only if the caller may read its document in the
+/// CURRENT ACL state and the chunk is still live (not tombstoned or superseded). Returns the
+/// kept chunks and the document ids of the dropped ones.
+pub fn recheck(
+    services: &Services,
+    user_id: &str,
+    results: Vec<SearchResult>,
+) -> (Vec<SearchResult>, Vec<String>) {
+    let allow_now = services.acl.allow_set(user_id);
+    let mut kept = Vec::with_capacity(results.len());
+    let mut dropped = Vec::new();
+    for r in results {
+        if services.acl.can_read(user_id, r.doc_ordinal)
+            && services.retrieval.is_visible(r.chunk_id, &allow_now)
+        {
+            kept.push(r);
+        } else {
+            dropped.push(r.doc_id);
+        }
+    }
+    (kept, dropped)
+}

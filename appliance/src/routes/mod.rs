@@ -1,0 +1,123 @@
+//! The HTTP surface: [`app`] builds the one router that production, tests and evals share.
+
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderName, Method};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use tower::ServiceBuilder;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::ResponseBodyTimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::error::ApiError;
+use crate::metrics::RouteStatus;
+use crate::state::AppState;
+
+pub mod acl;
+pub mod documents;
+pub mod health;
+pub mod models;
+pub mod retrieve;
+pub mod ui;
+
+/// The request id header, set on every request that lacks one and echoed on every response.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// The degradation rung header on model-bound responses.
+pub const RUNG_HEADER: HeaderName = HeaderName::from_static("x-airlock-rung");
+
+/// The daemon's router with every endpoint of API.md and its middleware.
+pub fn app(state: AppState) -> Router {
+    let stream_idle = state.config().stream_idle_timeout();
+    let api = Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .route("/v1/models", get(models::list))
+        .route("/v1/embeddings", post(models::embeddings))
+        .route("/v1/retrieve", post(retrieve::retrieve))
+        .route(
+            "/v1/documents/{doc_id}",
+            put(documents::put)
+                .get(documents::get)
+                .delete(documents::delete),
+        )
+        .route("/v1/reconcile", post(documents::reconcile))
+        .route("/v1/acl/users/{user_id}", put(acl::put_user))
+        .route("/v1/acl/users/{user_id}/token", post(acl::issue_token))
+        .route("/v1/acl/documents/{doc_id}", put(acl::put_document))
+        .route("/v1/acl/sync", post(acl::sync))
+        .merge(ui::routes())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), deadline))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ));
+
+    api.layer(
+        ServiceBuilder::new()
+            .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+            .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                let id = req
+                    .headers()
+                    .get(REQUEST_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                // Method and path only: no query strings, bodies or tokens.
+                tracing::info_span!("http.request", http.request.method = %req.method(),
+                    url.path = %req.uri().path(), request_id = %id)
+            }))
+            .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+            .layer(ResponseBodyTimeoutLayer::new(stream_idle)),
+    )
+    .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such route".into())
+}
+
+async fn method_not_allowed(method: Method) -> ApiError {
+    ApiError::MethodNotAllowed(method.to_string())
+}
+
+/// Counts every response by route template and status; tracks in-flight HTTP requests.
+async fn count_requests(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
+    let resp = next.run(req).await;
+    state
+        .metrics()
+        .requests
+        .get_or_create(&RouteStatus {
+            route,
+            status: resp.status().as_u16(),
+        })
+        .inc();
+    resp
+}
+
+/// Bounds the time to response headers; streams are bounded by the idle timeout of their body.
+async fn deadline(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = state.config().request_timeout();
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => {
+            tracing::warn!(timeout_s = limit.as_secs(), "request timed out");
+            ApiError::DeadlineExceeded.into_response()
+        }
+    }
+}
+
+/// Milliseconds since `t`, for `timings_ms` fields.
+pub(crate) fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}

@@ -1,0 +1,114 @@
+//! `GET /v1/models` and `POST /v1/embeddings` (OpenAI shapes).
+
+use axum::Json;
+use axum::extract::State;
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::ApiJson;
+use crate::openai::{EmbeddingInput, EmbeddingsRequest};
+use crate::routes::acl::blocking;
+use crate::state::AppState;
+
+/// Most inputs per embeddings request.
+pub const MAX_EMBED_INPUTS: usize = 256;
+
+/// `GET /v1/models` → `{"object":"list","data":[...]}`.
+pub async fn list(State(state): State<AppState>, _caller: Caller) -> Result<Json<Value>, ApiError> {
+    let services = state.services()?;
+    Ok(Json(json!({"object": "list", "data": services.catalogue})))
+}
+
+/// `POST /v1/embeddings`: `input` string or array; floats, or base64 of little-endian f32
+/// when `encoding_format` is `base64` (the official client's default).
+pub async fn embeddings(
+    State(state): State<AppState>,
+    _caller: Caller,
+    ApiJson(req): ApiJson<EmbeddingsRequest>,
+) -> Result<Json<Value>, ApiError> {
+    let services = state.services()?;
+    let base64 = match req.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(ApiError::InvalidRequest(format!(
+                "encoding_format `{other}` is not `float` or `base64`"
+            )));
+        }
+    };
+    let model = match req.model.as_deref() {
+        None => embedder_alias(&services.catalogue),
+        Some(m) => {
+            let card = services
+                .catalogue
+                .iter()
+                .find(|c| c.id == m || c.model == m)
+                .ok_or_else(|| ApiError::NotFound(format!("no model `{m}`")))?;
+            if card.role != "embedder" {
+                return Err(ApiError::InvalidRequest(format!(
+                    "model `{m}` is not an embedding model"
+                )));
+            }
+            card.id.clone()
+        }
+    };
+    let texts = match req.input {
+        EmbeddingInput::One(s) => vec![s],
+        EmbeddingInput::Many(v) => v,
+    };
+    if texts.is_empty() || texts.len() > MAX_EMBED_INPUTS {
+        return Err(ApiError::InvalidRequest(format!(
+            "`input` must hold 1 to {MAX_EMBED_INPUTS} texts"
+        )));
+    }
+    if texts.iter().any(|t| t.is_empty()) {
+        return Err(ApiError::InvalidRequest(
+            "`input` texts must not be empty".into(),
+        ));
+    }
+    let embedder = services.embedder.clone();
+    let (vectors, tokens) = blocking(move || {
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let mut tokens = 0usize;
+        for t in &refs {
+            tokens += embedder
+                .input_ids(t)
+                .map_err(|e| ApiError::internal(format!("embedder tokenize: {e}")))?
+                .len();
+        }
+        let v = embedder
+            .embed(&refs)
+            .map_err(|e| ApiError::internal(format!("embedder: {e}")))?;
+        Ok((v, tokens))
+    })
+    .await?;
+    let data: Vec<Value> = vectors
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let embedding = if base64 {
+                let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                json!(base64::engine::general_purpose::STANDARD.encode(bytes))
+            } else {
+                json!(v)
+            };
+            json!({"object": "embedding", "index": i, "embedding": embedding})
+        })
+        .collect();
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    })))
+}
+
+fn embedder_alias(cards: &[crate::services::ModelCard]) -> String {
+    cards
+        .iter()
+        .find(|c| c.role == "embedder")
+        .map(|c| c.id.clone())
+        .unwrap_or_else(|| "airlock-embed".into())
+}

@@ -1,0 +1,97 @@
+//! The services a ready daemon holds: the ACL authority, the document store and indexes, the
+//! models, and the installed bundle's identity. Built once by start-up after the bundle is
+//! verified; shared read-only by every request (`Arc<Services>`).
+
+use std::sync::Arc;
+
+use airlock_acl::Acl;
+use airlock_inference::Embedder;
+use airlock_retrieval::{Retrieval, SearchMode};
+use serde::Serialize;
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+
+/// A model as `GET /v1/models` lists it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ModelCard {
+    /// The alias clients use (`airlock-large`, `airlock-small`, `airlock-embed`…).
+    pub id: String,
+    /// Always `model`.
+    pub object: &'static str,
+    /// Unix seconds (the bundle's creation time).
+    pub created: u64,
+    /// Always `airlock`.
+    pub owned_by: &'static str,
+    /// `generator`, `embedder` or `reranker`.
+    pub role: String,
+    /// The catalogue id of the model behind the alias.
+    pub model: String,
+}
+
+/// Everything a request may need once the daemon is ready.
+pub struct Services {
+    /// The access-control authority.
+    pub acl: Arc<Acl>,
+    /// Documents, chunks and indexes.
+    pub retrieval: Arc<Retrieval>,
+    /// The sentence embedder (also used by retrieval through its `Embed` seam).
+    pub embedder: Arc<Embedder>,
+    /// The models clients may name.
+    pub catalogue: Vec<ModelCard>,
+    bundle_version: String,
+}
+
+impl Services {
+    /// Assembles the services.
+    pub fn new(
+        acl: Arc<Acl>,
+        retrieval: Arc<Retrieval>,
+        embedder: Arc<Embedder>,
+        catalogue: Vec<ModelCard>,
+        bundle_version: String,
+    ) -> Self {
+        Services {
+            acl,
+            retrieval,
+            embedder,
+            catalogue,
+            bundle_version,
+        }
+    }
+
+    /// The installed bundle's version.
+    pub fn bundle_version(&self) -> &str {
+        &self.bundle_version
+    }
+
+    /// The search mode used when a request names none: hybrid when the vector index is
+    /// available, BM25 otherwise.
+    pub fn default_mode(&self) -> SearchMode {
+        if self.retrieval.stats().vector_index {
+            SearchMode::Hybrid
+        } else {
+            SearchMode::Bm25
+        }
+    }
+
+    /// Resolves a bearer token (lock-free, no I/O).
+    pub fn authenticate(&self, token: &str) -> Result<Option<Caller>, ApiError> {
+        Ok(self.acl.authenticate(token).map(|p| Caller {
+            admin: p.is_admin(),
+            user_id: p.user_id,
+        }))
+    }
+
+    /// Resolves a user id asserted by the trusted SSO proxy; unknown users are refused.
+    pub fn principal(&self, user_id: &str) -> Result<Option<Caller>, ApiError> {
+        Ok(self.acl.user(user_id).map(|u| Caller {
+            admin: u.roles.contains(&airlock_acl::Role::Admin),
+            user_id: u.user_id,
+        }))
+    }
+
+    /// Copies the engine's counters into the metrics before an exposition.
+    pub fn refresh_engine_gauges(&self, _metrics: &Metrics) {}
+}

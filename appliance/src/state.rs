@@ -1,0 +1,85 @@
+//! The daemon's shared state: configuration, metrics, admission, and the services that exist
+//! only once start-up has verified the bundle and opened the stores (`/readyz` turns 200 then).
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+
+use crate::admission::Admission;
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+use crate::services::Services;
+
+struct Inner {
+    config: Config,
+    metrics: Metrics,
+    admission: Admission,
+    services: ArcSwapOption<Services>,
+}
+
+/// Cheap-to-clone handle on everything a handler needs.
+#[derive(Clone)]
+pub struct AppState {
+    inner: Arc<Inner>,
+}
+
+impl AppState {
+    /// A state that is not ready yet (no services): `/healthz` answers, `/readyz` is 503 and
+    /// every other endpoint answers 503 `not-ready`.
+    pub fn starting(config: Config) -> Self {
+        let metrics = Metrics::new();
+        let admission = Admission::new(metrics.clone());
+        AppState {
+            inner: Arc::new(Inner {
+                config,
+                metrics,
+                admission,
+                services: ArcSwapOption::empty(),
+            }),
+        }
+    }
+
+    /// A ready state.
+    pub fn ready(config: Config, services: Services) -> Self {
+        let s = Self::starting(config);
+        s.set_services(services);
+        s
+    }
+
+    /// Installs the services: the daemon is ready from now on.
+    pub fn set_services(&self, services: Services) {
+        self.inner.metrics.set_bundle(services.bundle_version());
+        self.inner.services.store(Some(Arc::new(services)));
+    }
+
+    /// Withdraws the services (shutdown): `/readyz` turns 503.
+    pub fn clear_services(&self) -> Option<Arc<Services>> {
+        self.inner.services.swap(None)
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The admission component.
+    pub fn admission(&self) -> &Admission {
+        &self.inner.admission
+    }
+
+    /// Whether start-up has completed.
+    pub fn is_ready(&self) -> bool {
+        self.inner.services.load().is_some()
+    }
+
+    /// The services, or 503 `not-ready`.
+    pub fn services(&self) -> Result<Arc<Services>, ApiError> {
+        self.inner.services.load_full().ok_or(ApiError::NotReady)
+    }
+}

@@ -1,0 +1,5 @@
+//! Integration tests of the `airlock` crate (one binary for link time).
+
+mod api;
+mod bundle_cli;
+mod support;

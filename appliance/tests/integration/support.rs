@@ -1,0 +1,211 @@
+//! Shared fixtures for the daemon tests: a ready `AppState` over real stores (SQLite, tantivy,
+//! the int8 vector index) and the real MiniLM embedder, plus a request helper for `oneshot`.
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use airlock::services::ModelCard;
+use airlock::{AppState, Config, Services, app};
+use airlock_acl::{Acl, NewUser, Role};
+use airlock_inference::{Embedder, EmbedderConfig, EmbedderFiles};
+use airlock_retrieval::{Retrieval, RetrievalConfig};
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use http_body_util::BodyExt;
+use serde_json::Value;
+use tower::ServiceExt;
+
+/// The model directory (`AIRLOCK_MODELS_DIR` or the repo's `models-cache/models`).
+pub fn models_dir() -> PathBuf {
+    std::env::var_os("AIRLOCK_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models-cache/models"))
+}
+
+/// The MiniLM embedder, loaded once per test binary.
+pub fn embedder() -> Arc<Embedder> {
+    static E: OnceLock<Arc<Embedder>> = OnceLock::new();
+    E.get_or_init(|| {
+        let files = EmbedderFiles::in_dir(&models_dir().join("minilm"));
+        Arc::new(
+            Embedder::load(
+                &files,
+                EmbedderConfig {
+                    name: "minilm-l6".into(),
+                    ..EmbedderConfig::default()
+                },
+            )
+            .expect("load MiniLM from models-cache"),
+        )
+    })
+    .clone()
+}
+
+/// A catalogue like the demo bundle's.
+pub fn catalogue() -> Vec<ModelCard> {
+    [
+        ("airlock-large", "generator", "qwen2.5-coder-0.5b"),
+        ("airlock-small", "generator", "smollm2-135m"),
+        ("airlock-embed", "embedder", "minilm-l6"),
+    ]
+    .into_iter()
+    .map(|(id, role, model)| ModelCard {
+        id: id.into(),
+        object: "model",
+        created: 0,
+        owned_by: "airlock",
+        role: role.into(),
+        model: model.into(),
+    })
+    .collect()
+}
+
+/// A ready daemon over fresh stores in a temporary directory, with one local admin.
+pub struct TestApp {
+    /// The state (also usable to build more routers).
+    pub state: AppState,
+    /// The admin's bearer token.
+    pub admin: String,
+    /// Keeps the data directory alive.
+    pub _dir: tempfile::TempDir,
+}
+
+impl TestApp {
+    /// Builds the app with the default config.
+    pub fn new() -> Self {
+        Self::with_config(Config::default())
+    }
+
+    /// Builds the app with `config` (validated).
+    pub fn with_config(config: Config) -> Self {
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter("warn")
+            .try_init();
+        config.validate().expect("valid test config");
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("airlock.db");
+        let acl = Arc::new(Acl::open(&db).unwrap());
+        let embedder = embedder();
+        let retrieval = Arc::new(
+            Retrieval::open(
+                &db,
+                &dir.path().join("index"),
+                RetrievalConfig::default(),
+                Arc::new(airlock::models::EmbedAdapter(embedder.clone())),
+                None,
+            )
+            .unwrap(),
+        );
+        let admin = acl
+            .add_user(
+                "test",
+                "admin",
+                &NewUser {
+                    groups: vec![],
+                    roles: vec![Role::Admin],
+                    local: true,
+                },
+            )
+            .unwrap();
+        let services = Services::new(acl, retrieval, embedder, catalogue(), "1.0.0-test".into());
+        let state = AppState::ready(config, services);
+        TestApp {
+            state,
+            admin,
+            _dir: dir,
+        }
+    }
+
+    /// Adds a (non-local) user with groups and returns their token.
+    pub fn user(&self, id: &str, groups: &[&str]) -> String {
+        self.state
+            .services()
+            .unwrap()
+            .acl
+            .add_user(
+                "test",
+                id,
+                &NewUser {
+                    groups: groups.iter().map(|g| g.to_string()).collect(),
+                    roles: vec![],
+                    local: false,
+                },
+            )
+            .unwrap()
+    }
+
+    /// Sends one request through `app()` with `oneshot`.
+    pub async fn call(
+        &self,
+        method: Method,
+        uri: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Resp {
+        let mut b = Request::builder().method(method).uri(uri);
+        if let Some(t) = token {
+            b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = match body {
+            Some(v) => b
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(serde_json::to_vec(&v).unwrap()))
+                .unwrap(),
+            None => b.body(Body::empty()).unwrap(),
+        };
+        self.send(req).await
+    }
+
+    /// Sends a prepared request.
+    pub async fn send(&self, req: Request<Body>) -> Resp {
+        let resp = app(self.state.clone()).oneshot(req).await.unwrap();
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Resp {
+            status,
+            headers,
+            text,
+            json,
+        }
+    }
+}
+
+/// A collected response.
+#[derive(Debug)]
+pub struct Resp {
+    /// Status.
+    pub status: StatusCode,
+    /// Headers.
+    pub headers: HeaderMap,
+    /// Body as text.
+    pub text: String,
+    /// Body as JSON (`Null` if not JSON).
+    pub json: Value,
+}
+
+impl Resp {
+    /// Asserts a problem body exactly (type, title, status, detail) and its content type.
+    pub fn assert_problem(&self, status: u16, slug: &str, detail: &str) {
+        assert_eq!(self.status.as_u16(), status, "{}", self.text);
+        assert_eq!(
+            self.headers.get(header::CONTENT_TYPE).unwrap(),
+            "application/problem+json",
+            "{}",
+            self.text
+        );
+        let title = self.status.canonical_reason().unwrap();
+        assert_eq!(
+            self.json,
+            serde_json::json!({
+                "type": format!("https://airlock.local/problems/{slug}"),
+                "title": title,
+                "status": status,
+                "detail": detail,
+            }),
+        );
+    }
+}
