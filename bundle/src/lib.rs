@@ -40,7 +40,10 @@ pub use manifest::{
 pub use progress::{NoProgress, Progress};
 pub use state::{HistoryEntry, State};
 pub use store::{InstallOptions, InstallOutcome, InstallStage, Installed, ListedBundle, Store};
-pub use verify::{Verified, verify_file};
+pub use verify::{Unverified, Verified, inspect_file, verify_file};
+
+/// Bundle versions are semantic versions (re-exported so callers need no `semver` dependency).
+pub use semver::Version;
 
 /// Name of the first entry of every bundle.
 pub const MANIFEST_NAME: &str = "manifest.json";

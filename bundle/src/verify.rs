@@ -87,6 +87,68 @@ pub fn verify_file(
     Ok(verified)
 }
 
+/// A bundle's metadata, read **without** checking signatures or payload (for display only).
+#[derive(Debug, Clone)]
+pub struct Unverified {
+    /// The manifest as parsed (not validated, not trusted).
+    pub manifest: Manifest,
+    /// The signature envelope as parsed (not checked).
+    pub signatures: SignatureEnvelope,
+}
+
+/// Reads the metadata frame of the bundle at `path` for display. Nothing it returns is
+/// trusted; use [`verify_file`] for a verdict.
+pub fn inspect_file(path: &Path, limits: &Limits) -> Result<Unverified> {
+    let refused = |r: Refusal| Error::refused(path, r);
+    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let content = read_metadata_frame(&mut file, metadata_budget(limits)).map_err(refused)?;
+    let mut archive = tar::Archive::new(&content[..]);
+    let mut entries = archive.entries().map_err(|e| {
+        refused(Refusal::Corrupt {
+            reason: e.to_string(),
+        })
+    })?;
+    let mut read = |expected: &'static str| -> Result<Vec<u8>> {
+        let mut entry = match entries.next() {
+            Some(Ok(e)) => e,
+            Some(Err(e)) => {
+                return Err(refused(Refusal::Corrupt {
+                    reason: e.to_string(),
+                }));
+            }
+            None => {
+                return Err(refused(Refusal::UnexpectedEntry {
+                    expected,
+                    found: "end of archive".into(),
+                }));
+            }
+        };
+        let found = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        if found != expected {
+            return Err(refused(Refusal::UnexpectedEntry { expected, found }));
+        }
+        let mut bytes = Vec::new();
+        entry.read_to_end(&mut bytes).map_err(|e| {
+            refused(Refusal::Corrupt {
+                reason: e.to_string(),
+            })
+        })?;
+        Ok(bytes)
+    };
+    let manifest_bytes = read(MANIFEST_NAME)?;
+    let signature_bytes = read(SIGNATURES_NAME)?;
+    let manifest = Manifest::from_json(&manifest_bytes).map_err(refused)?;
+    let signatures = SignatureEnvelope::from_json(&signature_bytes).map_err(|e| {
+        refused(Refusal::Signature {
+            reason: e.to_string(),
+        })
+    })?;
+    Ok(Unverified {
+        manifest,
+        signatures,
+    })
+}
+
 /// Verifies `path`, handing accepted data to `sink`.
 pub(crate) fn verify_with(
     path: &Path,

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod bundle;
 pub mod eval;
+pub mod keys;
 
 /// Airlock: an air-gapped RAG appliance.
 #[derive(Debug, Parser)]
@@ -28,6 +30,18 @@ pub struct DataArgs {
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Generate an Ed25519 signing key pair.
+    Keygen(keys::KeygenArgs),
+    /// Manage keyrings: the trusted keys, threshold and revocations.
+    #[command(subcommand)]
+    Keyring(keys::KeyringCommand),
+    /// Build, verify, inspect and list signed bundles.
+    #[command(subcommand)]
+    Bundle(bundle::BundleCommand),
+    /// Verify a bundle and make it the current one.
+    Install(bundle::InstallArgs),
+    /// Switch back to the previous installed bundle.
+    Rollback(bundle::RollbackArgs),
     /// Golden-set evaluation and the release gate.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
@@ -56,6 +70,21 @@ pub fn main() -> ExitCode {
 /// Runs a parsed command. `Ok(false)` is a clean refusal (e.g. the eval gate): exit code 1.
 pub fn run(cli: Cli) -> anyhow::Result<bool> {
     match cli.command {
+        Command::Keygen(args) => keys::keygen(args),
+        Command::Keyring(cmd) => keys::keyring(cmd),
+        Command::Bundle(cmd) => bundle::bundle(cmd),
+        Command::Install(args) => bundle::install(args),
+        Command::Rollback(args) => bundle::rollback(args),
         Command::Eval(cmd) => eval::run(cmd),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_tree_is_consistent() {
+        super::Cli::command().debug_assert();
     }
 }

@@ -1,0 +1,368 @@
+//! `airlock bundle build|verify|inspect|list|verify-installed`, `airlock install` and
+//! `airlock rollback`: the signed-bundle supply chain on the command line.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use airlock_bundle::{
+    BuildOptions, InstallOptions, InstallOutcome, InstallStage, Limits, Progress, Store, build,
+    inspect_file, verify_file,
+};
+use airlock_signing::KeyPair;
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::DataArgs;
+use super::keys::KeyringArgs;
+
+/// Environment variable naming an install stage at which the process stops dead (crash tests).
+pub const FAILPOINT_ENV: &str = "AIRLOCK_FAILPOINT";
+
+/// `airlock bundle ...`.
+#[derive(Debug, Subcommand)]
+pub enum BundleCommand {
+    /// Build a signed bundle from every regular file under a directory.
+    #[command(disable_version_flag = true)]
+    Build(BuildArgs),
+    /// Verify a bundle file (signatures, then every entry) without installing it.
+    Verify {
+        /// The bundle file.
+        file: PathBuf,
+        /// Keyring to check signatures against.
+        #[command(flatten)]
+        keyring: KeyringArgs,
+        /// The data directory.
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    /// Show a bundle's manifest and signers WITHOUT verifying anything.
+    Inspect {
+        /// The bundle file.
+        file: PathBuf,
+        /// Print the manifest as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List installed bundles (current, previous) and the rollback floor.
+    List {
+        /// The data directory.
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    /// Re-check the current bundle's signature and every file's digest.
+    VerifyInstalled {
+        /// Keyring to check signatures against.
+        #[command(flatten)]
+        keyring: KeyringArgs,
+        /// The data directory.
+        #[command(flatten)]
+        data: DataArgs,
+    },
+}
+
+/// `airlock bundle build`.
+#[derive(Debug, Args)]
+pub struct BuildArgs {
+    /// Source directory (regular files only; `catalogue.json` becomes the model catalogue).
+    #[arg(long, value_name = "DIR")]
+    pub from: PathBuf,
+    /// Bundle version (semver, e.g. 1.4.0).
+    #[arg(long)]
+    pub version: airlock_bundle::Version,
+    /// Private key file(s) to sign with (at least the keyring's threshold).
+    #[arg(long = "sign", value_name = "KEY", required = true)]
+    pub sign: Vec<PathBuf>,
+    /// Output bundle file.
+    #[arg(long, value_name = "FILE")]
+    pub out: PathBuf,
+    /// Bundle name.
+    #[arg(long, default_value = "airlock")]
+    pub name: String,
+    /// Carry this appliance binary as bin/airlock.
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// zstd level (1-19).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i32).range(1..=19))]
+    pub zstd_level: i32,
+    /// Refuse installation over a current version below this one.
+    #[arg(long, value_name = "VERSION")]
+    pub min_previous: Option<airlock_bundle::Version>,
+    /// Creation time, RFC 3339 (default: $SOURCE_DATE_EPOCH if set, else now) — fix it for
+    /// reproducible builds.
+    #[arg(long)]
+    pub created: Option<String>,
+}
+
+/// `airlock install`.
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// The bundle file.
+    pub file: PathBuf,
+    /// Keyring to check signatures against.
+    #[command(flatten)]
+    pub keyring: KeyringArgs,
+    /// The data directory.
+    #[command(flatten)]
+    pub data: DataArgs,
+}
+
+/// `airlock rollback`.
+#[derive(Debug, Args)]
+pub struct RollbackArgs {
+    /// Keyring to check signatures against.
+    #[command(flatten)]
+    pub keyring: KeyringArgs,
+    /// The data directory.
+    #[command(flatten)]
+    pub data: DataArgs,
+}
+
+/// A progress bar on stderr, drawn only when stderr is a terminal.
+pub struct Bar(ProgressBar);
+
+impl Bar {
+    /// A new, empty bar.
+    pub fn new() -> Bar {
+        let target = if std::io::stderr().is_terminal() {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        let bar = ProgressBar::with_draw_target(Some(0), target);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{msg:>12} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .expect("static template")
+            .progress_chars("=> "),
+        );
+        Bar(bar)
+    }
+}
+
+impl Default for Bar {
+    fn default() -> Self {
+        Bar::new()
+    }
+}
+
+impl Progress for Bar {
+    fn begin(&self, message: &str, total: u64) {
+        self.0.reset();
+        self.0.set_length(total);
+        self.0.set_message(message.to_owned());
+    }
+    fn advance(&self, bytes: u64) {
+        self.0.inc(bytes);
+    }
+    fn finish(&self) {
+        self.0.finish_and_clear();
+    }
+}
+
+fn created(arg: Option<&str>) -> anyhow::Result<time::OffsetDateTime> {
+    use time::format_description::well_known::Rfc3339;
+    if let Some(s) = arg {
+        return time::OffsetDateTime::parse(s, &Rfc3339)
+            .with_context(|| format!("--created {s:?} is not RFC 3339"));
+    }
+    if let Ok(epoch) = std::env::var("SOURCE_DATE_EPOCH") {
+        let secs: i64 = epoch
+            .trim()
+            .parse()
+            .context("SOURCE_DATE_EPOCH is not an integer")?;
+        return Ok(time::OffsetDateTime::from_unix_timestamp(secs)?);
+    }
+    let now = time::OffsetDateTime::now_utc();
+    Ok(now.replace_nanosecond(0).unwrap_or(now))
+}
+
+fn human(bytes: u64) -> String {
+    indicatif::HumanBytes(bytes).to_string()
+}
+
+/// Runs `airlock bundle ...`.
+pub fn bundle(cmd: BundleCommand) -> anyhow::Result<bool> {
+    match cmd {
+        BundleCommand::Build(args) => {
+            let keys = args
+                .sign
+                .iter()
+                .map(|p| Ok(KeyPair::load(p)?))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let signers: Vec<&KeyPair> = keys.iter().collect();
+            let mut options = BuildOptions::new(args.name, args.version);
+            options.created = created(args.created.as_deref())?;
+            options.binary = args.binary;
+            options.zstd_level = args.zstd_level;
+            options.min_previous_version = args.min_previous;
+            let manifest = build(&args.from, &options, &signers, &args.out, &Bar::new())?;
+            println!(
+                "built {} {} {}: {} files, {}, {} model(s), signed by {}",
+                args.out.display(),
+                manifest.name,
+                manifest.version,
+                manifest.files.len(),
+                human(manifest.total_size()),
+                manifest.models.len(),
+                signers
+                    .iter()
+                    .map(|k| k.key_id().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        BundleCommand::Verify {
+            file,
+            keyring,
+            data,
+        } => {
+            let ring = keyring.load(&data)?;
+            let v = verify_file(&file, &ring, &Limits::default(), &Bar::new())?;
+            println!(
+                "ok {}: {} {}, {} files, {}, signed by {} of threshold {} ({})",
+                file.display(),
+                v.manifest.name,
+                v.manifest.version,
+                v.manifest.files.len(),
+                human(v.manifest.total_size()),
+                v.signers.len(),
+                ring.threshold(),
+                v.signers
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        BundleCommand::Inspect { file, json } => {
+            let u = inspect_file(&file, &Limits::default())?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&u.manifest)?);
+                return Ok(true);
+            }
+            let m = &u.manifest;
+            println!(
+                "{} (NOT verified; use `airlock bundle verify`)",
+                file.display()
+            );
+            println!("name      {}", m.name);
+            println!("version   {}", m.version);
+            println!("created   {}", m.created);
+            if let Some(min) = &m.min_previous_version {
+                println!("requires  current >= {min}");
+            }
+            println!("files     {} ({})", m.files.len(), human(m.total_size()));
+            for f in &m.files {
+                println!("  {:>10}  {}  {}", human(f.size), &f.sha256[..16], f.path);
+            }
+            for model in &m.models {
+                println!(
+                    "model     {} ({:?}) alias {} [{}]",
+                    model.id,
+                    model.role,
+                    model.alias,
+                    model.files.join(", ")
+                );
+            }
+            if let Some(b) = &m.binary {
+                println!("binary    {} sha256 {}", b.path, b.sha256);
+            }
+            for s in &u.signatures.signatures {
+                println!("signed by {}", s.key_id);
+            }
+        }
+        BundleCommand::List { data } => {
+            let (state, bundles) = Store::open(&data.data)?.list()?;
+            if bundles.is_empty() {
+                println!("no bundles installed in {}", data.data.display());
+            }
+            for b in &bundles {
+                let role = if b.is_current {
+                    "current"
+                } else if b.is_previous {
+                    "previous"
+                } else {
+                    ""
+                };
+                let (name, created) = b
+                    .manifest
+                    .as_ref()
+                    .map(|m| (m.name.as_str(), m.created.as_str()))
+                    .unwrap_or(("?", "?"));
+                println!("{:<12} {:<8} {name} {created}", b.version.to_string(), role);
+            }
+            if let Some(h) = &state.highest_installed {
+                println!("rollback floor: installs must be above {h}");
+            }
+        }
+        BundleCommand::VerifyInstalled { keyring, data } => {
+            let ring = keyring.load(&data)?;
+            let installed = Store::open(&data.data)?.verify_installed(&ring, &Bar::new())?;
+            println!(
+                "ok {} {}: {} files, {} verified in {}",
+                installed.manifest.name,
+                installed.version,
+                installed.manifest.files.len(),
+                human(installed.manifest.total_size()),
+                installed.dir.display()
+            );
+        }
+    }
+    Ok(true)
+}
+
+/// Stops the process at the stage named by `AIRLOCK_FAILPOINT`: announces it on stderr, then
+/// waits to be killed (tests send SIGKILL), aborting after a minute if nobody does.
+fn failpoint(stage: InstallStage) {
+    if std::env::var(FAILPOINT_ENV).ok().as_deref() == Some(stage.name()) {
+        eprintln!("failpoint {} reached", stage.name());
+        std::thread::sleep(Duration::from_secs(60));
+        std::process::abort();
+    }
+}
+
+/// Runs `airlock install`.
+pub fn install(args: InstallArgs) -> anyhow::Result<bool> {
+    let ring = args.keyring.load(&args.data)?;
+    let store = Store::open(&args.data.data)?;
+    let bar = Bar::new();
+    let options = InstallOptions {
+        progress: &bar,
+        on_stage: &failpoint,
+    };
+    match store.install(&args.file, &ring, &options)? {
+        InstallOutcome::Installed {
+            version,
+            previous,
+            signers,
+        } => {
+            let previous = previous
+                .map(|p| p.to_string())
+                .unwrap_or_else(|| "none".into());
+            println!(
+                "installed {version} (previous: {previous}), signed by {}",
+                signers
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        InstallOutcome::AlreadyCurrent { version } => {
+            println!("{version} is already current; nothing to do")
+        }
+    }
+    Ok(true)
+}
+
+/// Runs `airlock rollback`.
+pub fn rollback(args: RollbackArgs) -> anyhow::Result<bool> {
+    let ring = args.keyring.load(&args.data)?;
+    let (from, to) = Store::open(&args.data.data)?.rollback(&ring)?;
+    let from = from.map(|v| v.to_string()).unwrap_or_else(|| "none".into());
+    println!("rolled back from {from} to {to}");
+    Ok(true)
+}

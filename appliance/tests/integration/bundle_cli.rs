@@ -1,0 +1,402 @@
+//! The bundle supply chain through the real `airlock` binary: keygen, keyring, build, verify,
+//! inspect, install, list, rollback, verify-installed, key rotation, exit codes, one-line
+//! refusals, and installs killed with SIGKILL at every stage.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_airlock");
+
+struct Appliance {
+    dir: tempfile::TempDir,
+}
+
+impl Appliance {
+    fn new() -> Appliance {
+        Appliance {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn data(&self) -> String {
+        self.path("data").to_string_lossy().into_owned()
+    }
+
+    /// Runs `airlock ARGS` with a clean environment for the variables it reads.
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(BIN)
+            .args(args)
+            .env_remove("AIRLOCK_DATA")
+            .env_remove("AIRLOCK_FAILPOINT")
+            .env_remove("SOURCE_DATE_EPOCH")
+            .current_dir(self.dir.path())
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "airlock {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs a command that must fail with exit code 1; returns its stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "airlock {args:?}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8(out.stderr).unwrap()
+    }
+
+    fn source(&self, version: &str) -> String {
+        let src = self.path(&format!("src-{version}"));
+        fs::create_dir_all(src.join("models/embed")).unwrap();
+        fs::write(
+            src.join("models/embed/model.bin"),
+            format!("weights {version}").repeat(1000),
+        )
+        .unwrap();
+        fs::write(
+            src.join("catalogue.json"),
+            r#"[{"id":"embed","role":"embedder","alias":"airlock-embed","files":["models/embed/model.bin"],"params":{}}]"#,
+        )
+        .unwrap();
+        src.to_string_lossy().into_owned()
+    }
+
+    /// keygen + pinned keyring (threshold 1) + a v1 bundle; returns (key, bundle).
+    fn setup(&self) -> (String, String) {
+        self.ok(&["keygen", "--out", "keys", "--name", "ops"]);
+        self.ok(&[
+            "keyring",
+            "init",
+            "--key",
+            "keys/ops.pub",
+            "--data",
+            &self.data(),
+        ]);
+        let b1 = self.build("1.0.0", "keys/ops.key");
+        (self.path("keys/ops.key").to_string_lossy().into_owned(), b1)
+    }
+
+    fn build(&self, version: &str, key: &str) -> String {
+        let src = self.source(version);
+        let out = self
+            .path(&format!("airlock-{version}.tar.zst"))
+            .to_string_lossy()
+            .into_owned();
+        self.ok(&[
+            "bundle",
+            "build",
+            "--from",
+            &src,
+            "--version",
+            version,
+            "--sign",
+            key,
+            "--out",
+            &out,
+        ]);
+        out
+    }
+}
+
+fn one_line(stderr: &str) -> &str {
+    let trimmed = stderr.trim_end();
+    assert!(
+        !trimmed.contains('\n'),
+        "refusal must be one line: {stderr:?}"
+    );
+    trimmed
+}
+
+#[test]
+fn build_verify_install_rollback_by_hand() {
+    let b = Appliance::new();
+    let (key, b1) = b.setup();
+    let mode = {
+        use std::os::unix::fs::PermissionsExt;
+        fs::metadata(&key).unwrap().permissions().mode() & 0o777
+    };
+    assert_eq!(mode, 0o600);
+
+    let out = b.ok(&["bundle", "verify", &b1, "--data", &b.data()]);
+    assert!(
+        out.starts_with("ok ") && out.contains("airlock 1.0.0"),
+        "{out}"
+    );
+    let out = b.ok(&["bundle", "inspect", &b1]);
+    assert!(
+        out.contains("NOT verified") && out.contains("airlock-embed"),
+        "{out}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&b.ok(&["bundle", "inspect", &b1, "--json"])).unwrap();
+    assert_eq!(json["version"], "1.0.0");
+
+    let out = b.ok(&["install", &b1, "--data", &b.data()]);
+    assert!(out.contains("installed 1.0.0 (previous: none)"), "{out}");
+    let out = b.ok(&["install", &b1, "--data", &b.data()]);
+    assert!(out.contains("already current"), "{out}");
+
+    let b2 = b.build("2.0.0", &key);
+    b.ok(&["install", &b2, "--data", &b.data()]);
+    let list = b.ok(&["bundle", "list", "--data", &b.data()]);
+    assert!(
+        list.contains("1.0.0")
+            && list.contains("previous")
+            && list.contains("2.0.0")
+            && list.contains("current"),
+        "{list}"
+    );
+
+    let out = b.ok(&["rollback", "--data", &b.data()]);
+    assert!(out.contains("rolled back from 2.0.0 to 1.0.0"), "{out}");
+    let out = b.ok(&["bundle", "verify-installed", "--data", &b.data()]);
+    assert!(out.contains("1.0.0"), "{out}");
+
+    // The floor: a 1.5.0 is below the highest installed (2.0.0).
+    let b15 = b.build("1.5.0", &key);
+    let err = b.fails(&["install", &b15, "--data", &b.data()]);
+    let line = one_line(&err);
+    assert!(
+        line.contains("airlock-1.5.0.tar.zst") && line.contains("rollback floor"),
+        "{line}"
+    );
+}
+
+#[test]
+fn refusals_exit_1_with_one_line_naming_file_and_check() {
+    let b = Appliance::new();
+    let (_, b1) = b.setup();
+    b.ok(&["install", &b1, "--data", &b.data()]);
+
+    // A bundle signed by a key the appliance does not trust.
+    b.ok(&["keygen", "--out", "rogue", "--name", "rogue"]);
+    let rogue = b.build("2.0.0", "rogue/rogue.key");
+    let line = b.fails(&["install", &rogue, "--data", &b.data()]);
+    let line = one_line(&line);
+    assert!(
+        line.contains("airlock-2.0.0.tar.zst")
+            && line.contains("manifest signature")
+            && line.contains("unknown key"),
+        "{line}"
+    );
+
+    // One flipped byte in the payload frame.
+    let mut bytes = fs::read(&b1).unwrap();
+    let last = bytes.len() - 10;
+    bytes[last] ^= 0x40;
+    let tampered = b.path("tampered.tar.zst");
+    fs::write(&tampered, bytes).unwrap();
+    let line = b.fails(&[
+        "bundle",
+        "verify",
+        tampered.to_str().unwrap(),
+        "--data",
+        &b.data(),
+    ]);
+    assert!(one_line(&line).contains("tampered.tar.zst"), "{line}");
+
+    // The installed bundle is untouched, and tampering with it is found.
+    b.ok(&["bundle", "verify-installed", "--data", &b.data()]);
+    let installed = b.path("data/bundles/1.0.0/models/embed/model.bin");
+    let mut content = fs::read(&installed).unwrap();
+    content[0] ^= 1;
+    fs::write(&installed, content).unwrap();
+    let line = b.fails(&["bundle", "verify-installed", "--data", &b.data()]);
+    let line = one_line(&line);
+    assert!(
+        line.contains("models/embed/model.bin") && line.contains("SHA-256"),
+        "{line}"
+    );
+
+    // Rollback with nothing to roll back to.
+    let line = b.fails(&["rollback", "--data", &b.data()]);
+    assert!(one_line(&line).contains("no previous version"), "{line}");
+}
+
+#[test]
+fn usage_errors_exit_2_and_help_exits_0() {
+    let b = Appliance::new();
+    assert_eq!(
+        b.run(&["bundle", "build", "--from", "x"]).status.code(),
+        Some(2)
+    );
+    assert_eq!(b.run(&["install"]).status.code(), Some(2));
+    assert_eq!(b.run(&["bundle", "frobnicate"]).status.code(), Some(2));
+    let help = b.run(&["bundle", "--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    let text = String::from_utf8(help.stdout).unwrap();
+    for cmd in ["build", "verify", "inspect", "list", "verify-installed"] {
+        assert!(text.contains(cmd), "{cmd} missing from help: {text}");
+    }
+    // No pinned keyring: a clear failure, not a usage error.
+    let err = b.fails(&["install", "nothing.tar.zst", "--data", &b.data()]);
+    assert!(err.contains("no pinned keyring"), "{err}");
+}
+
+#[test]
+fn key_rotation_replaces_the_pinned_keyring() {
+    let b = Appliance::new();
+    let (old_key, b1) = b.setup();
+    b.ok(&["install", &b1, "--data", &b.data()]);
+    let ring = b.path("data/keys/trusted.json");
+    let old_id = serde_json::from_str::<serde_json::Value>(&fs::read_to_string(&ring).unwrap())
+        .unwrap()["keys"][0]["key_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // New key; draft keyring: add it, revoke the old one; sign with the OLD key; rotate.
+    b.ok(&["keygen", "--out", "keys2", "--name", "new"]);
+    fs::copy(&ring, b.path("draft.json")).unwrap();
+    b.ok(&["keyring", "add", "draft.json", "--key", "keys2/new.pub"]);
+    b.ok(&["keyring", "revoke", "draft.json", "--key-id", &old_id]);
+    // Signed by the new key only: refused (not in the pinned keyring).
+    b.ok(&[
+        "keyring",
+        "sign",
+        "draft.json",
+        "--sign",
+        "keys2/new.key",
+        "--out",
+        "bad-rotation.json",
+    ]);
+    let line = b.fails(&[
+        "keyring",
+        "rotate",
+        "bad-rotation.json",
+        "--data",
+        &b.data(),
+    ]);
+    assert!(one_line(&line).contains("threshold"), "{line}");
+    b.ok(&[
+        "keyring",
+        "sign",
+        "draft.json",
+        "--sign",
+        &old_key,
+        "--out",
+        "rotation.json",
+    ]);
+    let out = b.ok(&["keyring", "rotate", "rotation.json", "--data", &b.data()]);
+    assert!(out.contains("version 1 -> 3"), "{out}");
+    // Replaying the same rotation is refused (version not higher).
+    b.fails(&["keyring", "rotate", "rotation.json", "--data", &b.data()]);
+
+    // Bundles signed by the new key install; the old key no longer counts.
+    let b2 = b.build("2.0.0", "keys2/new.key");
+    b.ok(&["install", &b2, "--data", &b.data()]);
+    let b3 = b.build("3.0.0", &old_key);
+    let line = b.fails(&["install", &b3, "--data", &b.data()]);
+    assert!(one_line(&line).contains("revoked"), "{line}");
+}
+
+/// Starts `airlock install` with a failpoint, waits until it reports the stage, SIGKILLs it.
+fn kill_at(b: &Appliance, bundle: &str, stage: &str) {
+    let mut child = Command::new(BIN)
+        .args(["install", bundle, "--data", &b.data()])
+        .env("AIRLOCK_FAILPOINT", stage)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = lines
+        .next()
+        .expect("the child reports the failpoint")
+        .unwrap();
+    assert_eq!(line, format!("failpoint {stage} reached"));
+    child.kill().unwrap(); // SIGKILL
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+}
+
+#[test]
+fn install_killed_at_every_stage_leaves_the_old_version_usable() {
+    for stage in [
+        "after-first-file",
+        "after-extract",
+        "after-rename",
+        "after-state-temp",
+        "after-switch",
+    ] {
+        let b = Appliance::new();
+        let (key, b1) = b.setup();
+        b.ok(&["install", &b1, "--data", &b.data()]);
+        let b2 = b.build("2.0.0", &key);
+
+        kill_at(&b, &b2, stage);
+
+        // The current version still verifies and loads (its catalogue file is readable).
+        let expect = if stage == "after-switch" {
+            "2.0.0"
+        } else {
+            "1.0.0"
+        };
+        let out = b.ok(&["bundle", "verify-installed", "--data", &b.data()]);
+        assert!(out.contains(&format!("airlock {expect}")), "{stage}: {out}");
+        let model = b.path(&format!("data/bundles/{expect}/models/embed/model.bin"));
+        assert!(
+            fs::read_to_string(model)
+                .unwrap()
+                .starts_with(&format!("weights {expect}")),
+            "{stage}"
+        );
+
+        // Installing again completes (or is a no-op when the switch had happened).
+        let out = b.ok(&["install", &b2, "--data", &b.data()]);
+        assert!(out.contains("2.0.0"), "{stage}: {out}");
+        b.ok(&["bundle", "verify-installed", "--data", &b.data()]);
+        let leftovers: Vec<String> = fs::read_dir(b.path("data/bundles"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".staging") || n.ends_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{stage}: {leftovers:?}");
+    }
+}
+
+#[test]
+fn builds_are_reproducible_from_the_command_line() {
+    let b = Appliance::new();
+    b.ok(&["keygen", "--out", "keys", "--name", "ops"]);
+    let src = b.source("1.0.0");
+    for out in ["a.tar.zst", "b.tar.zst"] {
+        b.ok(&[
+            "bundle",
+            "build",
+            "--from",
+            &src,
+            "--version",
+            "1.0.0",
+            "--sign",
+            "keys/ops.key",
+            "--out",
+            out,
+            "--created",
+            "2026-11-29T00:00:00Z",
+            "--zstd-level",
+            "9",
+        ]);
+    }
+    assert_eq!(
+        fs::read(b.path("a.tar.zst")).unwrap(),
+        fs::read(b.path("b.tar.zst")).unwrap()
+    );
+}
