@@ -7,8 +7,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod bundle;
+pub mod demo;
 pub mod eval;
 pub mod keys;
+pub mod serve;
 
 /// Airlock: an air-gapped RAG appliance.
 #[derive(Debug, Parser)]
@@ -45,6 +47,10 @@ pub enum Command {
     /// Golden-set evaluation and the release gate.
     #[command(subcommand)]
     Eval(eval::EvalCommand),
+    /// Set up a working demo appliance (key, signed bundle, sample data, users) and serve it.
+    Demo(demo::DemoArgs),
+    /// Serve an installed appliance (HTTP API, web UI).
+    Serve(serve::ServeArgs),
 }
 
 /// Parses the command line, runs it and maps the outcome to an exit code.
@@ -76,6 +82,8 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Install(args) => bundle::install(args),
         Command::Rollback(args) => bundle::rollback(args),
         Command::Eval(cmd) => eval::run(cmd),
+        Command::Demo(args) => demo::run(args),
+        Command::Serve(args) => serve::run(args).map(|()| true),
     }
 }
 

@@ -1,0 +1,322 @@
+//! `airlock demo`: a working appliance in one command — a demo signing key and keyring, the demo
+//! bundle built from the staged models and installed, the sample corpora ingested with their
+//! permissions, demo users with tokens in `DIR/demo/tokens.json`, then `airlock serve`.
+//!
+//! Every step is idempotent: a re-run reuses the key, the installed bundle, the ingested corpus
+//! (unchanged documents are skipped by content hash) and the tokens file.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use airlock_acl::{NewUser, Role};
+use anyhow::{Context, bail};
+use clap::{Args, Parser};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+use super::DataArgs;
+use super::bundle::{BuildArgs, BundleCommand, InstallArgs};
+use super::keys::{KeygenArgs, KeyringArgs, KeyringCommand, pinned_keyring};
+use super::serve::{ServeArgs, init_tracing};
+use crate::config::Config;
+
+/// The demo's bundle version (bump when the staged models change).
+pub const DEMO_VERSION: &str = "0.1.0";
+/// Actor recorded in the audit log for the demo's set-up.
+const ACTOR: &str = "airlock-demo";
+/// Group that reads the Cranfield corpus (every demo user is in it).
+const CRANFIELD_GROUP: &str = "demo-cranfield";
+/// The operator account the demo creates.
+const ADMIN: &str = "admin";
+
+/// `airlock demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The appliance's data directory.
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Port to serve on.
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Set everything up, then exit instead of serving.
+    #[arg(long)]
+    pub setup_only: bool,
+    /// Install without ingesting anything and without demo users (tokens.json holds only admin).
+    #[arg(long)]
+    pub no_sample_data: bool,
+    /// The staged models (made by scripts/fetch-models.sh).
+    #[arg(long, env = "AIRLOCK_STAGING", default_value = "models-cache/staging")]
+    pub staging: PathBuf,
+    /// The sample datasets (`bank-dev/`, `cranfield/`).
+    #[arg(
+        long,
+        env = "AIRLOCK_SAMPLE_DATA",
+        default_value = "../shared/datasets"
+    )]
+    pub sample_data: PathBuf,
+}
+
+fn step(msg: &str) {
+    eprintln!("==> {msg}");
+}
+
+/// Runs `airlock demo`.
+pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
+    let data = args.data.data.clone();
+    let demo = data.join("demo");
+    std::fs::create_dir_all(&demo).with_context(|| format!("creating {}", demo.display()))?;
+
+    // 1. Demo signing key and the pinned keyring (root of trust).
+    let key = demo.join("keys").join("demo.key");
+    if !key.exists() {
+        step("generating the demo signing key");
+        super::keys::keygen(KeygenArgs {
+            out: demo.join("keys"),
+            name: "demo".into(),
+        })?;
+    }
+    if !pinned_keyring(&data).exists() {
+        step("pinning the demo keyring (threshold 1)");
+        super::keys::keyring(KeyringCommand::Init {
+            keys: vec![demo.join("keys").join("demo.pub")],
+            threshold: 1,
+            out: None,
+            data: args.data.clone(),
+        })?;
+    }
+
+    // 2. Build, sign and install the demo bundle (once).
+    let store = airlock_bundle::Store::open(&data)
+        .with_context(|| format!("opening the bundle store in {}", data.display()))?;
+    if store.current()?.is_none() {
+        if !args.staging.join("catalogue.json").is_file() {
+            bail!(
+                "{} has no staged models: run scripts/fetch-models.sh first",
+                args.staging.display()
+            );
+        }
+        let file = demo.join(format!("airlock-demo-{DEMO_VERSION}.tar.zst"));
+        step(&format!(
+            "building and signing the demo bundle {DEMO_VERSION}"
+        ));
+        super::bundle::bundle(BundleCommand::Build(BuildArgs {
+            from: args.staging.clone(),
+            version: DEMO_VERSION.parse().context("demo version")?,
+            sign: vec![key.clone()],
+            out: file.clone(),
+            name: "airlock-demo".into(),
+            binary: None,
+            zstd_level: 3,
+            min_previous: None,
+            created: None,
+        }))?;
+        step("verifying and installing the bundle");
+        super::bundle::install(InstallArgs {
+            file,
+            keyring: KeyringArgs { keyring: None },
+            data: args.data.clone(),
+        })?;
+    } else {
+        step("a verified bundle is already installed");
+    }
+
+    let config = demo_config(&data, args.port)?;
+    init_tracing(config.json_logs());
+    let tokens_path = demo.join("tokens.json");
+    if !tokens_path.exists() {
+        // 3. Open the appliance exactly as the daemon does (verifies the bundle, loads models).
+        step("opening the appliance (verifying the bundle, loading the embedder)");
+        let services = crate::startup::open(&config).context("opening the appliance")?;
+        let mut tokens = BTreeMap::new();
+        let admin_token = match services.acl.user(ADMIN) {
+            Some(_) => services.acl.issue_token(ACTOR, ADMIN)?,
+            None => services.acl.add_user(
+                ACTOR,
+                ADMIN,
+                &NewUser {
+                    groups: vec![],
+                    roles: vec![Role::Admin],
+                    local: true,
+                },
+            )?,
+        };
+        tokens.insert(ADMIN.to_owned(), admin_token);
+        if !args.no_sample_data {
+            let users = load_sample_data(&services, &args.sample_data)?;
+            for u in users {
+                let t = services.acl.issue_token(ACTOR, &u)?;
+                tokens.insert(u, t);
+            }
+        }
+        write_private(&tokens_path, &serde_json::to_vec_pretty(&tokens)?)?;
+        step(&format!(
+            "{} tokens written to {}",
+            tokens.len(),
+            tokens_path.display()
+        ));
+    } else {
+        step(&format!("reusing {}", tokens_path.display()));
+    }
+
+    if args.setup_only {
+        step("set-up complete (--setup-only)");
+        return Ok(true);
+    }
+    let bind = config.addr();
+    eprintln!(
+        "\nAirlock is starting on http://{bind}/ — sign in with a token from {}\n",
+        tokens_path.display()
+    );
+    super::serve::run(ServeArgs { config }).map(|()| true)
+}
+
+fn demo_config(data: &Path, port: u16) -> anyhow::Result<Config> {
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        config: Config,
+    }
+    let data = data.to_string_lossy().into_owned();
+    let port = port.to_string();
+    let w = Wrap::try_parse_from(["airlock", "--data", &data, "--port", &port])
+        .context("demo settings")?;
+    Ok(w.config.load()?)
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    opts.mode(0o600);
+    let mut f = opts
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+fn bar(len: u64, msg: &str) -> ProgressBar {
+    let b = ProgressBar::new(len);
+    b.set_style(
+        ProgressStyle::with_template("{msg:>18} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    b.set_message(msg.to_owned());
+    b.enable_steady_tick(Duration::from_millis(500));
+    b
+}
+
+/// Ingests bank-dev and Cranfield, applies the combined permissions and returns the demo users.
+fn load_sample_data(services: &crate::Services, dir: &Path) -> anyhow::Result<Vec<String>> {
+    let bank = dir.join("bank-dev");
+    let cran = dir.join("cranfield");
+    for d in [&bank, &cran] {
+        if !d.join("corpus.jsonl").is_file() {
+            bail!(
+                "{} not found: pass --sample-data DIR (the folder holding bank-dev/ and cranfield/) or --no-sample-data",
+                d.join("corpus.jsonl").display()
+            );
+        }
+    }
+    let retrieval = &services.retrieval;
+    let max = retrieval.config().max_document_bytes;
+    for (name, path) in [
+        ("bank-dev", bank.join("corpus.jsonl")),
+        ("cranfield", cran.join("corpus.jsonl")),
+    ] {
+        let t = Instant::now();
+        let file =
+            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let items = airlock_retrieval::ingest::parse_jsonl(name, BufReader::new(file), max);
+        let docs = items.len();
+        step(&format!("ingesting {name}: {docs} documents"));
+        let pb = bar(0, "embedding chunks");
+        // The total number of chunks is known batch by batch: estimate the rest from the
+        // chunks per document seen so far, so the ETA is meaningful from the first batch.
+        let (mut base, mut docs_seen, mut chunks_seen) = (0usize, 0usize, 0usize);
+        let report = retrieval.ingest_items(items, 256, &mut |p| {
+            use airlock_retrieval::Progress as P;
+            match p {
+                P::Prepared {
+                    docs: d,
+                    chunks,
+                    errors,
+                    unchanged,
+                } => {
+                    base = chunks_seen;
+                    docs_seen += d + errors + unchanged;
+                    chunks_seen += chunks;
+                    let per_doc = chunks_seen as f64 / docs_seen.max(1) as f64;
+                    let rest = docs.saturating_sub(docs_seen) as f64 * per_doc;
+                    pb.set_length((chunks_seen as f64 + rest) as u64);
+                    pb.set_position(base as u64);
+                }
+                P::Embedded { done, .. } => pb.set_position((base + done) as u64),
+                P::Committed { .. } | P::Indexed { .. } => {}
+            }
+        })?;
+        pb.finish_and_clear();
+        for e in report.errors.iter().take(5) {
+            eprintln!("    refused: {e}");
+        }
+        step(&format!(
+            "{name}: {} stored, {} refused in {:.0} s",
+            report.outcomes.len(),
+            report.errors.len(),
+            t.elapsed().as_secs_f64()
+        ));
+    }
+
+    // One snapshot: bank-dev's iam_v1, every user also in the Cranfield readers' group, and every
+    // Cranfield document granted to that group.
+    let mut snapshot = String::new();
+    let mut users = Vec::new();
+    let iam = bank.join("iam_v1.jsonl");
+    let f = std::fs::File::open(&iam).with_context(|| format!("opening {}", iam.display()))?;
+    for line in BufReader::new(f).lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut v: Value =
+            serde_json::from_str(&line).with_context(|| format!("{}", iam.display()))?;
+        if let Some(u) = v.get("user").and_then(Value::as_str) {
+            users.push(u.to_owned());
+            if let Some(g) = v.get_mut("groups").and_then(Value::as_array_mut) {
+                g.push(json!(CRANFIELD_GROUP));
+            }
+        }
+        snapshot.push_str(&v.to_string());
+        snapshot.push('\n');
+    }
+    let corpus = cran.join("corpus.jsonl");
+    let f = std::fs::File::open(&corpus)?;
+    for line in BufReader::new(f).lines() {
+        let v: Value = serde_json::from_str(&line?)?;
+        if let Some(id) = v.get("_id").and_then(Value::as_str) {
+            snapshot.push_str(
+                &json!({"doc": id, "users": [], "groups": [CRANFIELD_GROUP]}).to_string(),
+            );
+            snapshot.push('\n');
+        }
+    }
+    step("applying permissions (bank-dev iam_v1 + Cranfield for all demo users)");
+    let counts = services
+        .acl
+        .sync_snapshot(ACTOR, snapshot.as_bytes())
+        .context("applying the demo permissions")?;
+    step(&format!(
+        "{} users, {} grants changed",
+        counts.users_added, counts.grants_changed
+    ));
+    Ok(users)
+}
