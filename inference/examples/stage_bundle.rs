@@ -113,7 +113,11 @@ fn run() -> Res<()> {
         id: "minilm-cosine-rescore".into(),
         role: Role::Reranker,
         alias: "airlock-rerank".into(),
-        files: Vec::new(),
+        // It scores with the embedder's weights: list them so the bundle verifies what it uses.
+        files: files(
+            "minilm",
+            &["model.safetensors", "config.json", "tokenizer.json"],
+        ),
         params: obj(json!({
             "kind": "bi-encoder-rescore",
             "embedder": "minilm",
