@@ -8,6 +8,7 @@ pub mod catalogue;
 pub mod chat;
 pub mod embed;
 pub mod error;
+pub mod generate;
 pub mod rerank;
 pub mod tokenizer;
 

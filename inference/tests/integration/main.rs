@@ -3,5 +3,6 @@
 
 mod common;
 mod embed;
+mod generate;
 mod gguf_tokenizer;
 mod rerank;

@@ -1,0 +1,590 @@
+//! A quantized decoder (llama and qwen2 GGUF layouts) with a batched forward over per-sequence
+//! KV caches.
+//!
+//! One call to [`DecoderModel::forward`] takes any mix of sequences, each contributing a chunk of
+//! tokens at its own position (a 1-token decode step or a prefill chunk). The rows of all chunks
+//! are stacked so every weight matrix (Q/K/V, O, gate/up/down, lm_head) is applied once per call
+//! over `[rows, hidden]`; attention then runs per sequence over its own cache with its own RoPE
+//! positions, causally within a chunk.
+//!
+//! Written against llama.cpp's graph (`llm_build_llama`, `llm_build_qwen2`) rather than
+//! candle-transformers' models (which keep one cache with a scalar offset): RMS norm summed in
+//! f64, RoPE angles computed the ggml way, GQA by head grouping, tied embeddings when the file
+//! has no `output.weight`.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::quantized::QTensor;
+use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::{Device, Tensor};
+use rayon::prelude::*;
+
+use super::kv::KvCache;
+use super::ops::{self, HeadView, RopeStyle};
+use super::qmatmul::Weight;
+use crate::Error;
+
+/// Decoder architectures this module can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arch {
+    /// `general.architecture = llama` (SmolLM2, Llama 2/3, Mistral).
+    Llama,
+    /// `general.architecture = qwen2` (Qwen2, Qwen2.5): biases on Q/K/V, NEOX-style RoPE.
+    Qwen2,
+}
+
+/// Hyper-parameters read from the GGUF metadata.
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    /// Architecture.
+    pub arch: Arch,
+    /// Number of transformer blocks.
+    pub n_layer: usize,
+    /// Hidden width.
+    pub n_embd: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (grouped-query attention when smaller than `n_head`).
+    pub n_kv_head: usize,
+    /// Width of one head.
+    pub head_dim: usize,
+    /// Dimensions of each head that RoPE rotates.
+    pub rope_dims: usize,
+    /// RoPE frequency base.
+    pub rope_base: f32,
+    /// RMS norm epsilon.
+    pub rms_eps: f32,
+    /// Context length the model was trained with.
+    pub n_ctx_train: usize,
+    /// Vocabulary size (rows of the output matrix).
+    pub vocab_size: usize,
+    /// Whether the output matrix is the token embedding (no `output.weight` in the file).
+    pub tied_embeddings: bool,
+}
+
+impl ModelConfig {
+    /// `n_kv_head * head_dim`: floats per position per layer in K (and in V).
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_head * self.head_dim
+    }
+
+    /// KV-cache bytes per position of one sequence (all layers, K and V, `f32`).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        super::kv::bytes_per_token(self.n_layer, self.kv_dim())
+    }
+
+    fn rope_style(&self) -> RopeStyle {
+        match self.arch {
+            Arch::Llama => RopeStyle::Interleaved,
+            Arch::Qwen2 => RopeStyle::Halves,
+        }
+    }
+}
+
+/// Special token ids read from the GGUF tokenizer metadata.
+#[derive(Debug, Clone, Default)]
+pub struct SpecialTokens {
+    /// `tokenizer.ggml.bos_token_id`.
+    pub bos: Option<u32>,
+    /// `tokenizer.ggml.eos_token_id`.
+    pub eos: Option<u32>,
+    /// Whether the GGUF asks for BOS to be prepended (`tokenizer.ggml.add_bos_token`).
+    pub add_bos: bool,
+    /// End-of-generation ids: EOS, EOT, plus the control tokens llama.cpp also treats as end of
+    /// generation (`<|im_end|>`, `<|endoftext|>`, `<|eot_id|>`, `<end_of_turn>`, ...).
+    pub end_of_generation: Vec<u32>,
+}
+
+struct Layer {
+    attn_norm: Vec<f32>,
+    wq: Weight,
+    wk: Weight,
+    wv: Weight,
+    bq: Option<Vec<f32>>,
+    bk: Option<Vec<f32>>,
+    bv: Option<Vec<f32>>,
+    wo: Weight,
+    ffn_norm: Vec<f32>,
+    w_gate: Weight,
+    w_up: Weight,
+    w_down: Weight,
+}
+
+/// One sequence's part of a batched forward call.
+pub struct SeqChunk<'a> {
+    /// Tokens to append at positions `cache.len()..cache.len() + tokens.len()`.
+    pub tokens: &'a [u32],
+    /// The sequence's cache; the tokens' keys and values are appended to it.
+    pub cache: &'a mut KvCache,
+    /// Whether to return the logits after the chunk's last token.
+    pub want_logits: bool,
+}
+
+/// A quantized GGUF decoder loaded on the CPU.
+pub struct DecoderModel {
+    cfg: ModelConfig,
+    special: SpecialTokens,
+    path: PathBuf,
+    tok_embd: Arc<QTensor>,
+    layers: Vec<Layer>,
+    out_norm: Vec<f32>,
+    lm_head: Weight,
+}
+
+impl std::fmt::Debug for DecoderModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DecoderModel")
+            .field("path", &self.path)
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+fn md_uint(v: &Value) -> Option<u64> {
+    match *v {
+        Value::U8(x) => Some(x.into()),
+        Value::U16(x) => Some(x.into()),
+        Value::U32(x) => Some(x.into()),
+        Value::U64(x) => Some(x),
+        Value::I8(x) => u64::try_from(x).ok(),
+        Value::I16(x) => u64::try_from(x).ok(),
+        Value::I32(x) => u64::try_from(x).ok(),
+        Value::I64(x) => u64::try_from(x).ok(),
+        _ => None,
+    }
+}
+
+fn md_float(v: &Value) -> Option<f32> {
+    match *v {
+        Value::F32(x) => Some(x),
+        Value::F64(x) => Some(x as f32),
+        _ => md_uint(v).map(|x| x as f32),
+    }
+}
+
+/// Control-token texts llama.cpp adds to its end-of-generation set when present in the vocabulary.
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "<｜end▁of▁sentence｜>",
+];
+
+impl DecoderModel {
+    /// Loads a llama or qwen2 GGUF file from `path` (a catalogue path of an installed bundle).
+    pub fn load(path: impl AsRef<Path>) -> crate::Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
+        let mut reader = BufReader::new(file);
+        let ct = gguf_file::Content::read(&mut reader)
+            .map_err(|e| Error::invalid(&path, format!("not a GGUF file: {e}")))?;
+        let bad = |reason: String| Error::invalid(&path, reason);
+
+        let arch_name = ct
+            .metadata
+            .get("general.architecture")
+            .and_then(|v| v.to_string().ok())
+            .cloned()
+            .unwrap_or_default();
+        let arch = match arch_name.as_str() {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            other => return Err(bad(format!("unsupported architecture {other:?}"))),
+        };
+        let key = |k: &str| format!("{arch_name}.{k}");
+        let uint = |k: &str| -> crate::Result<usize> {
+            ct.metadata
+                .get(&key(k))
+                .and_then(md_uint)
+                .map(|v| v as usize)
+                .ok_or_else(|| Error::invalid(&path, format!("missing metadata {}", key(k))))
+        };
+        let n_layer = uint("block_count")?;
+        let n_embd = uint("embedding_length")?;
+        let n_head = uint("attention.head_count")?;
+        let n_kv_head = uint("attention.head_count_kv").unwrap_or(n_head);
+        let n_ctx_train = uint("context_length")?;
+        if n_head == 0 || n_kv_head == 0 || n_embd % n_head != 0 || n_head % n_kv_head != 0 {
+            return Err(bad(format!(
+                "inconsistent heads: n_embd {n_embd}, n_head {n_head}, n_kv_head {n_kv_head}"
+            )));
+        }
+        let head_dim = n_embd / n_head;
+        let rope_dims = uint("rope.dimension_count").unwrap_or(head_dim);
+        let rope_base = ct
+            .metadata
+            .get(&key("rope.freq_base"))
+            .and_then(md_float)
+            .unwrap_or(10_000.0);
+        let rms_eps = ct
+            .metadata
+            .get(&key("attention.layer_norm_rms_epsilon"))
+            .and_then(md_float)
+            .ok_or_else(|| {
+                bad(format!(
+                    "missing {}",
+                    key("attention.layer_norm_rms_epsilon")
+                ))
+            })?;
+        if rope_dims > head_dim || rope_dims % 2 != 0 {
+            return Err(bad(format!("rope dims {rope_dims} vs head dim {head_dim}")));
+        }
+
+        let special = read_special_tokens(&ct);
+        let mut ld = Loader {
+            ct: &ct,
+            reader: &mut reader,
+            path: &path,
+        };
+        let tok_embd = Arc::new(ld.qtensor("token_embd.weight")?);
+        let (vocab_size, embd_width) = tok_embd
+            .shape()
+            .dims2()
+            .map_err(|e| Error::invalid(&path, format!("token_embd.weight: {e}")))?;
+        if embd_width != n_embd {
+            return Err(bad(format!("token_embd width {embd_width} != {n_embd}")));
+        }
+        let has_output = ct.tensor_infos.contains_key("output.weight");
+        let lm_head = if has_output {
+            ld.qmm("output.weight")?
+        } else {
+            Weight::shared(&tok_embd).map_err(|e| bad(format!("lm_head: {e}")))?
+        };
+        let out_norm = ld.vector("output_norm.weight", n_embd)?;
+        let kv_dim = n_kv_head * head_dim;
+        let mut layers = Vec::with_capacity(n_layer);
+        for i in 0..n_layer {
+            let p = format!("blk.{i}");
+            let bias = |ld: &mut Loader<'_, '_>, name: &str, len: usize| {
+                if arch == Arch::Qwen2 {
+                    ld.vector(&format!("{p}.{name}.bias"), len).map(Some)
+                } else {
+                    Ok(None)
+                }
+            };
+            layers.push(Layer {
+                bq: bias(&mut ld, "attn_q", n_embd)?,
+                bk: bias(&mut ld, "attn_k", kv_dim)?,
+                bv: bias(&mut ld, "attn_v", kv_dim)?,
+                attn_norm: ld.vector(&format!("{p}.attn_norm.weight"), n_embd)?,
+                ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"), n_embd)?,
+                wq: ld.qmm(&format!("{p}.attn_q.weight"))?,
+                wk: ld.qmm(&format!("{p}.attn_k.weight"))?,
+                wv: ld.qmm(&format!("{p}.attn_v.weight"))?,
+                wo: ld.qmm(&format!("{p}.attn_output.weight"))?,
+                w_gate: ld.qmm(&format!("{p}.ffn_gate.weight"))?,
+                w_up: ld.qmm(&format!("{p}.ffn_up.weight"))?,
+                w_down: ld.qmm(&format!("{p}.ffn_down.weight"))?,
+            });
+        }
+        let cfg = ModelConfig {
+            arch,
+            n_layer,
+            n_embd,
+            n_head,
+            n_kv_head,
+            head_dim,
+            rope_dims,
+            rope_base,
+            rms_eps,
+            n_ctx_train,
+            vocab_size,
+            tied_embeddings: !has_output,
+        };
+        tracing::debug!(path = %path.display(), ?cfg, "loaded GGUF decoder");
+        Ok(Self {
+            cfg,
+            special,
+            path,
+            tok_embd,
+            layers,
+            out_norm,
+            lm_head,
+        })
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// Special token ids from the GGUF metadata.
+    pub fn special_tokens(&self) -> &SpecialTokens {
+        &self.special
+    }
+
+    /// The file the model was loaded from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A new, empty KV cache shaped for this model.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache::new(self.cfg.n_layer, self.cfg.kv_dim())
+    }
+
+    fn tensor_err(&self) -> impl Fn(candle_core::Error) -> Error + '_ {
+        |source| Error::Tensor {
+            model: self.path.display().to_string(),
+            source,
+        }
+    }
+
+    /// Runs one batched step. Each chunk's tokens are appended to its cache; for every chunk with
+    /// `want_logits`, the logits (`vocab_size` floats) after its last token are returned at the
+    /// chunk's index (`None` for the others).
+    ///
+    /// All rows share every weight read; attention is per chunk over its own cache. A chunk may
+    /// not be empty, and the caches must belong to this model ([`DecoderModel::new_cache`]).
+    pub fn forward(&self, chunks: &mut [SeqChunk<'_>]) -> crate::Result<Vec<Option<Vec<f32>>>> {
+        let cfg = &self.cfg;
+        let terr = self.tensor_err();
+        if chunks.iter().any(|c| c.tokens.is_empty()) {
+            return Err(Error::InvalidInput("empty chunk in a forward step".into()));
+        }
+        if let Some(&bad) = chunks
+            .iter()
+            .flat_map(|c| c.tokens.iter())
+            .find(|&&t| t as usize >= cfg.vocab_size)
+        {
+            return Err(Error::InvalidInput(format!(
+                "token id {bad} out of vocabulary"
+            )));
+        }
+        let (h, hd, nh) = (cfg.n_embd, cfg.head_dim, cfg.n_head);
+        let kv_dim = cfg.kv_dim();
+        // Row layout: rows of chunk i are [row_start[i], row_start[i] + len_i).
+        let mut row_start = Vec::with_capacity(chunks.len());
+        let mut positions = Vec::new();
+        let mut ids = Vec::new();
+        for c in chunks.iter_mut() {
+            row_start.push(positions.len());
+            let start = c.cache.len();
+            positions.extend(start..start + c.tokens.len());
+            ids.extend_from_slice(c.tokens);
+            c.cache.reserve(c.tokens.len());
+        }
+        let rows = positions.len();
+
+        let ids_t = Tensor::new(ids.as_slice(), &Device::Cpu).map_err(&terr)?;
+        let mut x = self
+            .tok_embd
+            .embedding(&ids_t)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(&terr)?;
+
+        let mut angles = Vec::with_capacity(rows);
+        let mut buf = Vec::new();
+        for &p in &positions {
+            ops::rope_angles(p, cfg.rope_dims, cfg.rope_base, &mut buf);
+            angles.push(buf.clone());
+        }
+        let style = cfg.rope_style();
+        let scale = 1.0 / (hd as f32).sqrt();
+        let group = nh / cfg.n_kv_head;
+        let mut normed = vec![0f32; rows * h];
+        let mut attn = vec![0f32; rows * nh * hd];
+
+        for (li, layer) in self.layers.iter().enumerate() {
+            ops::rms_norm(&x, &layer.attn_norm, cfg.rms_eps, &mut normed);
+            let mut q = layer.wq.matmul(&normed, rows).map_err(&terr)?;
+            let mut k = layer.wk.matmul(&normed, rows).map_err(&terr)?;
+            let mut v = layer.wv.matmul(&normed, rows).map_err(&terr)?;
+            add_bias(&mut q, layer.bq.as_deref());
+            add_bias(&mut k, layer.bk.as_deref());
+            add_bias(&mut v, layer.bv.as_deref());
+            for r in 0..rows {
+                ops::apply_rope(
+                    &mut q[r * nh * hd..(r + 1) * nh * hd],
+                    hd,
+                    cfg.rope_dims,
+                    style,
+                    &angles[r],
+                );
+                ops::apply_rope(
+                    &mut k[r * kv_dim..(r + 1) * kv_dim],
+                    hd,
+                    cfg.rope_dims,
+                    style,
+                    &angles[r],
+                );
+            }
+            // llama.cpp's default cache holds K and V in f16 and multiplies Q in f16: round the
+            // same values the same way so near-tied tokens fall the same side.
+            round_f16(&mut q);
+            round_f16(&mut k);
+            round_f16(&mut v);
+            for (ci, c) in chunks.iter_mut().enumerate() {
+                let (a, b) = (
+                    row_start[ci] * kv_dim,
+                    (row_start[ci] + c.tokens.len()) * kv_dim,
+                );
+                c.cache.append(li, &k[a..b], &v[a..b]);
+            }
+            // Row r's cache view, and how many positions it may see (causal within its chunk).
+            let views: Vec<(&[f32], &[f32], usize)> = chunks
+                .iter()
+                .enumerate()
+                .flat_map(|(ci, c)| {
+                    let (keys, values) = c.cache.layer(li);
+                    let start = positions[row_start[ci]];
+                    (0..c.tokens.len()).map(move |j| (keys, values, start + j + 1))
+                })
+                .collect();
+            attn.par_chunks_mut(hd).enumerate().for_each(|(idx, out)| {
+                let (r, head) = (idx / nh, idx % nh);
+                let (keys, values, ctx) = views[r];
+                let view = HeadView {
+                    keys,
+                    values,
+                    kv_stride: kv_dim,
+                    kv_offset: (head / group) * hd,
+                    ctx,
+                };
+                let qh = &q[r * nh * hd + head * hd..][..hd];
+                ops::attend(qh, &view, scale, out);
+            });
+            let o = layer.wo.matmul(&attn, rows).map_err(&terr)?;
+            add_assign(&mut x, &o);
+
+            ops::rms_norm(&x, &layer.ffn_norm, cfg.rms_eps, &mut normed);
+            let mut gate = layer.w_gate.matmul(&normed, rows).map_err(&terr)?;
+            let up = layer.w_up.matmul(&normed, rows).map_err(&terr)?;
+            ops::silu_mul(&mut gate, &up);
+            let down = layer.w_down.matmul(&gate, rows).map_err(&terr)?;
+            add_assign(&mut x, &down);
+        }
+        for c in chunks.iter_mut() {
+            c.cache.commit(c.tokens.len());
+        }
+
+        // Final norm and lm_head only for the rows whose logits are wanted.
+        let wanted: Vec<usize> = chunks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.want_logits)
+            .map(|(ci, _)| ci)
+            .collect();
+        let mut result = vec![None; chunks.len()];
+        if wanted.is_empty() {
+            return Ok(result);
+        }
+        let mut last = Vec::with_capacity(wanted.len() * h);
+        for &ci in &wanted {
+            let r = row_start[ci] + chunks[ci].tokens.len() - 1;
+            last.extend_from_slice(&x[r * h..(r + 1) * h]);
+        }
+        let mut last_normed = vec![0f32; last.len()];
+        ops::rms_norm(&last, &self.out_norm, cfg.rms_eps, &mut last_normed);
+        let logits = self
+            .lm_head
+            .matmul(&last_normed, wanted.len())
+            .map_err(&terr)?;
+        let vocab = logits.len() / wanted.len();
+        for (i, &ci) in wanted.iter().enumerate() {
+            result[ci] = Some(logits[i * vocab..(i + 1) * vocab].to_vec());
+        }
+        Ok(result)
+    }
+}
+
+/// Reads named tensors out of an open GGUF file.
+struct Loader<'a, 'r> {
+    ct: &'a gguf_file::Content,
+    reader: &'r mut BufReader<File>,
+    path: &'a Path,
+}
+
+impl Loader<'_, '_> {
+    fn qtensor(&mut self, name: &str) -> crate::Result<QTensor> {
+        self.ct
+            .tensor(self.reader, name, &Device::Cpu)
+            .map_err(|e| Error::invalid(self.path, format!("tensor {name}: {e}")))
+    }
+
+    fn qmm(&mut self, name: &str) -> crate::Result<Weight> {
+        let t = self.qtensor(name)?;
+        Weight::new(t).map_err(|e| Error::invalid(self.path, format!("{name}: {e}")))
+    }
+
+    /// A small tensor (norm weight, bias) as `f32`, checked to hold `len` values.
+    fn vector(&mut self, name: &str, len: usize) -> crate::Result<Vec<f32>> {
+        let v = self
+            .qtensor(name)?
+            .dequantize(&Device::Cpu)
+            .and_then(|t| t.flatten_all())
+            .and_then(|t| t.to_vec1::<f32>())
+            .map_err(|e| Error::invalid(self.path, format!("{name}: {e}")))?;
+        if v.len() != len {
+            return Err(Error::invalid(
+                self.path,
+                format!("{name} has {} values, expected {len}", v.len()),
+            ));
+        }
+        Ok(v)
+    }
+}
+
+fn round_f16(x: &mut [f32]) {
+    for v in x {
+        *v = half::f16::from_f32(*v).to_f32();
+    }
+}
+
+fn add_bias(x: &mut [f32], bias: Option<&[f32]>) {
+    if let Some(b) = bias {
+        for row in x.chunks_exact_mut(b.len()) {
+            add_assign(row, b);
+        }
+    }
+}
+
+fn add_assign(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}
+
+fn read_special_tokens(ct: &gguf_file::Content) -> SpecialTokens {
+    let id = |k: &str| ct.metadata.get(k).and_then(md_uint).map(|v| v as u32);
+    let bos = id("tokenizer.ggml.bos_token_id");
+    let eos = id("tokenizer.ggml.eos_token_id");
+    let add_bos = matches!(
+        ct.metadata.get("tokenizer.ggml.add_bos_token"),
+        Some(Value::Bool(true))
+    );
+    let mut eog: Vec<u32> = [
+        eos,
+        id("tokenizer.ggml.eot_token_id"),
+        id("tokenizer.ggml.eom_token_id"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if let Some(Ok(tokens)) = ct.metadata.get("tokenizer.ggml.tokens").map(|v| v.to_vec()) {
+        for (i, t) in tokens.iter().enumerate() {
+            if let Ok(s) = t.to_string()
+                && EOG_TEXTS.contains(&s.as_str())
+            {
+                eog.push(i as u32);
+            }
+        }
+    }
+    eog.sort_unstable();
+    eog.dedup();
+    SpecialTokens {
+        bos,
+        eos,
+        add_bos,
+        end_of_generation: eog,
+    }
+}
