@@ -130,7 +130,19 @@ describe('web UI against the real daemon', { skip, timeout: 40 * 60_000 }, () =>
       page,
       'Explain in detail, step by step and at length, every rule, threshold and exception the documents give about onboarding institutional customers.',
     );
-    await answer.locator('.answer-body').filter({ hasText: /\S/ }).waitFor({ timeout: ANSWER_TIMEOUT });
+    // Wait for the first words (or for the answer to end, which fails below with its text).
+    await answer.evaluate(
+      (el, timeout) =>
+        new Promise((resolve, reject) => {
+          const ready = () => el.querySelector('.answer-body')?.textContent.trim() || el.getAttribute('aria-busy') === 'false';
+          if (ready()) return resolve();
+          const obs = new MutationObserver(() => ready() && (obs.disconnect(), resolve()));
+          obs.observe(el, { subtree: true, childList: true, characterData: true, attributes: true });
+          setTimeout(() => reject(new Error('no answer text in time')), timeout);
+        }),
+      ANSWER_TIMEOUT,
+    );
+    assert.equal(await answer.getAttribute('aria-busy'), 'true', `still streaming when Stop is pressed: ${await answer.textContent()}`);
     await page.getByRole('button', { name: 'Stop' }).click();
     await settled(answer, 10_000);
     assert.match(await answer.locator('.answer-note').textContent(), /Stopped/, 'the answer was still streaming when Stop was pressed');

@@ -43,7 +43,8 @@ function run(bin, args, { env, log, timeoutMs }) {
   return new Promise((resolve, reject) => {
     const out = fs.openSync(log, 'a');
     fs.writeSync(out, `\n$ airlock ${args.join(' ')}\n`);
-    const child = spawn(bin, args, { env, stdio: ['ignore', out, out] });
+    // The repo root: `airlock demo`'s defaults (models-cache/staging, ../shared/datasets) are relative to it.
+    const child = spawn(bin, args, { env, cwd: REPO, stdio: ['ignore', out, out] });
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`airlock ${args[0]} timed out after ${timeoutMs / 1000}s (log: ${log})`));
@@ -86,6 +87,7 @@ export async function startDaemon(bin) {
   fs.writeSync(out, `\n$ airlock serve --data ${dataDir} --port ${port} --bind 127.0.0.1\n`);
   const child = spawn(bin, ['serve', '--data', dataDir, '--port', String(port), '--bind', '127.0.0.1'], {
     env,
+    cwd: REPO,
     stdio: ['ignore', out, out],
   });
   let exited = null;
