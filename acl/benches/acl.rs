@@ -101,12 +101,12 @@ fn memory() {
         runs.optimize();
         println!(
             "{pct}%: {} docs; random: {:.2} MiB ({:.2} bytes/doc); clustered (array/bitmap \
-             containers): {:.2} MiB; clustered with run containers: {:.1} KiB",
+             containers): {:.2} MiB; clustered with run containers: {:.0} bytes",
             n,
             random.serialized_size() as f64 / 1048576.0,
             random.serialized_size() as f64 / f64::from(n),
             contiguous.serialized_size() as f64 / 1048576.0,
-            runs.serialized_size() as f64 / 1024.0
+            runs.serialized_size() as f64
         );
     }
 }

@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::allow::AllowSet;
 use crate::audit::{self, AuditEntry, AuditKind, AuditQuery, Record};
 use crate::error::{Error, IdKind, check_id};
-use crate::model::{Grant, Model, Name, Role, materialise};
+use crate::model::{Grant, Model, Name, Role, Touched, materialise};
 use crate::view::{AclSnapshot, Principal, UserInfo, UserView, View};
 use crate::{ordinals, snapshot, store, token};
 
@@ -101,7 +101,7 @@ pub struct SyncCounts {
 /// Users touched by one change, with their new entries computed before the commit.
 #[derive(Default)]
 struct Pending {
-    touched: HashSet<Name>,
+    touched: Touched,
     tokens_changed: bool,
 }
 
@@ -325,7 +325,7 @@ impl Acl {
                     rec.roles = roles;
                     rec.token = Some(digest);
                 }
-                p.touched.insert(u);
+                p.touched.users.insert(u);
                 p.tokens_changed = true;
                 Ok(())
             },
@@ -377,7 +377,7 @@ impl Acl {
                 if let Some(rec) = m.users.get_mut(&u) {
                     rec.roles = roles;
                 }
-                p.touched.insert(u);
+                p.touched.users.insert(u);
                 Ok(created)
             },
             |created, _| Record {
@@ -408,7 +408,7 @@ impl Acl {
                 };
                 store::delete_user(tx, user_id).map_err(Error::db("removing a user"))?;
                 m.remove_user(&u);
-                p.touched.insert(u);
+                p.touched.users.insert(u);
                 p.tokens_changed = true;
                 Ok(())
             },
@@ -439,7 +439,7 @@ impl Acl {
                 if let Some(rec) = m.users.get_mut(&u) {
                     rec.token = Some(digest);
                 }
-                p.touched.insert(u);
+                p.touched.users.insert(u);
                 p.tokens_changed = true;
                 Ok(())
             },
@@ -649,7 +649,7 @@ impl Acl {
 
 /// Computes the new entries of the touched users against the current view.
 fn prepare(model: &Model, current: &View, pending: Pending) -> Prepared {
-    let touched: Vec<Name> = pending.touched.into_iter().collect();
+    let touched: Vec<Name> = pending.touched.users(model).into_iter().collect();
     let bits = compute_bits(model, &touched);
     let mut access_changed = 0;
     let mut users = Vec::with_capacity(touched.len());
@@ -791,7 +791,7 @@ fn apply_snapshot(
     }
     for u in removed {
         m.remove_user(&u);
-        p.touched.insert(u);
+        p.touched.users.insert(u);
         p.tokens_changed = true;
     }
     for u in added {
@@ -799,7 +799,7 @@ fn apply_snapshot(
     }
     for (u, gs) in regrouped {
         m.set_user_groups(&u, gs);
-        p.touched.insert(u);
+        p.touched.users.insert(u);
     }
     for (o, g) in changed_grants {
         m.set_grant(o, g, &mut p.touched);

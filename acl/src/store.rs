@@ -258,7 +258,7 @@ pub(crate) fn load(conn: &Connection) -> Result<Model, Error> {
             }
         }
     }
-    let mut affected = std::collections::HashSet::new();
+    let mut affected = crate::model::Touched::default();
     for (o, (users, groups)) in raw {
         let g = m.grant_from(&users, &groups);
         m.set_grant(o, g, &mut affected);
