@@ -203,8 +203,17 @@ fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A progress bar on a terminal; on a pipe or log file, one line every few seconds instead.
 fn bar(len: u64, msg: &str) -> ProgressBar {
-    let b = ProgressBar::new(len);
+    use std::io::IsTerminal;
+    let b = if std::io::stderr().is_terminal() {
+        ProgressBar::new(len)
+    } else {
+        ProgressBar::with_draw_target(
+            Some(len),
+            indicatif::ProgressDrawTarget::term_like_with_hz(Box::new(LineTerm::default()), 1),
+        )
+    };
     b.set_style(
         ProgressStyle::with_template("{msg:>18} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
             .expect("static template")
@@ -319,4 +328,53 @@ fn load_sample_data(services: &crate::Services, dir: &Path) -> anyhow::Result<Ve
         counts.users_added, counts.grants_changed
     ));
     Ok(users)
+}
+
+/// A `TermLike` for pipes: a redraw becomes one plain line, at most every ten seconds.
+#[derive(Debug, Default)]
+struct LineTerm {
+    last: std::sync::Mutex<Option<Instant>>,
+}
+
+impl LineTerm {
+    fn line(&self, s: &str) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if s.trim().is_empty() || last.is_some_and(|t| t.elapsed() < Duration::from_secs(10)) {
+            return;
+        }
+        *last = Some(Instant::now());
+        eprintln!("{}", s.trim_end());
+    }
+}
+
+impl indicatif::TermLike for LineTerm {
+    fn width(&self) -> u16 {
+        100
+    }
+    fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn write_line(&self, s: &str) -> std::io::Result<()> {
+        self.line(s);
+        Ok(())
+    }
+    fn write_str(&self, s: &str) -> std::io::Result<()> {
+        self.line(s);
+        Ok(())
+    }
+    fn clear_line(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
