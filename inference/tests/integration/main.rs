@@ -4,5 +4,6 @@
 mod common;
 mod embed;
 mod generate;
+mod generate_engine;
 mod gguf_tokenizer;
 mod rerank;

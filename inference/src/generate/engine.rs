@@ -1,0 +1,850 @@
+//! The continuous-batching engine: one scheduler thread owns a [`DecoderModel`] and serves many
+//! streams at once.
+//!
+//! - Requests enter a **bounded** queue ([`Engine::submit`] fails with
+//!   [`SubmitError::QueueFull`] instead of waiting) and get their events on their own channel.
+//! - Every engine step runs **one** batched forward: one decode row for each running sequence,
+//!   plus prefill chunks of newly admitted prompts under a per-step token budget, so a long
+//!   prompt is spread over several steps while running streams keep getting a token per step.
+//! - New sequences join between steps. A stream whose receiver was dropped is noticed at the
+//!   next step and its KV cache freed.
+//! - KV memory is accounted per sequence (whole blocks, see [`KV_BLOCK_TOKENS`]) against a
+//!   budget: a request that could never fit is refused at submit
+//!   ([`SubmitError::OverBudget`]); admission waits while the budget is used; when growth during
+//!   decode would exceed it, the most recently admitted sequence is preempted (its KV dropped,
+//!   re-prefilled later from prompt + generated tokens), never the oldest.
+//! - [`EngineCounters`] are atomics readable from any thread for the daemon's metrics.
+//!
+//! [`KV_BLOCK_TOKENS`]: super::KV_BLOCK_TOKENS
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::{Condvar, Mutex};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use super::kv::{KV_BLOCK_TOKENS, KvCache, reserved_for};
+use super::model::{DecoderModel, ModelConfig, SeqChunk};
+use super::sampling::{self, Detokenizer, Rng, SamplingParams, TextStream};
+
+/// Engine limits. All are validated by [`Engine::start`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Requests that may wait for admission; more are refused with [`SubmitError::QueueFull`].
+    pub queue_capacity: usize,
+    /// Sequences decoded together in one step.
+    pub max_batch: usize,
+    /// Rows (decode tokens + prefill tokens) one step may process. Must exceed `max_batch`, so
+    /// prefill always progresses while a full batch decodes.
+    pub step_token_budget: usize,
+    /// Largest prefill chunk of one sequence in one step.
+    pub prefill_chunk: usize,
+    /// KV-cache memory all sequences together may hold.
+    pub kv_budget_bytes: usize,
+    /// Context cap (prompt + generated tokens); the model's trained context caps it further.
+    pub n_ctx: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            queue_capacity: 64,
+            max_batch: 16,
+            step_token_budget: 256,
+            prefill_chunk: 128,
+            kv_budget_bytes: 1 << 30,
+            n_ctx: 4096,
+        }
+    }
+}
+
+/// A generation request: prompt token ids (already templated and tokenized) and sampling.
+#[derive(Debug, Clone)]
+pub struct GenerateRequest {
+    /// Prompt token ids.
+    pub prompt: Vec<u32>,
+    /// Sampling and stopping.
+    pub params: SamplingParams,
+}
+
+/// Why a stream ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinishReason {
+    /// A stop token or stop string ended generation.
+    Stop,
+    /// `max_tokens` (or the context cap) was reached.
+    Length,
+    /// The engine shut down before the request finished.
+    Cancelled,
+    /// An internal fault while running the model (logged; the text is for logs, not clients).
+    Error(String),
+}
+
+/// Token counts of a finished request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens (the stop token not included).
+    pub completion_tokens: usize,
+}
+
+/// What a stream receives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// One generated token.
+    Token {
+        /// Token id.
+        id: u32,
+        /// Text released with this token when the engine has a detokenizer (may be empty while
+        /// a multi-byte character or a possible stop string is incomplete).
+        text: Option<String>,
+        /// The engine step that produced it (steps are numbered from 1).
+        step: u64,
+    },
+    /// The sequence lost its KV cache to memory pressure and will be re-prefilled; tokens keep
+    /// coming afterwards, unchanged for greedy requests.
+    Preempted {
+        /// The step before which it was preempted.
+        step: u64,
+    },
+    /// The last event of every stream.
+    Done {
+        /// Why it ended.
+        reason: FinishReason,
+        /// Token counts.
+        usage: Usage,
+        /// Text held back until the end (a possible stop-string prefix that did not match), when
+        /// the engine has a detokenizer.
+        text: Option<String>,
+    },
+}
+
+/// Why a request was refused at [`Engine::submit`] (each maps to one HTTP problem).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The admission queue is full (→ 503 capacity-unavailable / 429).
+    #[error("queue full ({capacity} requests waiting)")]
+    QueueFull {
+        /// The configured queue capacity.
+        capacity: usize,
+    },
+    /// Prompt plus `max_tokens` exceeds the context (→ 400 context-too-long).
+    #[error(
+        "prompt of {prompt_tokens} tokens + max_tokens {max_tokens} exceeds the context of {n_ctx}"
+    )]
+    ContextTooLong {
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Requested maximum of generated tokens.
+        max_tokens: usize,
+        /// The engine's context cap.
+        n_ctx: usize,
+    },
+    /// The request's KV cache at full length would exceed the whole KV budget.
+    #[error("request needs {needed_bytes} KV bytes, the budget is {budget_bytes}")]
+    OverBudget {
+        /// KV bytes the request needs at full length.
+        needed_bytes: usize,
+        /// The configured KV budget.
+        budget_bytes: usize,
+    },
+    /// The request itself is malformed (empty prompt, token outside the vocabulary, zero
+    /// `max_tokens`, stop strings without a detokenizer).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The engine is shut down.
+    #[error("engine stopped")]
+    Stopped,
+}
+
+/// The receiving end of one request.
+#[derive(Debug)]
+pub struct Stream {
+    id: u64,
+    rx: UnboundedReceiver<Event>,
+}
+
+impl Stream {
+    /// The engine-assigned request id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The next event (async); `None` after `Done`.
+    pub async fn recv(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+
+    /// The next event, blocking the thread (not for async contexts).
+    pub fn blocking_recv(&mut self) -> Option<Event> {
+        self.rx.blocking_recv()
+    }
+
+    /// The next event if one is ready (never blocks); `None` when none is ready or the stream
+    /// is over.
+    pub fn try_recv(&mut self) -> Option<Event> {
+        self.rx.try_recv().ok()
+    }
+
+    /// The underlying channel, e.g. to wrap it in a `Stream` for SSE.
+    pub fn into_receiver(self) -> UnboundedReceiver<Event> {
+        self.rx
+    }
+}
+
+/// Live engine counters, readable from any thread.
+#[derive(Debug, Default)]
+pub struct EngineCounters {
+    queue_depth: AtomicUsize,
+    active_sequences: AtomicUsize,
+    kv_bytes: AtomicUsize,
+    tokens_generated: AtomicU64,
+    prompt_tokens_processed: AtomicU64,
+    steps: AtomicU64,
+    preemptions: AtomicU64,
+    cancellations: AtomicU64,
+    tokens_per_second_bits: AtomicU64,
+}
+
+/// A copy of [`EngineCounters`] at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct EngineMetrics {
+    /// Requests waiting for admission (including preempted ones waiting to resume).
+    pub queue_depth: usize,
+    /// Sequences holding a KV cache.
+    pub active_sequences: usize,
+    /// KV-cache bytes held by all sequences.
+    pub kv_bytes: usize,
+    /// Tokens generated since start.
+    pub tokens_generated: u64,
+    /// Prompt (and re-prefill) tokens processed since start.
+    pub prompt_tokens_processed: u64,
+    /// Engine steps (batched forwards) since start.
+    pub steps: u64,
+    /// Sequences preempted for memory since start.
+    pub preemptions: u64,
+    /// Streams cancelled by their client since start.
+    pub cancellations: u64,
+    /// Generated tokens per second over the last few seconds of work.
+    pub tokens_per_second: f64,
+}
+
+impl EngineCounters {
+    /// A snapshot of every counter.
+    pub fn snapshot(&self) -> EngineMetrics {
+        let r = Ordering::Relaxed;
+        EngineMetrics {
+            queue_depth: self.queue_depth.load(r),
+            active_sequences: self.active_sequences.load(r),
+            kv_bytes: self.kv_bytes.load(r),
+            tokens_generated: self.tokens_generated.load(r),
+            prompt_tokens_processed: self.prompt_tokens_processed.load(r),
+            steps: self.steps.load(r),
+            preemptions: self.preemptions.load(r),
+            cancellations: self.cancellations.load(r),
+            tokens_per_second: f64::from_bits(self.tokens_per_second_bits.load(r)),
+        }
+    }
+}
+
+struct Pending {
+    id: u64,
+    req: GenerateRequest,
+    tx: UnboundedSender<Event>,
+    span: tracing::Span,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Pending>,
+    shutdown: bool,
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    counters: Arc<EngineCounters>,
+}
+
+/// A running engine. Dropping it stops the scheduler (open streams end with `Cancelled`).
+pub struct Engine {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+    config: EngineConfig,
+    model_config: ModelConfig,
+    n_ctx: usize,
+    vocab_size: usize,
+    has_detokenizer: bool,
+    next_id: AtomicU64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("config", &self.config)
+            .field("n_ctx", &self.n_ctx)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Engine {
+    /// Starts a scheduler thread that owns `model`. `detokenizer` enables text pieces and stop
+    /// strings.
+    pub fn start(
+        model: DecoderModel,
+        detokenizer: Option<Detokenizer>,
+        config: EngineConfig,
+    ) -> crate::Result<Self> {
+        let invalid =
+            |what: &str| Err(crate::Error::InvalidInput(format!("engine config: {what}")));
+        if config.queue_capacity == 0 || config.max_batch == 0 || config.prefill_chunk == 0 {
+            return invalid("queue_capacity, max_batch and prefill_chunk must be > 0");
+        }
+        if config.step_token_budget <= config.max_batch {
+            return invalid("step_token_budget must exceed max_batch");
+        }
+        if config.n_ctx < 2 {
+            return invalid("n_ctx must be at least 2");
+        }
+        let model_config = model.config().clone();
+        let n_ctx = config.n_ctx.min(model_config.n_ctx_train);
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            wake: Condvar::new(),
+            counters: Arc::new(EngineCounters::default()),
+        });
+        let name = model
+            .path()
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut scheduler = Scheduler {
+            eog: model.special_tokens().end_of_generation.clone(),
+            model,
+            detok: detokenizer.clone(),
+            config: config.clone(),
+            n_ctx,
+            shared: shared.clone(),
+            active: Vec::new(),
+            resume: VecDeque::new(),
+            next_admit: 0,
+            step: 0,
+            rate_window: VecDeque::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("airlock-gen-{name}"))
+            .spawn(move || scheduler.run())
+            .map_err(|e| crate::Error::InvalidInput(format!("cannot spawn engine thread: {e}")))?;
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+            config,
+            vocab_size: model_config.vocab_size,
+            model_config,
+            n_ctx,
+            has_detokenizer: detokenizer.is_some(),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// Queues a request; events arrive on the returned [`Stream`]. Never blocks on the model.
+    pub fn submit(&self, req: GenerateRequest) -> Result<Stream, SubmitError> {
+        let p = &req.params;
+        if req.prompt.is_empty() {
+            return Err(SubmitError::Invalid("empty prompt".into()));
+        }
+        if p.max_tokens == 0 {
+            return Err(SubmitError::Invalid("max_tokens must be at least 1".into()));
+        }
+        if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= self.vocab_size) {
+            return Err(SubmitError::Invalid(format!(
+                "token id {t} outside the vocabulary"
+            )));
+        }
+        if !p.stop_strings.is_empty() && !self.has_detokenizer {
+            return Err(SubmitError::Invalid(
+                "stop strings need an engine with a detokenizer".into(),
+            ));
+        }
+        let total = req.prompt.len().saturating_add(p.max_tokens);
+        if total > self.n_ctx {
+            return Err(SubmitError::ContextTooLong {
+                prompt_tokens: req.prompt.len(),
+                max_tokens: p.max_tokens,
+                n_ctx: self.n_ctx,
+            });
+        }
+        let needed_bytes = reserved_for(total) * self.model_config.kv_bytes_per_token();
+        if needed_bytes > self.config.kv_budget_bytes {
+            return Err(SubmitError::OverBudget {
+                needed_bytes,
+                budget_bytes: self.config.kv_budget_bytes,
+            });
+        }
+        let (tx, rx) = unbounded_channel();
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut q = self.shared.queue.lock();
+            if q.shutdown {
+                return Err(SubmitError::Stopped);
+            }
+            if q.waiting.len() >= self.config.queue_capacity {
+                return Err(SubmitError::QueueFull {
+                    capacity: self.config.queue_capacity,
+                });
+            }
+            q.waiting.push_back(Pending {
+                id,
+                req,
+                tx,
+                span: tracing::Span::current(),
+            });
+            self.shared
+                .counters
+                .queue_depth
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        self.shared.wake.notify_one();
+        Ok(Stream { id, rx })
+    }
+
+    /// The live counters (cheap to clone and keep, e.g. in the daemon's metrics registry).
+    pub fn counters(&self) -> Arc<EngineCounters> {
+        self.shared.counters.clone()
+    }
+
+    /// A snapshot of the counters.
+    pub fn metrics(&self) -> EngineMetrics {
+        self.shared.counters.snapshot()
+    }
+
+    /// The effective context cap (config cap and model context, whichever is smaller).
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// The served model's hyper-parameters.
+    pub fn model_config(&self) -> &ModelConfig {
+        &self.model_config
+    }
+
+    /// The engine's limits.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.shared.queue.lock().shutdown = true;
+        self.shared.wake.notify_all();
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            tracing::error!("generation engine thread panicked");
+        }
+    }
+}
+
+/// A sequence holding (or about to hold) a KV cache.
+struct Seq {
+    id: u64,
+    /// Prompt followed by the generated tokens.
+    tokens: Vec<u32>,
+    prompt_len: usize,
+    generated: usize,
+    params: SamplingParams,
+    rng: Rng,
+    text: Option<TextStream>,
+    tx: UnboundedSender<Event>,
+    cache: KvCache,
+    /// Order of first admission: preemption takes the largest.
+    admit_order: u64,
+    span: tracing::Span,
+}
+
+impl Seq {
+    fn remaining(&self) -> usize {
+        self.tokens.len() - self.cache.len()
+    }
+
+    fn usage(&self) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_len,
+            completion_tokens: self.generated,
+        }
+    }
+
+    fn finish(&mut self, reason: FinishReason) {
+        let text = self.text.as_mut().map(TextStream::finish);
+        let _ = self.tx.send(Event::Done {
+            reason,
+            usage: self.usage(),
+            text,
+        });
+    }
+}
+
+struct Scheduler {
+    model: DecoderModel,
+    eog: Vec<u32>,
+    detok: Option<Detokenizer>,
+    config: EngineConfig,
+    n_ctx: usize,
+    shared: Arc<Shared>,
+    /// Admitted sequences, oldest admission first.
+    active: Vec<Seq>,
+    /// Preempted sequences waiting to be re-admitted, oldest admission first.
+    resume: VecDeque<Seq>,
+    next_admit: u64,
+    step: u64,
+    /// (time, tokens generated) of recent steps, for the tokens/s estimate.
+    rate_window: VecDeque<(Instant, usize)>,
+}
+
+/// Seconds of history behind the tokens/s estimate.
+const RATE_WINDOW_SECS: f64 = 5.0;
+
+impl Scheduler {
+    fn counters(&self) -> &EngineCounters {
+        &self.shared.counters
+    }
+
+    fn run(&mut self) {
+        loop {
+            if !self.wait_for_work() {
+                break;
+            }
+            self.drop_cancelled();
+            self.admit();
+            if self.active.is_empty() {
+                // Nothing admissible right now (all waiting requests were cancelled).
+                self.publish(0);
+                continue;
+            }
+            self.step();
+        }
+        // Shutdown: end every stream.
+        for mut s in self.active.drain(..).chain(self.resume.drain(..)) {
+            s.finish(FinishReason::Cancelled);
+        }
+        let mut q = self.shared.queue.lock();
+        for p in q.waiting.drain(..) {
+            let _ = p.tx.send(Event::Done {
+                reason: FinishReason::Cancelled,
+                usage: Usage {
+                    prompt_tokens: p.req.prompt.len(),
+                    completion_tokens: 0,
+                },
+                text: None,
+            });
+        }
+        self.counters().queue_depth.store(0, Ordering::Relaxed);
+    }
+
+    /// Blocks while there is nothing to do; false on shutdown.
+    fn wait_for_work(&mut self) -> bool {
+        let mut q = self.shared.queue.lock();
+        loop {
+            if q.shutdown {
+                return false;
+            }
+            if !self.active.is_empty() || !self.resume.is_empty() || !q.waiting.is_empty() {
+                return true;
+            }
+            self.shared.wake.wait(&mut q);
+        }
+    }
+
+    fn cancel(&self, s: &Seq) {
+        self.counters()
+            .cancellations
+            .fetch_add(1, Ordering::Relaxed);
+        s.span
+            .in_scope(|| tracing::debug!(id = s.id, "stream closed by client; freed"));
+    }
+
+    /// Frees every sequence whose receiver is gone (client disconnected).
+    fn drop_cancelled(&mut self) {
+        let (gone, kept): (Vec<Seq>, Vec<Seq>) =
+            self.active.drain(..).partition(|s| s.tx.is_closed());
+        self.active = kept;
+        for s in &gone {
+            self.cancel(s);
+        }
+        let (gone, kept): (VecDeque<Seq>, VecDeque<Seq>) =
+            self.resume.drain(..).partition(|s| s.tx.is_closed());
+        self.resume = kept;
+        for s in &gone {
+            self.cancel(s);
+        }
+    }
+
+    fn kv_used(&self) -> usize {
+        self.active.iter().map(|s| s.cache.bytes()).sum()
+    }
+
+    /// Moves sequences into the batch while there is room: preempted ones first, then the queue.
+    /// A sequence is admitted only if its whole pending input (prompt, or prompt + generated on
+    /// resume) plus one token fits the free KV budget.
+    fn admit(&mut self) {
+        let bpt = self.model.config().kv_bytes_per_token();
+        while self.active.len() < self.config.max_batch {
+            // Keep a block of growth room per running sequence, so an admission is not undone
+            // by a preemption a few steps later.
+            let headroom = self.active.len() * KV_BLOCK_TOKENS * bpt;
+            let free = self
+                .config
+                .kv_budget_bytes
+                .saturating_sub(self.kv_used() + headroom);
+            if let Some(s) = self.resume.front() {
+                if reserved_for(s.tokens.len() + 1) * bpt > free {
+                    return;
+                }
+                let s = self.resume.pop_front().expect("front exists");
+                self.active.push(s);
+                self.active.sort_by_key(|s| s.admit_order);
+                continue;
+            }
+            let mut q = self.shared.queue.lock();
+            let Some(front) = q.waiting.front() else {
+                return;
+            };
+            if front.tx.is_closed() {
+                let p = q.waiting.pop_front().expect("front exists");
+                self.counters().queue_depth.fetch_sub(1, Ordering::Relaxed);
+                drop(q);
+                self.counters()
+                    .cancellations
+                    .fetch_add(1, Ordering::Relaxed);
+                p.span
+                    .in_scope(|| tracing::debug!(id = p.id, "cancelled while queued"));
+                continue;
+            }
+            if reserved_for(front.req.prompt.len() + 1) * bpt > free {
+                return;
+            }
+            let p = q.waiting.pop_front().expect("front exists");
+            self.counters().queue_depth.fetch_sub(1, Ordering::Relaxed);
+            drop(q);
+            let seed = p.req.params.seed.unwrap_or_else(|| {
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(p.id, |d| d.as_nanos() as u64 ^ p.id)
+            });
+            let text = self
+                .detok
+                .clone()
+                .map(|d| TextStream::new(d, p.req.params.stop_strings.clone()));
+            self.active.push(Seq {
+                id: p.id,
+                prompt_len: p.req.prompt.len(),
+                tokens: p.req.prompt,
+                generated: 0,
+                rng: Rng::new(seed),
+                params: p.req.params,
+                text,
+                tx: p.tx,
+                cache: self.model.new_cache(),
+                admit_order: self.next_admit,
+                span: p.span,
+            });
+            self.next_admit += 1;
+        }
+    }
+
+    /// Rows each active sequence processes this step (0 = not scheduled).
+    fn plan(&self) -> Vec<usize> {
+        let mut budget = self.config.step_token_budget;
+        let mut rows = vec![0; self.active.len()];
+        // Running streams first: one decode row each.
+        for (r, s) in rows.iter_mut().zip(&self.active) {
+            if s.remaining() == 1 {
+                *r = 1;
+                budget -= 1;
+            }
+        }
+        // Then prefill chunks, oldest admission first, with what is left.
+        for (r, s) in rows.iter_mut().zip(&self.active) {
+            if s.remaining() > 1 && budget > 0 {
+                *r = s.remaining().min(self.config.prefill_chunk).min(budget);
+                budget -= *r;
+            }
+        }
+        rows
+    }
+
+    /// Preempts the most recently admitted sequences until the planned step fits the budget.
+    fn fit_memory(&mut self, rows: &mut Vec<usize>) {
+        loop {
+            let need: usize = self
+                .active
+                .iter()
+                .zip(rows.iter())
+                .map(|(s, &r)| s.cache.bytes_after(r))
+                .sum();
+            if need <= self.config.kv_budget_bytes || self.active.len() <= 1 {
+                return;
+            }
+            let newest = self
+                .active
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, s)| s.admit_order)
+                .map(|(i, _)| i)
+                .expect("at least two active");
+            let mut s = self.active.remove(newest);
+            rows.remove(newest);
+            s.cache.clear();
+            let _ = s.tx.send(Event::Preempted {
+                step: self.step + 1,
+            });
+            s.span
+                .in_scope(|| tracing::debug!(id = s.id, "preempted for KV memory"));
+            self.counters().preemptions.fetch_add(1, Ordering::Relaxed);
+            let at = self
+                .resume
+                .iter()
+                .position(|r| r.admit_order > s.admit_order)
+                .unwrap_or(self.resume.len());
+            self.resume.insert(at, s);
+            // Re-plan: the freed budget may let a pending prefill take a bigger chunk.
+            *rows = self.plan();
+        }
+    }
+
+    fn step(&mut self) {
+        let mut rows = self.plan();
+        self.fit_memory(&mut rows);
+        self.step += 1;
+        let step = self.step;
+
+        let mut prompt_rows = 0;
+        let mut chunks = Vec::new();
+        let mut owners = Vec::new();
+        for (i, (s, &r)) in self.active.iter_mut().zip(rows.iter()).enumerate() {
+            if r == 0 {
+                continue;
+            }
+            let start = s.cache.len();
+            if r > 1 || s.cache.len() < s.tokens.len() - 1 {
+                prompt_rows += r;
+            }
+            chunks.push(SeqChunk {
+                tokens: &s.tokens[start..start + r],
+                cache: &mut s.cache,
+                want_logits: start + r == s.tokens.len(),
+            });
+            owners.push(i);
+        }
+        let result = self.model.forward(&mut chunks);
+        drop(chunks);
+        let logits = match result {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!(error = %e, "engine step failed; ending its sequences");
+                let failed: Vec<usize> = owners.clone();
+                for &i in failed.iter().rev() {
+                    let mut s = self.active.remove(i);
+                    s.finish(FinishReason::Error(e.to_string()));
+                }
+                self.publish(0);
+                return;
+            }
+        };
+        self.counters()
+            .prompt_tokens_processed
+            .fetch_add(prompt_rows as u64, Ordering::Relaxed);
+
+        let mut finished = Vec::new();
+        let mut generated = 0;
+        for (&i, l) in owners.iter().zip(logits) {
+            let Some(l) = l else { continue };
+            let s = &mut self.active[i];
+            let next = sampling::sample(&l, &s.params, &mut s.rng);
+            if self.eog.contains(&next) || s.params.stop_token_ids.contains(&next) {
+                s.finish(FinishReason::Stop);
+                finished.push(i);
+                continue;
+            }
+            s.tokens.push(next);
+            s.generated += 1;
+            generated += 1;
+            let (text, stopped) = match s.text.as_mut() {
+                Some(t) => {
+                    let st = t.push(next);
+                    (Some(st.piece), st.stopped)
+                }
+                None => (None, false),
+            };
+            let sent = s.tx.send(Event::Token {
+                id: next,
+                text,
+                step,
+            });
+            if sent.is_err() {
+                self.counters()
+                    .cancellations
+                    .fetch_add(1, Ordering::Relaxed);
+                finished.push(i);
+            } else if stopped {
+                if let Some(t) = s.text.as_mut() {
+                    // The match and anything after it are dropped.
+                    t.finish();
+                }
+                s.finish(FinishReason::Stop);
+                finished.push(i);
+            } else if s.generated >= s.params.max_tokens || s.tokens.len() >= self.n_ctx {
+                s.finish(FinishReason::Length);
+                finished.push(i);
+            }
+        }
+        finished.sort_unstable();
+        for &i in finished.iter().rev() {
+            let s = self.active.remove(i);
+            s.span
+                .in_scope(|| tracing::debug!(id = s.id, generated = s.generated, "finished"));
+        }
+        self.counters().steps.fetch_add(1, Ordering::Relaxed);
+        self.publish(generated);
+    }
+
+    /// Updates the gauges and the tokens/s estimate after a step.
+    fn publish(&mut self, generated: usize) {
+        let c = &self.shared.counters;
+        c.tokens_generated
+            .fetch_add(generated as u64, Ordering::Relaxed);
+        c.active_sequences
+            .store(self.active.len(), Ordering::Relaxed);
+        c.kv_bytes.store(self.kv_used(), Ordering::Relaxed);
+        {
+            let q = self.shared.queue.lock();
+            c.queue_depth
+                .store(q.waiting.len() + self.resume.len(), Ordering::Relaxed);
+        }
+        let now = Instant::now();
+        self.rate_window.push_back((now, generated));
+        while let Some(&(t, _)) = self.rate_window.front() {
+            if now.duration_since(t).as_secs_f64() > RATE_WINDOW_SECS {
+                self.rate_window.pop_front();
+            } else {
+                break;
+            }
+        }
+        let rate = match self.rate_window.front() {
+            Some(&(t0, _)) if self.rate_window.len() > 1 => {
+                let secs = now.duration_since(t0).as_secs_f64();
+                // Tokens produced after the window's first step, over the time since it.
+                let toks: usize = self.rate_window.iter().skip(1).map(|&(_, n)| n).sum();
+                if secs > 0.0 { toks as f64 / secs } else { 0.0 }
+            }
+            _ => 0.0,
+        };
+        c.tokens_per_second_bits
+            .store(rate.to_bits(), Ordering::Relaxed);
+    }
+}

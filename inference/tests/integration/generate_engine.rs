@@ -1,0 +1,299 @@
+//! The continuous-batching engine on the real SmolLM2 model: batching does not change greedy
+//! output, cancellation frees work, typed refusals, chunked prefill keeps streams flowing,
+//! preemption takes the newest sequence.
+
+use std::time::{Duration, Instant};
+
+use airlock_inference::generate::{
+    Engine, EngineConfig, Event, FinishReason, GenerateRequest, SamplingParams, Stream,
+    SubmitError, Usage,
+};
+use serde_json::Value;
+
+use super::common::read_jsonl;
+use super::generate::{compare, load};
+
+/// Everything one stream received.
+#[derive(Debug, Default)]
+struct Collected {
+    tokens: Vec<u32>,
+    steps: Vec<u64>,
+    preempted: bool,
+    reason: Option<FinishReason>,
+    usage: Usage,
+}
+
+fn collect(mut s: Stream) -> Collected {
+    let mut c = Collected::default();
+    while let Some(ev) = s.blocking_recv() {
+        match ev {
+            Event::Token { id, step, .. } => {
+                c.tokens.push(id);
+                c.steps.push(step);
+            }
+            Event::Preempted { .. } => c.preempted = true,
+            Event::Done { reason, usage, .. } => {
+                c.reason = Some(reason);
+                c.usage = usage;
+            }
+        }
+    }
+    c
+}
+
+fn prompts() -> Vec<(Vec<u32>, Vec<u32>)> {
+    read_jsonl("smollm2-greedy.jsonl")
+        .iter()
+        .map(|l| {
+            let ids = |v: &Value| -> Vec<u32> {
+                v.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap() as u32)
+                    .collect()
+            };
+            (ids(&l["prompt_token_ids"]), ids(&l["generated_token_ids"]))
+        })
+        .collect()
+}
+
+fn engine(config: EngineConfig) -> Engine {
+    Engine::start(load("smollm2"), None, config).expect("engine starts")
+}
+
+fn req(prompt: &[u32], max_tokens: usize) -> GenerateRequest {
+    GenerateRequest {
+        prompt: prompt.to_vec(),
+        params: SamplingParams::greedy(max_tokens),
+    }
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// SmolLM2's `<|im_end|>`, which ends the chat fixtures.
+const IM_END: u32 = 2;
+
+#[test]
+fn concurrent_streams_equal_solo_runs_and_llama_cpp() {
+    let e = engine(EngineConfig::default());
+    let cases = prompts();
+    let mut solo = Vec::new();
+    let lines = read_jsonl("smollm2-greedy.jsonl");
+    for (n, (prompt, want)) in cases.iter().take(4).enumerate() {
+        let c = collect(e.submit(req(prompt, 32)).unwrap());
+        // The engine reproduces llama.cpp's greedy ids under the fixture rules (the stop token
+        // is not emitted as a token but ends the stream).
+        let mut ids = c.tokens.clone();
+        if c.reason == Some(FinishReason::Stop) {
+            ids.push(IM_END);
+        }
+        let matched = compare(&format!("engine, line {}", n + 1), &lines[n], &ids);
+        if matched == want.len() && want.last() == Some(&IM_END) {
+            assert_eq!(c.reason, Some(FinishReason::Stop));
+        }
+        assert_eq!(c.usage.prompt_tokens, prompt.len());
+        assert_eq!(c.usage.completion_tokens, c.tokens.len());
+        solo.push(c.tokens);
+    }
+    let before = e.metrics();
+    let streams: Vec<Stream> = cases
+        .iter()
+        .take(4)
+        .map(|(p, _)| e.submit(req(p, 32)).unwrap())
+        .collect();
+    let together: Vec<Collected> = streams.into_iter().map(collect).collect();
+    for (i, (c, s)) in together.iter().zip(&solo).enumerate() {
+        assert_eq!(&c.tokens, s, "stream {i} differs when batched");
+    }
+    let after = e.metrics();
+    let tokens: usize = solo.iter().map(Vec::len).sum();
+    let steps = after.steps - before.steps;
+    // Batched: far fewer steps than tokens (one step serves all four streams).
+    assert!(
+        steps as usize <= solo.iter().map(Vec::len).max().unwrap() + 4,
+        "{steps} steps for {tokens} tokens"
+    );
+    assert_eq!(
+        after.tokens_generated - before.tokens_generated,
+        tokens as u64
+    );
+    assert_eq!(after.active_sequences, 0);
+    assert_eq!(after.kv_bytes, 0);
+}
+
+#[test]
+fn cancelled_stream_stops_consuming_steps() {
+    let e = engine(EngineConfig::default());
+    let cases = prompts();
+    let a = e.submit(req(&cases[2].0, 48)).unwrap();
+    let mut b = e.submit(req(&cases[0].0, 48)).unwrap();
+    // Take three tokens from B, then hang up (counting whatever else was already sent).
+    let mut got_b = 0u64;
+    while got_b < 3 {
+        if let Some(Event::Token { .. }) = b.blocking_recv() {
+            got_b += 1;
+        }
+    }
+    while let Some(ev) = b.try_recv() {
+        assert!(matches!(ev, Event::Token { .. }));
+        got_b += 1;
+    }
+    drop(b);
+    let a = collect(a);
+    assert_eq!(a.reason, Some(FinishReason::Length));
+    let m = e.metrics();
+    assert_eq!(m.cancellations, 1);
+    // B consumed what it received plus at most the one step in flight when it was dropped (it
+    // is noticed at the next step), not its 48.
+    let b_consumed = m.tokens_generated - a.tokens.len() as u64;
+    assert!(
+        b_consumed >= got_b && b_consumed <= got_b + 1,
+        "cancelled stream generated {b_consumed} tokens, {got_b} received"
+    );
+    assert!(
+        got_b < 40,
+        "the test must cancel B early ({got_b} tokens received)"
+    );
+    // Every step after the cancellation served A alone: steps == A's tokens.
+    assert_eq!(m.steps, a.tokens.len() as u64);
+    assert_eq!(m.active_sequences, 0);
+    assert_eq!(m.kv_bytes, 0);
+}
+
+#[test]
+fn queue_full_context_and_budget_refusals_are_typed() {
+    let bpt = load("smollm2").config().kv_bytes_per_token();
+    let cfg = EngineConfig {
+        queue_capacity: 1,
+        max_batch: 1,
+        step_token_budget: 8,
+        prefill_chunk: 8,
+        kv_budget_bytes: 128 * bpt,
+        n_ctx: 256,
+    };
+    let e = engine(cfg);
+    let p = prompts()[2].0.clone();
+    assert!(matches!(
+        e.submit(req(&p, 300)),
+        Err(SubmitError::ContextTooLong { n_ctx: 256, .. })
+    ));
+    assert!(matches!(
+        e.submit(req(&p, 200)),
+        Err(SubmitError::OverBudget { budget_bytes, .. }) if budget_bytes == 128 * bpt
+    ));
+    assert!(matches!(
+        e.submit(req(&[], 5)),
+        Err(SubmitError::Invalid(_))
+    ));
+    let bad_stop = GenerateRequest {
+        prompt: p.clone(),
+        params: SamplingParams {
+            stop_strings: vec!["\n".into()],
+            ..SamplingParams::greedy(4)
+        },
+    };
+    assert!(matches!(e.submit(bad_stop), Err(SubmitError::Invalid(_))));
+    // One running (batch of 1), one queued, the next is refused.
+    let running = e.submit(req(&p, 100)).unwrap();
+    wait_until("admission", || e.metrics().active_sequences == 1);
+    let queued = e.submit(req(&p, 4)).unwrap();
+    assert_eq!(e.metrics().queue_depth, 1);
+    assert!(matches!(
+        e.submit(req(&p, 4)),
+        Err(SubmitError::QueueFull { capacity: 1 })
+    ));
+    drop(running);
+    let q = collect(queued);
+    assert_eq!(q.tokens.len(), 4);
+}
+
+#[test]
+fn chunked_prefill_keeps_running_stream_fed_every_step() {
+    let cfg = EngineConfig {
+        max_batch: 4,
+        step_token_budget: 24,
+        prefill_chunk: 16,
+        ..EngineConfig::default()
+    };
+    let e = engine(cfg);
+    let cases = prompts();
+    let mut a = e.submit(req(&cases[1].0, 40)).unwrap();
+    // Let A reach decode.
+    let mut a_steps = Vec::new();
+    while a_steps.len() < 2 {
+        if let Some(Event::Token { step, .. }) = a.blocking_recv() {
+            a_steps.push(step);
+        }
+    }
+    // A long prompt (~300 tokens) arrives while A decodes.
+    let long: Vec<u32> = cases
+        .iter()
+        .flat_map(|(p, _)| p.clone())
+        .cycle()
+        .take(300)
+        .collect();
+    let submitted_after = e.metrics().steps;
+    let b = e.submit(req(&long, 2)).unwrap();
+    let a = {
+        let mut rest = collect(a);
+        a_steps.append(&mut rest.steps);
+        rest.steps = a_steps;
+        rest
+    };
+    let b = collect(b);
+    let b_first = b.steps[0];
+    // B's prompt needed many steps (16-token chunks, 24-row budget minus A's decode row)...
+    assert!(
+        b_first - submitted_after >= 300 / 23,
+        "long prompt prefilled in {} steps",
+        b_first - submitted_after
+    );
+    // ...and A got a token on every one of them: its steps are consecutive and span B's prefill.
+    assert!(
+        a.steps.windows(2).all(|w| w[1] == w[0] + 1),
+        "A skipped steps: {:?}",
+        a.steps
+    );
+    assert!(
+        *a.steps.last().unwrap() > b_first,
+        "A must still be running after B's prefill"
+    );
+    assert!(e.metrics().prompt_tokens_processed >= 300);
+}
+
+#[test]
+fn preemption_takes_the_newest_and_keeps_outputs() {
+    let bpt = load("smollm2").config().kv_bytes_per_token();
+    // Room for three 32-token blocks: two short prompts fit, but both cannot grow past 32.
+    let cfg = EngineConfig {
+        kv_budget_bytes: 3 * 32 * bpt,
+        ..EngineConfig::default()
+    };
+    let e = engine(cfg);
+    let cases = prompts();
+    let (pa, pb) = (&cases[1].0, &cases[2].0);
+    let solo_a = collect(e.submit(req(pa, 60)).unwrap());
+    let solo_b = collect(e.submit(req(pb, 60)).unwrap());
+    assert!(!solo_a.preempted && !solo_b.preempted);
+    assert_eq!(e.metrics().preemptions, 0);
+
+    let a = e.submit(req(pa, 60)).unwrap();
+    wait_until("A admitted", || e.metrics().active_sequences == 1);
+    let b = e.submit(req(pb, 60)).unwrap();
+    let (a, b) = (collect(a), collect(b));
+    assert!(!a.preempted, "the oldest sequence must never be preempted");
+    assert!(b.preempted, "the newest sequence is the one to preempt");
+    assert!(e.metrics().preemptions >= 1);
+    // Re-prefill of prompt + generated tokens continues exactly where it stopped.
+    assert_eq!(a.tokens, solo_a.tokens);
+    assert_eq!(b.tokens, solo_b.tokens);
+}
