@@ -683,7 +683,13 @@ impl Retrieval {
         if docs.is_empty() {
             return Ok(());
         }
-        let committed = store.upsert(docs)?;
+        let mut committed = store.upsert(docs)?;
+        // A document given twice in one batch: its first version's chunks died in the same
+        // transaction; they are neither mapped nor indexed.
+        if !committed.dead.is_empty() {
+            let dead: RoaringBitmap = committed.dead.iter().copied().collect();
+            committed.added.retain(|a| !dead.contains(a.0));
+        }
         progress(Progress::Committed {
             docs: committed.outcomes.len(),
             chunks: committed.added.len(),
@@ -700,8 +706,12 @@ impl Retrieval {
             map.insert(*id, *ord);
         }
         let live_docs = store.live_doc_count()?;
-        let live_chunks =
-            old.live_chunks + committed.added.len() as u64 - committed.dead.len() as u64;
+        let was_live = committed
+            .dead
+            .iter()
+            .filter(|&&c| old.map.doc_of(c).is_some())
+            .count();
+        let live_chunks = old.live_chunks + committed.added.len() as u64 - was_live as u64;
         self.snapshot.store(Arc::new(Snapshot {
             map,
             dead,

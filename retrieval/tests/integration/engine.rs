@@ -56,6 +56,28 @@ fn upsert_versions_replace_chunks_and_reopen_keeps_state() {
     assert!(r.results[0].stage_scores.bm25.is_some());
     let st = eng.stats();
     assert_eq!((st.live_docs, st.live_chunks, st.dead_chunks), (1, 1, 1));
+    // The same id twice in one batch: the later version wins, the earlier is never indexed.
+    let rep = eng
+        .upsert(
+            vec![
+                DocumentInput::new("dup", "", "first draft wording"),
+                DocumentInput::new("dup", "", "final approved wording"),
+            ],
+            &mut |_| {},
+        )
+        .unwrap();
+    assert_eq!(rep.outcomes[1].status, UpsertStatus::Replaced);
+    assert_eq!(eng.stats().live_chunks, 2);
+    assert!(
+        eng.search(&bm25("draft", 5), &allow_all())
+            .unwrap()
+            .results
+            .is_empty()
+    );
+    assert_eq!(
+        ids(&eng.search(&bm25("wording", 5), &allow_all()).unwrap()),
+        vec!["dup"]
+    );
     drop(eng);
     let eng = env.open_bm25(test_config());
     assert_eq!(
@@ -100,7 +122,7 @@ fn acl_filter_returns_only_allowed_documents_and_k_when_k_exist() {
     let mut got = ids(&r);
     got.sort();
     assert_eq!(got, vec!["d150", "d7", "d99"]);
-    // 1% selectivity over a larger k: still k results whenever k visible matches exist.
+    // Half the documents allowed, large k: still k results whenever k visible matches exist.
     let half = allow((0..200).step_by(2).map(ord));
     let r = eng.search(&bm25("treasury report", 60), &half).unwrap();
     assert_eq!(r.results.len(), 60);

@@ -1,0 +1,292 @@
+//! Hybrid retrieve latency at scale: ~200k chunks (bank-dev text, perturbed copies), BM25 +
+//! int8 vector index + RRF + f32 rescoring, no rerank, at several ACL selectivities.
+//!
+//! `cargo bench -p airlock-retrieval --bench hybrid_latency -- [--chunks 200000] [--data DIR]`
+//!
+//! The vectors come from a BENCH-ONLY embedder (a fixed random projection of bag-of-words, so
+//! texts that share words are close, like sentence embeddings; MiniLM would take hours to embed
+//! 200k chunks on 2 cores). What is timed is the engine: BM25, vector search, fusion, rescoring
+//! and the SQLite fetch; the real query embedding cost is measured separately (quality bench,
+//! `embed_ms`). The built data directory is kept (`--data`, default
+//! `target/bench-data/hybrid-<chunks>`) so re-runs skip the ingest.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use airlock_acl::AllowSet;
+use airlock_retrieval::ingest::parse_jsonl;
+use airlock_retrieval::vector::synth::Rng;
+use airlock_retrieval::{
+    DocumentInput, Embed, ModelError, Retrieval, RetrievalConfig, SearchMode, SearchRequest,
+};
+use parking_lot::Mutex;
+use roaring::RoaringBitmap;
+
+const DIM: usize = 384;
+
+/// BENCH-ONLY embedder: normalised sum of fixed random unit vectors, one per distinct word.
+struct ProjectionEmbedder {
+    words: Mutex<HashMap<String, Arc<Vec<f32>>>>,
+}
+
+fn spans(text: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut start: Option<usize> = None;
+    for (i, c) in text.char_indices() {
+        if c.is_alphanumeric() {
+            start.get_or_insert(i);
+            continue;
+        }
+        if let Some(s) = start.take() {
+            out.push((s, i));
+        }
+        if !c.is_whitespace() {
+            out.push((i, i + c.len_utf8()));
+        }
+    }
+    if let Some(s) = start {
+        out.push((s, text.len()));
+    }
+    out
+}
+
+impl ProjectionEmbedder {
+    fn word(&self, w: &str) -> Arc<Vec<f32>> {
+        let key = w.to_lowercase();
+        if let Some(v) = self.words.lock().get(&key) {
+            return Arc::clone(v);
+        }
+        let seed = key.bytes().fold(0xcbf29ce484222325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100000001b3)
+        });
+        let mut rng = Rng::new(seed);
+        let mut v: Vec<f32> = (0..DIM).map(|_| rng.normal() as f32).collect();
+        airlock_retrieval::vector::synth::normalize(&mut v);
+        let v = Arc::new(v);
+        self.words.lock().insert(key, Arc::clone(&v));
+        v
+    }
+}
+
+impl Embed for ProjectionEmbedder {
+    fn dim(&self) -> usize {
+        DIM
+    }
+    fn max_tokens(&self) -> usize {
+        256
+    }
+    fn token_spans(&self, text: &str) -> Result<Vec<(usize, usize)>, ModelError> {
+        Ok(spans(text))
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut acc = vec![0f32; DIM];
+                for (s, e) in spans(t).into_iter().take(254) {
+                    let w = &t[s..e];
+                    if w.len() > 2 && w.chars().all(char::is_alphanumeric) {
+                        for (a, x) in acc.iter_mut().zip(self.word(w).iter()) {
+                            *a += x;
+                        }
+                    }
+                }
+                acc[0] += 1e-3;
+                airlock_retrieval::vector::synth::normalize(&mut acc);
+                acc
+            })
+            .collect())
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let target: u64 = arg("--chunks").map_or(200_000, |s| s.parse().expect("--chunks"));
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let shared = std::env::var_os("AIRLOCK_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest.join("../../shared"));
+    let data = arg("--data")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest.join(format!("../target/bench-data/hybrid-{target}")));
+    std::fs::create_dir_all(&data).expect("data dir");
+    let embedder = Arc::new(ProjectionEmbedder {
+        words: Mutex::new(HashMap::new()),
+    });
+    let mut cfg = RetrievalConfig::default();
+    cfg.chunk.target_tokens = 256;
+    let eng = Retrieval::open(
+        &data.join("airlock.db"),
+        &data.join("index"),
+        cfg,
+        embedder,
+        None,
+    )
+    .expect("open");
+    let corpus = shared.join("datasets/bank-dev/corpus.jsonl");
+    let base: Vec<DocumentInput> = parse_jsonl(
+        "corpus",
+        BufReader::new(std::fs::File::open(&corpus).expect("bank-dev corpus")),
+        1 << 24,
+    )
+    .into_iter()
+    .map(|d| d.expect("corpus line"))
+    .collect();
+    if eng.stats().live_chunks < target {
+        ingest(&eng, &base, target);
+    }
+    let st = eng.stats();
+    println!(
+        "corpus: {} docs, {} live chunks (data dir {})",
+        st.live_docs,
+        st.live_chunks,
+        data.display()
+    );
+    let queries = golden_queries(&shared);
+    let n_docs = st.live_docs as u32;
+    println!(
+        "\n| mode | allowed | queries | mean ms | p50 ms | p99 ms | max ms | bm25 mean | vector mean | rescore mean | fetch mean |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for (label, frac) in [("100%", 1.0), ("10%", 0.1), ("1%", 0.01)] {
+        let allow = random_allow(n_docs, frac, 11);
+        for (mode_label, mode, rescore) in [
+            ("hybrid + rescore", SearchMode::Hybrid, true),
+            ("bm25", SearchMode::Bm25, false),
+            ("vector + rescore", SearchMode::Vector, true),
+        ] {
+            // Warm-up pass (page cache, lazy structures), then the timed pass.
+            for q in queries.iter().take(50) {
+                eng.search(&req(q, mode, rescore), &allow).expect("search");
+            }
+            let mut total = Vec::new();
+            let (mut bm, mut ve, mut re, mut fe) = (0.0, 0.0, 0.0, 0.0);
+            for q in &queries {
+                let r = eng.search(&req(q, mode, rescore), &allow).expect("search");
+                assert_eq!(
+                    r.results.len(),
+                    10,
+                    "k results whenever k visible chunks exist"
+                );
+                total.push(r.timings.total_ms);
+                bm += r.timings.bm25_ms;
+                ve += r.timings.vector_ms;
+                re += r.timings.rescore_ms;
+                fe += r.timings.fetch_ms;
+            }
+            let n = total.len() as f64;
+            total.sort_by(f64::total_cmp);
+            let p = |x: f64| total[((n - 1.0) * x).round() as usize];
+            println!(
+                "| {mode_label} | {label} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                total.len(),
+                total.iter().sum::<f64>() / n,
+                p(0.5),
+                p(0.99),
+                p(1.0),
+                bm / n,
+                ve / n,
+                re / n,
+                fe / n
+            );
+        }
+    }
+}
+
+fn req(q: &str, mode: SearchMode, rescore: bool) -> SearchRequest<'_> {
+    SearchRequest {
+        query: q,
+        k: 10,
+        mode,
+        rescore,
+        rerank: false,
+    }
+}
+
+/// Copies of the bank corpus, each word replaced with probability 0.3 by a random corpus word
+/// (so copies are near-duplicates, not identical), until `target` chunks are live.
+fn ingest(eng: &Retrieval, base: &[DocumentInput], target: u64) {
+    let vocab: Vec<String> = {
+        let mut v: Vec<String> = base
+            .iter()
+            .flat_map(|d| d.text.split_whitespace().map(str::to_owned))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let t = Instant::now();
+    let mut rng = Rng::new(7);
+    let mut copy = eng.stats().live_docs as usize / base.len();
+    while eng.stats().live_chunks < target {
+        for batch in base.chunks(500) {
+            let docs: Vec<DocumentInput> = batch
+                .iter()
+                .map(|d| {
+                    let text: Vec<&str> = d
+                        .text
+                        .split_inclusive(char::is_whitespace)
+                        .map(|w| {
+                            if copy > 0 && rng.unit() < 0.3 {
+                                vocab[rng.below(vocab.len() as u64) as usize].as_str()
+                            } else {
+                                w
+                            }
+                        })
+                        .collect();
+                    let mut out = DocumentInput::new(
+                        format!("{}-c{copy}", d.doc_id),
+                        d.title.clone(),
+                        text.join(" "),
+                    );
+                    out.metadata = d.metadata.clone();
+                    out
+                })
+                .collect();
+            eng.upsert(docs, &mut |_| {}).expect("upsert");
+            if eng.stats().live_chunks >= target {
+                break;
+            }
+        }
+        copy += 1;
+        let st = eng.stats();
+        println!(
+            "ingested copy {copy}: {} chunks, {:.0} chunks/s",
+            st.live_chunks,
+            st.live_chunks as f64 / t.elapsed().as_secs_f64()
+        );
+    }
+}
+
+fn golden_queries(shared: &Path) -> Vec<String> {
+    let f = std::fs::File::open(shared.join("datasets/bank-dev/golden.jsonl")).expect("golden");
+    BufReader::new(f)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(&l.expect("line")).expect("json");
+            v["query"].as_str().expect("query").to_owned()
+        })
+        .collect()
+}
+
+fn random_allow(n_docs: u32, frac: f64, seed: u64) -> AllowSet {
+    let mut rng = Rng::new(seed);
+    let mut b = RoaringBitmap::new();
+    for d in 0..n_docs {
+        if rng.unit() < frac {
+            b.insert(d);
+        }
+    }
+    AllowSet::from_bitmap_for_tests(b)
+}
