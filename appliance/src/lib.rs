@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod generator;
 pub mod metrics;
 pub mod models;
 pub mod openai;
@@ -20,6 +21,7 @@ pub mod rag;
 pub mod routes;
 pub mod server;
 pub mod services;
+pub mod startup;
 pub mod state;
 
 pub use config::Config;

@@ -11,7 +11,13 @@ use serde::Serialize;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::generator::Generator;
 use crate::metrics::Metrics;
+
+/// Alias of the full-quality generator.
+pub const LARGE: &str = "airlock-large";
+/// Alias of the degraded-rung generator.
+pub const SMALL: &str = "airlock-small";
 
 /// A model as `GET /v1/models` lists it.
 #[derive(Debug, Clone, Serialize, PartialEq, Eq)]
@@ -40,6 +46,8 @@ pub struct Services {
     pub embedder: Arc<Embedder>,
     /// The models clients may name.
     pub catalogue: Vec<ModelCard>,
+    /// The loaded generators, by alias (catalogue order).
+    pub generators: Vec<Arc<Generator>>,
     bundle_version: String,
 }
 
@@ -50,6 +58,7 @@ impl Services {
         retrieval: Arc<Retrieval>,
         embedder: Arc<Embedder>,
         catalogue: Vec<ModelCard>,
+        generators: Vec<Arc<Generator>>,
         bundle_version: String,
     ) -> Self {
         Services {
@@ -57,8 +66,24 @@ impl Services {
             retrieval,
             embedder,
             catalogue,
+            generators,
             bundle_version,
         }
+    }
+
+    /// The generator serving `alias`.
+    pub fn generator(&self, alias: &str) -> Option<&Arc<Generator>> {
+        self.generators.iter().find(|g| g.alias == alias)
+    }
+
+    /// The generator of requests that name no model: `airlock-large`, else the first one.
+    pub fn default_generator(&self) -> Option<&Arc<Generator>> {
+        self.generator(LARGE).or_else(|| self.generators.first())
+    }
+
+    /// The generator of degraded rungs: `airlock-small`, else the default one.
+    pub fn small_generator(&self) -> Option<&Arc<Generator>> {
+        self.generator(SMALL).or_else(|| self.default_generator())
     }
 
     /// The installed bundle's version.
@@ -92,6 +117,15 @@ impl Services {
         }))
     }
 
-    /// Copies the engine's counters into the metrics before an exposition.
-    pub fn refresh_engine_gauges(&self, _metrics: &Metrics) {}
+    /// Copies the engines' counters into the metrics before an exposition.
+    pub fn refresh_engine_gauges(&self, metrics: &Metrics) {
+        let (mut active, mut kv) = (0i64, 0i64);
+        for g in &self.generators {
+            let m = g.engine().metrics();
+            active += m.active_sequences as i64;
+            kv += m.kv_bytes as i64;
+        }
+        metrics.engine_active.set(active);
+        metrics.kv_bytes.set(kv);
+    }
 }

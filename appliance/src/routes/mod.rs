@@ -18,6 +18,7 @@ use crate::metrics::RouteStatus;
 use crate::state::AppState;
 
 pub mod acl;
+pub mod chat;
 pub mod documents;
 pub mod health;
 pub mod models;
@@ -38,6 +39,7 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .route("/v1/models", get(models::list))
         .route("/v1/embeddings", post(models::embeddings))
+        .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/retrieve", post(retrieve::retrieve))
         .route(
             "/v1/documents/{doc_id}",

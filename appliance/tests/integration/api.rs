@@ -427,7 +427,7 @@ async fn models_and_embeddings() {
         .iter()
         .map(|m| m["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids, ["airlock-large", "airlock-small", "airlock-embed"]);
+    assert_eq!(ids, ["airlock-small", "airlock-embed"]);
 
     let r = t
         .call(

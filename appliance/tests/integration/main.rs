@@ -2,4 +2,6 @@
 
 mod api;
 mod bundle_cli;
+mod chat;
+mod e2e;
 mod support;

@@ -4,10 +4,12 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
+use airlock::generator::Generator;
 use airlock::services::ModelCard;
 use airlock::{AppState, Config, Services, app};
 use airlock_acl::{Acl, NewUser, Role};
-use airlock_inference::{Embedder, EmbedderConfig, EmbedderFiles};
+use airlock_inference::generate::EngineConfig;
+use airlock_inference::{Catalogue, Embedder, EmbedderConfig, EmbedderFiles};
 use airlock_retrieval::{Retrieval, RetrievalConfig};
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
@@ -20,6 +22,13 @@ pub fn models_dir() -> PathBuf {
     std::env::var_os("AIRLOCK_MODELS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models-cache/models"))
+}
+
+/// The shared datasets directory (`AIRLOCK_SHARED_DIR` or the repo's sibling `shared/`).
+pub fn shared_dir() -> PathBuf {
+    std::env::var_os("AIRLOCK_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
 }
 
 /// The MiniLM embedder, loaded once per test binary.
@@ -41,11 +50,42 @@ pub fn embedder() -> Arc<Embedder> {
     .clone()
 }
 
-/// A catalogue like the demo bundle's.
+/// The staged demo bundle directory (`models-cache/staging`, made by scripts/fetch-models.sh).
+pub fn staging_dir() -> PathBuf {
+    std::env::var_os("AIRLOCK_STAGING_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| models_dir().join("../staging"))
+}
+
+/// Loads SmolLM2 (served as `airlock-small`) from the staged bundle with its own engine.
+pub fn load_smollm2() -> Arc<Generator> {
+    let cat = Catalogue::from_bundle_dir(&staging_dir()).expect("staged catalogue");
+    let entry = cat.by_id("smollm2").expect("smollm2 in the catalogue");
+    let files = cat.generator_files(entry).unwrap();
+    Arc::new(
+        Generator::load(
+            "airlock-small",
+            "smollm2",
+            &files,
+            EngineConfig {
+                n_ctx: 2048,
+                ..EngineConfig::default()
+            },
+        )
+        .expect("load SmolLM2"),
+    )
+}
+
+/// SmolLM2, loaded once per test binary (tests that count engine steps load their own).
+pub fn smollm2() -> Arc<Generator> {
+    static G: OnceLock<Arc<Generator>> = OnceLock::new();
+    G.get_or_init(load_smollm2).clone()
+}
+
+/// A catalogue for the test daemon: the small generator and the embedder.
 pub fn catalogue() -> Vec<ModelCard> {
     [
-        ("airlock-large", "generator", "qwen2.5-coder-0.5b"),
-        ("airlock-small", "generator", "smollm2-135m"),
+        ("airlock-small", "generator", "smollm2"),
         ("airlock-embed", "embedder", "minilm-l6"),
     ]
     .into_iter()
@@ -60,6 +100,15 @@ pub fn catalogue() -> Vec<ModelCard> {
     .collect()
 }
 
+/// The default config with timeouts long enough for debug builds on a loaded machine.
+pub fn test_config() -> Config {
+    Config {
+        request_timeout_secs: Some(900),
+        stream_idle_timeout_secs: Some(900),
+        ..Config::default()
+    }
+}
+
 /// A ready daemon over fresh stores in a temporary directory, with one local admin.
 pub struct TestApp {
     /// The state (also usable to build more routers).
@@ -71,13 +120,19 @@ pub struct TestApp {
 }
 
 impl TestApp {
-    /// Builds the app with the default config.
+    /// Builds the app with the default config, except for generous timeouts: a shared 2-core
+    /// machine under load can take minutes per generation in a debug build.
     pub fn new() -> Self {
-        Self::with_config(Config::default())
+        Self::with_config(test_config())
     }
 
     /// Builds the app with `config` (validated).
     pub fn with_config(config: Config) -> Self {
+        Self::with_generator(config, smollm2())
+    }
+
+    /// Builds the app with `config` and a given generator.
+    pub fn with_generator(config: Config, generator: Arc<Generator>) -> Self {
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
             .with_env_filter("warn")
@@ -108,7 +163,14 @@ impl TestApp {
                 },
             )
             .unwrap();
-        let services = Services::new(acl, retrieval, embedder, catalogue(), "1.0.0-test".into());
+        let services = Services::new(
+            acl,
+            retrieval,
+            embedder,
+            catalogue(),
+            vec![generator],
+            "1.0.0-test".into(),
+        );
         let state = AppState::ready(config, services);
         TestApp {
             state,
@@ -170,6 +232,49 @@ impl TestApp {
             headers,
             text,
             json,
+        }
+    }
+}
+
+/// A daemon served on a real loopback socket until dropped.
+pub struct Served {
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<std::io::Result<airlock::server::Drained>>>,
+}
+
+impl Served {
+    /// Stops accepting, drains, and reports how the drain ended.
+    pub async fn shutdown(mut self) -> airlock::server::Drained {
+        let _ = self.stop.take().unwrap().send(());
+        self.handle.take().unwrap().await.unwrap().unwrap()
+    }
+}
+
+impl TestApp {
+    /// Serves the app on `127.0.0.1:0` with graceful shutdown (grace from the config).
+    pub async fn serve(&self) -> Served {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let grace = self.state.config().shutdown_grace();
+        let state = self.state.clone();
+        let handle = tokio::spawn(async move {
+            airlock::server::serve(
+                listener,
+                state,
+                async move {
+                    let _ = rx.await;
+                },
+                grace,
+            )
+            .await
+        });
+        Served {
+            base: format!("http://{addr}"),
+            stop: Some(tx),
+            handle: Some(handle),
         }
     }
 }

@@ -1,0 +1,97 @@
+//! `airlock serve`: verify the installed bundle, open the stores, serve the API until SIGINT or
+//! SIGTERM, then drain in-flight requests up to the configured deadline.
+
+use anyhow::Context;
+
+use crate::config::Config;
+use crate::server::{self, Drained};
+use crate::startup;
+use crate::state::AppState;
+
+/// Arguments of `airlock serve` (every setting also reads `AIRLOCK_*` and the `--config` TOML).
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Settings.
+    #[command(flatten)]
+    pub config: Config,
+}
+
+/// Installs the log subscriber (the only place in the workspace that does).
+pub fn init_tracing(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("AIRLOCK_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// Runs the daemon.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let config = args.config.load()?;
+    init_tracing(config.json_logs());
+    tracing::info!(config = ?config, "starting");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("airlock-http")
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(serve(config))
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    let addr = config.addr();
+    let grace = config.shutdown_grace();
+    let listener = server::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    tracing::info!(%addr, "listening (not ready until start-up completes)");
+    let state = AppState::starting(config.clone());
+
+    // Start-up runs beside the listener so /healthz answers while models load.
+    let loader_state = state.clone();
+    let (fail_tx, fail_rx) = tokio::sync::oneshot::channel::<anyhow::Error>();
+    tokio::spawn(async move {
+        let opened = tokio::task::spawn_blocking(move || startup::open(&config)).await;
+        match opened {
+            Ok(Ok(services)) => {
+                loader_state.set_services(services);
+                tracing::info!("ready");
+            }
+            Ok(Err(e)) => {
+                let _ = fail_tx.send(anyhow::Error::new(e));
+            }
+            Err(e) => {
+                let _ = fail_tx.send(anyhow::anyhow!("start-up task failed: {e}"));
+            }
+        }
+    });
+    let failed = std::sync::Arc::new(parking_lot::Mutex::new(None::<anyhow::Error>));
+    let failed_w = failed.clone();
+    let startup_failed = async move {
+        match fail_rx.await {
+            Ok(e) => e,
+            // Start-up succeeded (the sender is gone): only a signal stops the daemon.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    let stop = async move {
+        tokio::select! {
+            () = server::shutdown_signal() => {}
+            e = startup_failed => *failed_w.lock() = Some(e),
+        }
+    };
+    let drained = server::serve(listener, state, stop, grace).await?;
+    if let Some(e) = failed.lock().take() {
+        return Err(e);
+    }
+    match drained {
+        Drained::Clean => tracing::info!("stopped"),
+        Drained::DeadlineExceeded => tracing::warn!("stopped after the drain deadline"),
+    }
+    Ok(())
+}

@@ -1,0 +1,539 @@
+//! `POST /v1/chat/completions`: the RAG request path of DESIGN.md §4, OpenAI shapes, non-streaming
+//! and SSE. Retrieval and prompt building run on the blocking pool, generation on the engine
+//! thread; a client that goes away drops the stream, which cancels the sequence at the engine's
+//! next step.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+use airlock_inference::generate::{Event as GenEvent, FinishReason, SamplingParams, Stream};
+use axum::Json;
+use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+
+use crate::admission::{QueueSlot, Ticket};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, RequestId};
+use crate::generator::Generator;
+use crate::metrics::Metrics;
+use crate::openai::{
+    AirlockResponse, AssistantMessage, ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice,
+    Citation, Delta, Usage, unix_now,
+};
+use crate::prompt::{self, Role, Source};
+use crate::rag::{self, RetrieveParams};
+use crate::routes::{RUNG_HEADER, acl::blocking};
+use crate::services::Services;
+use crate::state::AppState;
+
+/// Longest citation snippet, in bytes.
+pub const CITATION_SNIPPET_BYTES: usize = 300;
+/// Most chunks a request may ask for.
+pub const MAX_TOP_K: usize = 20;
+/// Largest `max_tokens` accepted.
+pub const MAX_COMPLETION_TOKENS: u32 = 4096;
+
+/// Everything decided before generation starts.
+struct Prepared {
+    generator: Arc<Generator>,
+    prompt: Vec<u32>,
+    citations: Vec<Citation>,
+}
+
+fn validate(req: &ChatRequest, default_max: u32) -> Result<SamplingParams, ApiError> {
+    if req.messages.is_empty() {
+        return Err(ApiError::InvalidRequest(
+            "`messages` must not be empty".into(),
+        ));
+    }
+    if !req
+        .messages
+        .iter()
+        .any(|m| Role::from_openai(&m.role) == Role::User && !m.content.trim().is_empty())
+    {
+        return Err(ApiError::InvalidRequest(
+            "`messages` needs a non-empty user message".into(),
+        ));
+    }
+    let max_tokens = req
+        .max_completion_tokens
+        .or(req.max_tokens)
+        .unwrap_or(default_max);
+    if !(1..=MAX_COMPLETION_TOKENS).contains(&max_tokens) {
+        return Err(ApiError::InvalidRequest(format!(
+            "`max_tokens` must be between 1 and {MAX_COMPLETION_TOKENS}"
+        )));
+    }
+    let temperature = req.temperature.unwrap_or(0.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(ApiError::InvalidRequest(
+            "`temperature` must be between 0 and 2".into(),
+        ));
+    }
+    let top_p = req.top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::InvalidRequest("`top_p` must be in (0, 1]".into()));
+    }
+    let stop = req.stop.clone().map(|s| s.into_vec()).unwrap_or_default();
+    if stop.len() > 4 || stop.iter().any(|s| s.is_empty() || s.len() > 64) {
+        return Err(ApiError::InvalidRequest(
+            "`stop` takes at most 4 non-empty strings of at most 64 bytes".into(),
+        ));
+    }
+    Ok(SamplingParams {
+        temperature,
+        top_p,
+        seed: req.seed,
+        max_tokens: max_tokens as usize,
+        stop_token_ids: Vec::new(),
+        stop_strings: stop,
+    })
+}
+
+fn pick_generator(
+    services: &Services,
+    model: Option<&str>,
+    small: bool,
+) -> Result<Arc<Generator>, ApiError> {
+    let named = match model {
+        Some(m) => {
+            let card = services
+                .catalogue
+                .iter()
+                .find(|c| c.id == m)
+                .ok_or_else(|| ApiError::NotFound(format!("no model `{m}`")))?;
+            if card.role != "generator" {
+                return Err(ApiError::InvalidRequest(format!(
+                    "model `{m}` is not a chat model"
+                )));
+            }
+            services.generator(m)
+        }
+        None => services.default_generator(),
+    };
+    let chosen = if small {
+        services.small_generator()
+    } else {
+        named
+    };
+    chosen
+        .cloned()
+        .ok_or_else(|| ApiError::internal("no generator is loaded"))
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn completions(
+    State(state): State<AppState>,
+    caller: Caller,
+    RequestId(request_id): RequestId,
+    ApiJson(req): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    let t0 = Instant::now();
+    let ext = req.airlock.clone().unwrap_or_default();
+    if ext.rung.is_some() && !caller.admin {
+        return Err(ApiError::Forbidden("forcing a rung needs the admin role"));
+    }
+    let params = validate(&req, state.config().max_tokens())?;
+    let top_k = ext.top_k.unwrap_or(state.config().top_k());
+    if !(1..=MAX_TOP_K).contains(&top_k) {
+        return Err(ApiError::InvalidRequest(format!(
+            "`airlock.top_k` must be between 1 and {MAX_TOP_K}"
+        )));
+    }
+    let services = state.services()?;
+    let ticket = state.admission().admit(ext.rung)?;
+    let plan = ticket.plan;
+    let generator = pick_generator(&services, req.model.as_deref(), plan.small_model)?;
+    let model_alias = generator.alias.clone();
+    let conversation: Vec<(Role, String)> = req
+        .messages
+        .iter()
+        .map(|m| (Role::from_openai(&m.role), m.content.clone()))
+        .collect();
+
+    // Retrieval, re-check, prompt: blocking work.
+    let metrics = state.metrics().clone();
+    let k = plan.max_prompt_chunks.map_or(top_k, |cap| top_k.min(cap));
+    let prepared = {
+        let services = services.clone();
+        let user = caller.user_id.clone();
+        let rid = request_id.clone();
+        blocking(move || {
+            let (sources_owned, citations) = if ext.retrieval {
+                let query = prompt::last_user_text(&conversation).unwrap_or_default();
+                let retrieved = rag::retrieve(
+                    &services,
+                    &metrics,
+                    &RetrieveParams {
+                        user_id: &user,
+                        request_id: &rid,
+                        query,
+                        k,
+                        mode: services.default_mode(),
+                        rerank: plan.rerank,
+                    },
+                )?;
+                let citations: Vec<Citation> = retrieved
+                    .chunks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| Citation {
+                        n: i + 1,
+                        doc_id: c.doc_id.clone(),
+                        chunk_id: c.chunk_id,
+                        title: c.title.clone(),
+                        snippet: prompt::snippet(&c.text, CITATION_SNIPPET_BYTES),
+                        score: c.score,
+                    })
+                    .collect();
+                if !citations.is_empty() {
+                    let ids: Vec<&str> = citations.iter().map(|c| c.doc_id.as_str()).collect();
+                    services.acl.audit_shown(&rid, &user, &ids)?;
+                }
+                (Some(retrieved.chunks), citations)
+            } else {
+                (None, Vec::new())
+            };
+            let sources: Option<Vec<Source<'_>>> = sources_owned.as_ref().map(|v| {
+                v.iter()
+                    .map(|c| Source {
+                        title: &c.title,
+                        text: &c.text,
+                    })
+                    .collect()
+            });
+            let built = prompt::build(&conversation, sources.as_deref());
+            let prompt = generator.prompt_ids(&built)?;
+            Ok(Prepared {
+                generator,
+                prompt,
+                citations,
+            })
+        })
+        .await?
+    };
+    let prompt_tokens = prepared.prompt.len();
+    let queue = state.admission().enqueue();
+    let submitted = Instant::now();
+    let mut stream = prepared.generator.submit(prepared.prompt, params)?;
+    tracing::info!(
+        gen_ai.request.model = %model_alias,
+        gen_ai.usage.input_tokens = prompt_tokens,
+        airlock.rung = plan.rung,
+        airlock.citations = prepared.citations.len(),
+        "generation queued"
+    );
+
+    // Rung 4: a bounded wait for the first event, else 504.
+    let first = match plan.queue_deadline {
+        Some(deadline) => match tokio::time::timeout(deadline, stream.recv()).await {
+            Ok(ev) => ev,
+            Err(_) => return Err(ApiError::DeadlineExceeded),
+        },
+        None => None,
+    };
+
+    let generation = Generation {
+        stream,
+        first,
+        ticket,
+        queue: Some(queue),
+        metrics: state.metrics().clone(),
+        t0,
+        submitted,
+        first_token_at: None,
+        tokens: 0,
+        finished: false,
+    };
+    let airlock = AirlockResponse {
+        citations: prepared.citations,
+        rung: plan.rung,
+        bundle_version: Some(services.bundle_version().to_string()),
+    };
+    let id = request_id;
+    let mut resp = if req.stream {
+        sse(generation, id, model_alias, airlock).into_response()
+    } else {
+        complete(generation, id, model_alias, airlock)
+            .await?
+            .into_response()
+    };
+    resp.headers_mut()
+        .insert(RUNG_HEADER, HeaderValue::from(u16::from(plan.rung)));
+    Ok(resp)
+}
+
+/// One generation in flight: owns the engine stream (dropping it cancels the sequence), the
+/// admission ticket and the timing.
+struct Generation {
+    stream: Stream,
+    first: Option<GenEvent>,
+    ticket: Ticket,
+    queue: Option<QueueSlot>,
+    metrics: Metrics,
+    t0: Instant,
+    submitted: Instant,
+    first_token_at: Option<Instant>,
+    tokens: usize,
+    finished: bool,
+}
+
+impl Generation {
+    async fn next(&mut self) -> Option<GenEvent> {
+        let ev = match self.first.take() {
+            Some(ev) => Some(ev),
+            None => self.stream.recv().await,
+        };
+        match &ev {
+            Some(GenEvent::Token { .. }) => {
+                self.tokens += 1;
+                if self.first_token_at.is_none() {
+                    let now = Instant::now();
+                    self.first_token_at = Some(now);
+                    self.queue = None;
+                    self.metrics.ttft.observe((now - self.t0).as_secs_f64());
+                    self.metrics
+                        .observe_stage("first_token", (now - self.submitted).as_secs_f64());
+                }
+            }
+            Some(GenEvent::Done { usage, .. }) => {
+                self.finished = true;
+                self.queue = None;
+                if let Some(first) = self.first_token_at
+                    && self.tokens > 1
+                {
+                    let per = first.elapsed().as_secs_f64() / (self.tokens - 1) as f64;
+                    self.metrics.tpot.observe(per);
+                }
+                self.metrics
+                    .generated_tokens
+                    .inc_by(usage.completion_tokens as u64);
+                self.metrics
+                    .prompt_tokens
+                    .inc_by(usage.prompt_tokens as u64);
+            }
+            Some(GenEvent::Preempted { .. }) => {}
+            None => self.finished = true,
+        }
+        ev
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.metrics.cancelled.inc();
+            tracing::info!(
+                rung = self.ticket.plan.rung,
+                tokens = self.tokens,
+                "client went away: generation cancelled"
+            );
+        }
+    }
+}
+
+fn finish_reason(r: &FinishReason) -> Result<&'static str, ApiError> {
+    match r {
+        FinishReason::Stop => Ok("stop"),
+        FinishReason::Length => Ok("length"),
+        FinishReason::Cancelled => Err(ApiError::NotReady),
+        FinishReason::Error(e) => Err(ApiError::internal(format!("generation failed: {e}"))),
+    }
+}
+
+async fn complete(
+    mut generation: Generation,
+    id: String,
+    model: String,
+    airlock: AirlockResponse,
+) -> Result<Json<ChatResponse>, ApiError> {
+    let mut text = String::new();
+    loop {
+        match generation.next().await {
+            Some(GenEvent::Token { text: piece, .. }) => {
+                text.push_str(piece.as_deref().unwrap_or(""))
+            }
+            Some(GenEvent::Preempted { .. }) => {}
+            Some(GenEvent::Done {
+                reason,
+                usage,
+                text: tail,
+            }) => {
+                text.push_str(tail.as_deref().unwrap_or(""));
+                let finish = finish_reason(&reason)?;
+                return Ok(Json(ChatResponse {
+                    id,
+                    object: "chat.completion",
+                    created: unix_now(),
+                    model,
+                    choices: vec![Choice {
+                        index: 0,
+                        message: AssistantMessage {
+                            role: "assistant",
+                            content: text,
+                        },
+                        finish_reason: finish,
+                    }],
+                    usage: Usage {
+                        prompt_tokens: usage.prompt_tokens,
+                        completion_tokens: usage.completion_tokens,
+                        total_tokens: usage.prompt_tokens + usage.completion_tokens,
+                    },
+                    airlock,
+                }));
+            }
+            None => return Err(ApiError::internal("engine stream ended without Done")),
+        }
+    }
+}
+
+fn chunk(
+    id: &str,
+    model: &str,
+    created: u64,
+    delta: Delta,
+    finish: Option<&'static str>,
+) -> ChatChunk {
+    ChatChunk {
+        id: id.to_string(),
+        object: "chat.completion.chunk",
+        created,
+        model: model.to_string(),
+        choices: vec![ChunkChoice {
+            index: 0,
+            delta,
+            finish_reason: finish,
+        }],
+        airlock: None,
+        usage: None,
+    }
+}
+
+fn data(c: &ChatChunk) -> SseEvent {
+    SseEvent::default().data(serde_json::to_string(c).unwrap_or_default())
+}
+
+/// The SSE body: the first event carries the role, citations and rung; then one event per text
+/// piece; then the finish reason with usage; then `data: [DONE]`.
+fn sse(
+    generation: Generation,
+    id: String,
+    model: String,
+    airlock: AirlockResponse,
+) -> Sse<impl futures::Stream<Item = Result<SseEvent, Infallible>>> {
+    let created = unix_now();
+    let mut first = chunk(
+        &id,
+        &model,
+        created,
+        Delta {
+            role: Some("assistant"),
+            content: Some(String::new()),
+        },
+        None,
+    );
+    first.airlock = Some(airlock);
+    let head = futures::stream::once(async move { Ok(data(&first)) });
+    struct St {
+        generation: Generation,
+        id: String,
+        model: String,
+        created: u64,
+        done: bool,
+    }
+    let body = futures::stream::unfold(
+        St {
+            generation,
+            id,
+            model,
+            created,
+            done: false,
+        },
+        |mut st| async move {
+            if st.done {
+                return None;
+            }
+            loop {
+                match st.generation.next().await {
+                    Some(GenEvent::Token { text, .. }) => {
+                        let piece = text.unwrap_or_default();
+                        if piece.is_empty() {
+                            continue;
+                        }
+                        let c = chunk(
+                            &st.id,
+                            &st.model,
+                            st.created,
+                            Delta {
+                                role: None,
+                                content: Some(piece),
+                            },
+                            None,
+                        );
+                        return Some((vec![Ok(data(&c))], st));
+                    }
+                    Some(GenEvent::Preempted { .. }) => continue,
+                    Some(GenEvent::Done {
+                        reason,
+                        usage,
+                        text,
+                    }) => {
+                        st.done = true;
+                        let mut out = Vec::new();
+                        if let Some(t) = text.filter(|t| !t.is_empty()) {
+                            let c = chunk(
+                                &st.id,
+                                &st.model,
+                                st.created,
+                                Delta {
+                                    role: None,
+                                    content: Some(t),
+                                },
+                                None,
+                            );
+                            out.push(Ok(data(&c)));
+                        }
+                        match finish_reason(&reason) {
+                            Ok(finish) => {
+                                let mut c = chunk(
+                                    &st.id,
+                                    &st.model,
+                                    st.created,
+                                    Delta::default(),
+                                    Some(finish),
+                                );
+                                c.usage = Some(Usage {
+                                    prompt_tokens: usage.prompt_tokens,
+                                    completion_tokens: usage.completion_tokens,
+                                    total_tokens: usage.prompt_tokens + usage.completion_tokens,
+                                });
+                                out.push(Ok(data(&c)));
+                            }
+                            Err(e) => {
+                                let (slug, _) = e.slug_status();
+                                tracing::error!(error = %e, "generation ended abnormally");
+                                out.push(Ok(SseEvent::default().event("error").data(
+                                    serde_json::to_string(&e.problem())
+                                        .unwrap_or_else(|_| slug.into()),
+                                )));
+                            }
+                        }
+                        out.push(Ok(SseEvent::default().data("[DONE]")));
+                        return Some((out, st));
+                    }
+                    None => {
+                        st.done = true;
+                        return Some((vec![Ok(SseEvent::default().data("[DONE]"))], st));
+                    }
+                }
+            }
+        },
+    )
+    .flat_map(futures::stream::iter);
+    Sse::new(head.chain(body))
+}

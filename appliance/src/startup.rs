@@ -1,0 +1,203 @@
+//! Start-up: verify the installed bundle against the pinned keyring (refusing an unverified or
+//! tampered one), read its model catalogue, load the models it names, open the ACL state, the
+//! document store and the indexes. Only after all of that succeeds does the daemon turn ready.
+//!
+//! Blocking (file hashing, SQLite, model loading): run it on a blocking thread.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use airlock_acl::Acl;
+use airlock_bundle::{NoProgress, Store};
+use airlock_inference::catalogue::{Catalogue, Role};
+use airlock_inference::generate::EngineConfig;
+use airlock_retrieval::{Retrieval, RetrievalConfig};
+use airlock_signing::Keyring;
+
+use crate::config::Config;
+use crate::generator::Generator;
+use crate::models::EmbedAdapter;
+use crate::services::{ModelCard, Services};
+
+/// Why the daemon refuses to start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// The pinned keyring is missing or unreadable.
+    #[error("cannot load the trusted keyring {path}: {source}")]
+    Keyring {
+        /// The keyring file.
+        path: PathBuf,
+        /// Cause.
+        source: airlock_signing::Error,
+    },
+    /// No bundle is installed, or the installed one fails verification.
+    #[error(
+        "refusing to serve: the installed bundle under {data} failed verification: {source} \
+         (install a signed bundle with `airlock install`, or roll back with `airlock rollback`)"
+    )]
+    Bundle {
+        /// The data directory.
+        data: PathBuf,
+        /// Cause.
+        source: Box<airlock_bundle::Error>,
+    },
+    /// The bundle's model catalogue is invalid or lacks a required model.
+    #[error("bundle {version}: model catalogue: {reason}")]
+    Catalogue {
+        /// The bundle version.
+        version: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A model failed to load.
+    #[error("bundle {version}: loading model {model}: {source}")]
+    Model {
+        /// The bundle version.
+        version: String,
+        /// The catalogue id.
+        model: String,
+        /// Cause.
+        source: Box<airlock_inference::Error>,
+    },
+    /// The ACL database could not be opened.
+    #[error("opening the ACL state: {0}")]
+    Acl(Box<airlock_acl::Error>),
+    /// The document store or its indexes could not be opened.
+    #[error("opening the document store and indexes: {0}")]
+    Retrieval(Box<airlock_retrieval::Error>),
+}
+
+/// The pinned keyring path: `--keyring`, else `<data>/keys/trusted.json`.
+pub fn keyring_path(config: &Config) -> PathBuf {
+    config
+        .keyring
+        .clone()
+        .unwrap_or_else(|| config.data_dir().join("keys").join("trusted.json"))
+}
+
+/// The SQLite file shared by the ACL and the document store.
+pub fn db_path(data: &Path) -> PathBuf {
+    data.join("airlock.db")
+}
+
+/// The index root.
+pub fn index_root(data: &Path) -> PathBuf {
+    data.join("index")
+}
+
+/// Verifies the bundle and opens everything; returns the ready services.
+pub fn open(config: &Config) -> Result<Services, StartupError> {
+    let t = Instant::now();
+    let data = config.data_dir();
+    let kpath = keyring_path(config);
+    let keyring = Keyring::load(&kpath).map_err(|source| StartupError::Keyring {
+        path: kpath.clone(),
+        source,
+    })?;
+    let store = Store::open(&data).map_err(|source| StartupError::Bundle {
+        data: data.clone(),
+        source: Box::new(source),
+    })?;
+    let installed = store
+        .verify_installed(&keyring, &NoProgress)
+        .map_err(|source| StartupError::Bundle {
+            data: data.clone(),
+            source: Box::new(source),
+        })?;
+    let version = installed.version.to_string();
+    tracing::info!(bundle.version = %version, elapsed_ms = t.elapsed().as_millis() as u64,
+        "installed bundle verified (signature and every file digest)");
+
+    let catalogue_err = |reason: String| StartupError::Catalogue {
+        version: version.clone(),
+        reason,
+    };
+    let value = serde_json::to_value(&installed.manifest.models)
+        .map_err(|e| catalogue_err(e.to_string()))?;
+    let catalogue =
+        Catalogue::from_json(&installed.dir, value).map_err(|e| catalogue_err(e.to_string()))?;
+    let created = manifest_created(&installed.manifest.created);
+    let cards = catalogue
+        .entries()
+        .iter()
+        .map(|e| ModelCard {
+            id: e.alias.clone(),
+            object: "model",
+            created,
+            owned_by: "airlock",
+            role: role_name(e.role).to_string(),
+            model: e.id.clone(),
+        })
+        .collect();
+
+    let embed_entry = catalogue
+        .first_with_role(Role::Embedder)
+        .ok_or_else(|| catalogue_err("no embedder in the catalogue".into()))?;
+    let embedder =
+        Arc::new(
+            catalogue
+                .load_embedder(embed_entry)
+                .map_err(|source| StartupError::Model {
+                    version: version.clone(),
+                    model: embed_entry.id.clone(),
+                    source: Box::new(source),
+                })?,
+        );
+
+    let mut generators = Vec::new();
+    for entry in catalogue
+        .entries()
+        .iter()
+        .filter(|e| e.role == Role::Generator)
+    {
+        let model_err = |source| StartupError::Model {
+            version: version.clone(),
+            model: entry.id.clone(),
+            source: Box::new(source),
+        };
+        let files = catalogue.generator_files(entry).map_err(model_err)?;
+        let g = Generator::load(&entry.alias, &entry.id, &files, EngineConfig::default())
+            .map_err(model_err)?;
+        tracing::info!(model = %entry.id, alias = %entry.alias, n_ctx = g.engine().n_ctx(),
+            "generator loaded");
+        generators.push(Arc::new(g));
+    }
+    if generators.is_empty() {
+        return Err(catalogue_err("no generator in the catalogue".into()));
+    }
+
+    let db = db_path(&data);
+    let acl = Arc::new(Acl::open(&db).map_err(|e| StartupError::Acl(Box::new(e)))?);
+    let retrieval = Arc::new(
+        Retrieval::open(
+            &db,
+            &index_root(&data),
+            RetrievalConfig::default(),
+            Arc::new(EmbedAdapter(embedder.clone())),
+            None,
+        )
+        .map_err(|e| StartupError::Retrieval(Box::new(e)))?,
+    );
+    tracing::info!(
+        elapsed_ms = t.elapsed().as_millis() as u64,
+        "start-up complete"
+    );
+    Ok(Services::new(
+        acl, retrieval, embedder, cards, generators, version,
+    ))
+}
+
+fn role_name(r: Role) -> &'static str {
+    match r {
+        Role::Embedder => "embedder",
+        Role::Reranker => "reranker",
+        Role::Generator => "generator",
+    }
+}
+
+fn manifest_created(rfc3339: &str) -> u64 {
+    time::OffsetDateTime::parse(rfc3339, &time::format_description::well_known::Rfc3339)
+        .map(|t| t.unix_timestamp().max(0) as u64)
+        .unwrap_or(0)
+}
