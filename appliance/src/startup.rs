@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use airlock_acl::Acl;
 use airlock_bundle::{NoProgress, Store};
+use airlock_inference::Embedder;
 use airlock_inference::catalogue::{Catalogue, Role};
 use airlock_inference::generate::EngineConfig;
 use airlock_retrieval::{Retrieval, RetrievalConfig};
@@ -86,8 +87,19 @@ pub fn index_root(data: &Path) -> PathBuf {
     data.join("index")
 }
 
-/// Verifies the bundle and opens everything; returns the ready services.
-pub fn open(config: &Config) -> Result<Services, StartupError> {
+/// The verified installed bundle and its model catalogue.
+pub struct VerifiedBundle {
+    /// The bundle version.
+    pub version: String,
+    /// The catalogue rooted at the bundle directory.
+    pub catalogue: Catalogue,
+    /// The bundle's creation time (Unix seconds).
+    pub created: u64,
+}
+
+/// Re-verifies the installed bundle (signature and every file digest) against the pinned
+/// keyring and reads its catalogue. Refuses an unverified or tampered bundle.
+pub fn verify_bundle(config: &Config) -> Result<VerifiedBundle, StartupError> {
     let t = Instant::now();
     let data = config.data_dir();
     let kpath = keyring_path(config);
@@ -108,43 +120,91 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     let version = installed.version.to_string();
     tracing::info!(bundle.version = %version, elapsed_ms = t.elapsed().as_millis() as u64,
         "installed bundle verified (signature and every file digest)");
-
-    let catalogue_err = |reason: String| StartupError::Catalogue {
-        version: version.clone(),
-        reason,
-    };
-    let value = serde_json::to_value(&installed.manifest.models)
-        .map_err(|e| catalogue_err(e.to_string()))?;
+    let value =
+        serde_json::to_value(&installed.manifest.models).map_err(|e| StartupError::Catalogue {
+            version: version.clone(),
+            reason: e.to_string(),
+        })?;
     let catalogue =
-        Catalogue::from_json(&installed.dir, value).map_err(|e| catalogue_err(e.to_string()))?;
-    let created = manifest_created(&installed.manifest.created);
+        Catalogue::from_json(&installed.dir, value).map_err(|e| StartupError::Catalogue {
+            version: version.clone(),
+            reason: e.to_string(),
+        })?;
+    Ok(VerifiedBundle {
+        version,
+        created: manifest_created(&installed.manifest.created),
+        catalogue,
+    })
+}
+
+/// Loads the bundle's embedder.
+pub fn load_embedder(bundle: &VerifiedBundle) -> Result<Arc<Embedder>, StartupError> {
+    let entry = bundle
+        .catalogue
+        .first_with_role(Role::Embedder)
+        .ok_or_else(|| StartupError::Catalogue {
+            version: bundle.version.clone(),
+            reason: "no embedder in the catalogue".into(),
+        })?;
+    let e = bundle
+        .catalogue
+        .load_embedder(entry)
+        .map_err(|source| StartupError::Model {
+            version: bundle.version.clone(),
+            model: entry.id.clone(),
+            source: Box::new(source),
+        })?;
+    Ok(Arc::new(e))
+}
+
+/// Opens the ACL state (no bundle needed: user and IAM commands work before an install).
+pub fn open_acl(data: &Path) -> Result<Arc<Acl>, StartupError> {
+    std::fs::create_dir_all(data).map_err(|e| {
+        StartupError::Acl(Box::new(airlock_acl::Error::Corrupt {
+            detail: format!("cannot create {}: {e}", data.display()),
+        }))
+    })?;
+    Acl::open(db_path(data))
+        .map(Arc::new)
+        .map_err(|e| StartupError::Acl(Box::new(e)))
+}
+
+/// Opens the document store and indexes with `embedder`.
+pub fn open_retrieval(
+    data: &Path,
+    embedder: Arc<Embedder>,
+) -> Result<Arc<Retrieval>, StartupError> {
+    Retrieval::open(
+        &db_path(data),
+        &index_root(data),
+        RetrievalConfig::default(),
+        Arc::new(EmbedAdapter(embedder)),
+        None,
+    )
+    .map(Arc::new)
+    .map_err(|e| StartupError::Retrieval(Box::new(e)))
+}
+
+/// Verifies the bundle and opens everything; returns the ready services.
+pub fn open(config: &Config) -> Result<Services, StartupError> {
+    let t = Instant::now();
+    let data = config.data_dir();
+    let bundle = verify_bundle(config)?;
+    let version = bundle.version.clone();
+    let catalogue = &bundle.catalogue;
     let cards = catalogue
         .entries()
         .iter()
         .map(|e| ModelCard {
             id: e.alias.clone(),
             object: "model",
-            created,
+            created: bundle.created,
             owned_by: "airlock",
             role: role_name(e.role).to_string(),
             model: e.id.clone(),
         })
         .collect();
-
-    let embed_entry = catalogue
-        .first_with_role(Role::Embedder)
-        .ok_or_else(|| catalogue_err("no embedder in the catalogue".into()))?;
-    let embedder =
-        Arc::new(
-            catalogue
-                .load_embedder(embed_entry)
-                .map_err(|source| StartupError::Model {
-                    version: version.clone(),
-                    model: embed_entry.id.clone(),
-                    source: Box::new(source),
-                })?,
-        );
-
+    let embedder = load_embedder(&bundle)?;
     let mut generators = Vec::new();
     for entry in catalogue
         .entries()
@@ -164,21 +224,13 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
         generators.push(Arc::new(g));
     }
     if generators.is_empty() {
-        return Err(catalogue_err("no generator in the catalogue".into()));
+        return Err(StartupError::Catalogue {
+            version,
+            reason: "no generator in the catalogue".into(),
+        });
     }
-
-    let db = db_path(&data);
-    let acl = Arc::new(Acl::open(&db).map_err(|e| StartupError::Acl(Box::new(e)))?);
-    let retrieval = Arc::new(
-        Retrieval::open(
-            &db,
-            &index_root(&data),
-            RetrievalConfig::default(),
-            Arc::new(EmbedAdapter(embedder.clone())),
-            None,
-        )
-        .map_err(|e| StartupError::Retrieval(Box::new(e)))?,
-    );
+    let acl = open_acl(&data)?;
+    let retrieval = open_retrieval(&data, embedder.clone())?;
     tracing::info!(
         elapsed_ms = t.elapsed().as_millis() as u64,
         "start-up complete"

@@ -9,8 +9,10 @@ use clap::{Parser, Subcommand};
 pub mod bundle;
 pub mod demo;
 pub mod eval;
+pub mod ingest;
 pub mod keys;
 pub mod serve;
+pub mod users;
 
 /// Airlock: an air-gapped RAG appliance.
 #[derive(Debug, Parser)]
@@ -51,6 +53,22 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Serve an installed appliance (HTTP API, web UI).
     Serve(serve::ServeArgs),
+    /// Ingest documents from files or directories (offline; the daemon must be stopped).
+    Ingest(ingest::IngestArgs),
+    /// Tombstone documents (offline).
+    Delete(ingest::DeleteArgs),
+    /// Tombstone documents the source no longer has (offline).
+    Reconcile(ingest::ReconcileArgs),
+    /// Rebuild the indexes from the document store (offline).
+    Reindex(ingest::ReindexArgs),
+    /// Access control: apply an IAM snapshot.
+    #[command(subcommand)]
+    Acl(users::AclCommand),
+    /// Users and their bearer tokens.
+    #[command(subcommand)]
+    User(users::UserCommand),
+    /// Print audit log entries as JSON Lines.
+    Audit(users::AuditArgs),
 }
 
 /// Parses the command line, runs it and maps the outcome to an exit code.
@@ -84,6 +102,13 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Eval(cmd) => eval::run(cmd),
         Command::Demo(args) => demo::run(args),
         Command::Serve(args) => serve::run(args).map(|()| true),
+        Command::Ingest(args) => ingest::ingest(args),
+        Command::Delete(args) => ingest::delete(args),
+        Command::Reconcile(args) => ingest::reconcile(args),
+        Command::Reindex(args) => ingest::reindex(args),
+        Command::Acl(cmd) => users::acl(cmd),
+        Command::User(cmd) => users::user(cmd),
+        Command::Audit(args) => users::audit(args),
     }
 }
 

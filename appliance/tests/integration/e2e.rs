@@ -203,7 +203,7 @@ async fn bank_dev_acl_delete_and_resync_over_a_real_socket() {
     let revoked = cases(&data, "acl_revoked", 6);
     let deleted_cases = cases(&data, "deleted", 4);
 
-    // The subset: every document the chosen cases name, plus the first 120 of the corpus.
+    // The subset: every document the chosen cases name, plus the first 40 of the corpus.
     let mut wanted: BTreeSet<String> = BTreeSet::new();
     for c in answerable
         .iter()
@@ -222,7 +222,7 @@ async fn bank_dev_acl_delete_and_resync_over_a_real_socket() {
     wanted.extend(
         corpus
             .iter()
-            .take(120)
+            .take(40)
             .map(|d| d["doc_id"].as_str().unwrap().to_string()),
     );
     let docs: Vec<Value> = corpus

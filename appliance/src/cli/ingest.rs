@@ -1,0 +1,169 @@
+//! `airlock ingest|delete|reconcile|reindex`: document administration on the data directory
+//! (offline: stop the daemon first, or use the HTTP API while it runs; the index writer is
+//! single-process).
+
+use std::path::PathBuf;
+
+use airlock_retrieval::{DeleteOutcome, Progress};
+use anyhow::Context;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::config::Config;
+use crate::startup;
+
+/// Where the appliance lives and which keyring verifies its bundle.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreArgs {
+    /// The appliance's data directory.
+    #[arg(long = "data", env = "AIRLOCK_DATA", default_value = "./airlock-data")]
+    pub data: PathBuf,
+    /// Trusted keyring [default: <data>/keys/trusted.json].
+    #[arg(long, env = "AIRLOCK_KEYRING")]
+    pub keyring: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    fn config(&self) -> Config {
+        Config {
+            data: Some(self.data.clone()),
+            keyring: self.keyring.clone(),
+            ..Config::default()
+        }
+    }
+
+    /// Verifies the bundle, loads its embedder and opens the document store.
+    fn retrieval(&self) -> anyhow::Result<std::sync::Arc<airlock_retrieval::Retrieval>> {
+        let bundle = startup::verify_bundle(&self.config())?;
+        let embedder = startup::load_embedder(&bundle)?;
+        Ok(startup::open_retrieval(&self.data, embedder)?)
+    }
+}
+
+/// `airlock ingest PATH...`.
+#[derive(Debug, clap::Args)]
+pub struct IngestArgs {
+    /// Data directory and keyring.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Files or directories (.txt, .md, .html, .jsonl).
+    #[arg(required = true)]
+    pub paths: Vec<PathBuf>,
+    /// Documents per transaction.
+    #[arg(long, default_value_t = 64)]
+    pub batch: usize,
+}
+
+/// `airlock delete DOC_ID...`.
+#[derive(Debug, clap::Args)]
+pub struct DeleteArgs {
+    /// Data directory and keyring.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Document ids to tombstone.
+    #[arg(required = true)]
+    pub doc_ids: Vec<String>,
+}
+
+/// `airlock reconcile --source-ids FILE`.
+#[derive(Debug, clap::Args)]
+pub struct ReconcileArgs {
+    /// Data directory and keyring.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// The source's current document ids: one per line, or a JSON array.
+    #[arg(long)]
+    pub source_ids: PathBuf,
+}
+
+/// `airlock reindex`.
+#[derive(Debug, clap::Args)]
+pub struct ReindexArgs {
+    /// Data directory and keyring.
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// Ingests files; exit code 1 if any document was refused.
+pub fn ingest(args: IngestArgs) -> anyhow::Result<bool> {
+    let retrieval = args.store.retrieval()?;
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} chunks")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let (mut stored, mut errors) = (0usize, 0usize);
+    for path in &args.paths {
+        bar.set_message(path.display().to_string());
+        let report = retrieval
+            .ingest_path(path, args.batch.max(1), &mut |p| match p {
+                Progress::Prepared { chunks, .. } => {
+                    bar.set_length(chunks as u64);
+                    bar.set_position(0);
+                }
+                Progress::Embedded { done, .. } => bar.set_position(done as u64),
+                Progress::Committed { .. } | Progress::Indexed { .. } => {}
+            })
+            .with_context(|| format!("ingesting {}", path.display()))?;
+        stored += report.outcomes.len();
+        errors += report.errors.len();
+        for e in &report.errors {
+            bar.suspend(|| eprintln!("refused: {e}"));
+        }
+    }
+    bar.finish_and_clear();
+    println!("{stored} documents stored, {errors} refused");
+    Ok(errors == 0)
+}
+
+/// Tombstones documents; exit code 1 if an id was never seen.
+pub fn delete(args: DeleteArgs) -> anyhow::Result<bool> {
+    let retrieval = args.store.retrieval()?;
+    let mut ok = true;
+    for id in &args.doc_ids {
+        match retrieval.delete(id)? {
+            DeleteOutcome::Deleted => println!("{id}: deleted"),
+            DeleteOutcome::AlreadyDeleted => println!("{id}: already deleted"),
+            DeleteOutcome::NotFound => {
+                eprintln!("{id}: no such document");
+                ok = false;
+            }
+        }
+    }
+    Ok(ok)
+}
+
+/// Reads a list of ids: a JSON array or one id per line.
+pub fn read_ids(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    if text.trim_start().starts_with('[') {
+        return serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()));
+    }
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Tombstones live documents the source no longer has; prints the report as JSON.
+pub fn reconcile(args: ReconcileArgs) -> anyhow::Result<bool> {
+    let ids = read_ids(&args.source_ids)?;
+    let retrieval = args.store.retrieval()?;
+    let report = retrieval.reconcile(&ids)?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(true)
+}
+
+/// Rebuilds every index from SQLite.
+pub fn reindex(args: ReindexArgs) -> anyhow::Result<bool> {
+    let retrieval = args.store.retrieval()?;
+    let spinner = ProgressBar::new_spinner();
+    spinner.set_message("rebuilding indexes");
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    let report = retrieval.reindex()?;
+    spinner.finish_and_clear();
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(true)
+}

@@ -1,0 +1,155 @@
+//! `airlock acl sync|user add|user token|user remove|audit`: access-control administration on
+//! the data directory's SQLite file. No bundle is needed (operators can be created before an
+//! install). Tokens are printed once and stored only as SHA-256.
+
+use std::io::BufReader;
+use std::path::PathBuf;
+
+use airlock_acl::{AuditQuery, NewUser, Role};
+use anyhow::Context;
+
+use crate::startup;
+
+/// The actor recorded in the audit log for CLI changes.
+const ACTOR: &str = "cli";
+
+/// `airlock acl ...`.
+#[derive(Debug, clap::Subcommand)]
+pub enum AclCommand {
+    /// Apply a JSON Lines IAM snapshot (replaces the previous one; operators are kept).
+    Sync(SyncArgs),
+}
+
+/// `airlock acl sync FILE`.
+#[derive(Debug, clap::Args)]
+pub struct SyncArgs {
+    /// The appliance's data directory.
+    #[arg(long = "data", env = "AIRLOCK_DATA", default_value = "./airlock-data")]
+    pub data: PathBuf,
+    /// The snapshot (`{"user",...}` and `{"doc",...}` lines).
+    pub file: PathBuf,
+}
+
+/// `airlock user ...`.
+#[derive(Debug, clap::Subcommand)]
+pub enum UserCommand {
+    /// Create a user and print their first bearer token.
+    Add(UserAddArgs),
+    /// Issue (rotate) a user's bearer token and print it.
+    Token(UserIdArgs),
+    /// Remove a user and their token.
+    Remove(UserIdArgs),
+}
+
+/// `airlock user add ID`.
+#[derive(Debug, clap::Args)]
+pub struct UserAddArgs {
+    /// The appliance's data directory.
+    #[arg(long = "data", env = "AIRLOCK_DATA", default_value = "./airlock-data")]
+    pub data: PathBuf,
+    /// The user id.
+    pub user_id: String,
+    /// Groups (comma-separated or repeated).
+    #[arg(long, value_delimiter = ',')]
+    pub groups: Vec<String>,
+    /// Make the user an appliance operator (admin role, outside the IAM snapshot).
+    #[arg(long)]
+    pub admin: bool,
+}
+
+/// `airlock user token|remove ID`.
+#[derive(Debug, clap::Args)]
+pub struct UserIdArgs {
+    /// The appliance's data directory.
+    #[arg(long = "data", env = "AIRLOCK_DATA", default_value = "./airlock-data")]
+    pub data: PathBuf,
+    /// The user id.
+    pub user_id: String,
+}
+
+/// `airlock audit`.
+#[derive(Debug, clap::Args)]
+pub struct AuditArgs {
+    /// The appliance's data directory.
+    #[arg(long = "data", env = "AIRLOCK_DATA", default_value = "./airlock-data")]
+    pub data: PathBuf,
+    /// Entries about or by this user.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Entries at or after this instant (RFC 3339).
+    #[arg(long)]
+    pub since: Option<String>,
+    /// At most this many entries.
+    #[arg(long, default_value_t = 1000)]
+    pub limit: usize,
+}
+
+/// Runs `airlock acl ...`.
+pub fn acl(cmd: AclCommand) -> anyhow::Result<bool> {
+    match cmd {
+        AclCommand::Sync(a) => {
+            let acl = startup::open_acl(&a.data)?;
+            let file = std::fs::File::open(&a.file)
+                .with_context(|| format!("opening {}", a.file.display()))?;
+            let counts = acl.sync_snapshot(ACTOR, BufReader::new(file))?;
+            println!("{}", serde_json::to_string_pretty(&counts)?);
+            Ok(true)
+        }
+    }
+}
+
+/// Runs `airlock user ...`.
+pub fn user(cmd: UserCommand) -> anyhow::Result<bool> {
+    match cmd {
+        UserCommand::Add(a) => {
+            let acl = startup::open_acl(&a.data)?;
+            let roles = if a.admin { vec![Role::Admin] } else { vec![] };
+            let token = acl.add_user(
+                ACTOR,
+                &a.user_id,
+                &NewUser {
+                    groups: a.groups,
+                    roles,
+                    local: a.admin,
+                },
+            )?;
+            println!("{token}");
+            Ok(true)
+        }
+        UserCommand::Token(a) => {
+            let acl = startup::open_acl(&a.data)?;
+            println!("{}", acl.issue_token(ACTOR, &a.user_id)?);
+            Ok(true)
+        }
+        UserCommand::Remove(a) => {
+            let acl = startup::open_acl(&a.data)?;
+            acl.remove_user(ACTOR, &a.user_id)?;
+            eprintln!("removed {}", a.user_id);
+            Ok(true)
+        }
+    }
+}
+
+/// Prints matching audit entries as JSON Lines, oldest first.
+pub fn audit(a: AuditArgs) -> anyhow::Result<bool> {
+    let since = a
+        .since
+        .as_deref()
+        .map(|s| {
+            time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
+                .with_context(|| format!("--since {s}: not RFC 3339"))
+        })
+        .transpose()?;
+    let acl = startup::open_acl(&a.data)?;
+    let entries = acl.audit_query(&AuditQuery {
+        user: a.user,
+        since,
+        until: None,
+        kind: None,
+        limit: Some(a.limit),
+    })?;
+    for e in entries {
+        println!("{}", serde_json::to_string(&e)?);
+    }
+    Ok(true)
+}
