@@ -14,7 +14,8 @@ use crate::tokenizer;
 /// The files of a cross-encoder model.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CrossEncoderFiles {
-    /// `model.safetensors` with `bert.*`, `bert.pooler.dense.*` and `classifier.*` tensors.
+    /// `model.safetensors` with `bert.*` (or unprefixed), `[bert.]pooler.dense.*` and
+    /// `classifier.*` tensors.
     pub weights: PathBuf,
     /// Hugging Face `config.json` (BERT fields plus optional `num_labels` / `id2label`).
     pub config: PathBuf,
@@ -101,8 +102,15 @@ impl CrossEncoder {
         let vb = bert::read_weights(&files.weights, &device)?;
         let invalid = |e: candle_core::Error| Error::invalid(&files.weights, e.to_string());
         let h = config.hidden_size;
-        let bert = BertModel::load(vb.pp("bert"), &config).map_err(invalid)?;
-        let pooler = candle_nn::linear(h, h, vb.pp("bert.pooler.dense")).map_err(invalid)?;
+        // Hugging Face checkpoints prefix the encoder with `bert.`; sentence-transformers
+        // exports of the same layout sometimes do not.
+        let base = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
+            vb.pp("bert")
+        } else {
+            vb.clone()
+        };
+        let bert = BertModel::load(base.clone(), &config).map_err(invalid)?;
+        let pooler = candle_nn::linear(h, h, base.pp("pooler.dense")).map_err(invalid)?;
         let classifier = candle_nn::linear(h, num_labels, vb.pp("classifier")).map_err(invalid)?;
         let tokenizer = tokenizer::load_with_limit(&files.tokenizer, cfg.max_tokens)?;
         if cfg.batch_size == 0 {
