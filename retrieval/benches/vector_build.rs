@@ -1,0 +1,207 @@
+//! Vector index build throughput and unfiltered recall/QPS, side by side with hnswlib on the same
+//! vectors (M 16, ef_construction 200, build on 2 threads, search on 1).
+//!
+//! `cargo bench -p airlock-retrieval --bench vector_build`
+//! Env: `AIRLOCK_BENCH_N` (vectors, default 200000), `AIRLOCK_BENCH_PEER=0` skips hnswlib,
+//! `AIRLOCK_BENCH_M` / `AIRLOCK_BENCH_EFC` override the build parameters (the saved index used by
+//! `vector_filtered` is only written for the defaults).
+//! The built index is checkpointed to `target/vector-bench/index-<set>/` for `vector_filtered`.
+
+mod vector_support;
+
+use std::process::Command;
+use std::time::Instant;
+
+use airlock_acl::AllowSet;
+use airlock_retrieval::vector::{PathChoice, SearchOptions, VectorIndex, VectorParams};
+use airlock_retrieval::{ChunkMap, Visibility};
+use roaring::RoaringBitmap;
+use vector_support::*;
+
+const EFS: [usize; 6] = [16, 32, 64, 128, 256, 512];
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo bench -- --list` / `cargo test --benches`: nothing to enumerate
+    }
+    let n = env_usize("AIRLOCK_BENCH_N", 200_000);
+    let m = env_usize("AIRLOCK_BENCH_M", 16);
+    let efc = env_usize("AIRLOCK_BENCH_EFC", 200);
+    let data = noisy(n);
+    println!(
+        "# vector_build: {n} × {DIM} ({}), {} queries, load {}",
+        data.source,
+        data.queries.len(),
+        load_avg()
+    );
+
+    let tag = format!(
+        "{}-{n}",
+        if data.source.starts_with("MiniLM") {
+            "real"
+        } else {
+            "synth"
+        }
+    );
+    let default_params = m == 16 && efc == 200;
+    let idx_dir = data.dir.join(if default_params {
+        format!("index-{tag}")
+    } else {
+        format!("index-{tag}-m{m}-efc{efc}")
+    });
+    let _ = std::fs::remove_dir_all(&idx_dir);
+    let params = VectorParams {
+        m,
+        ef_construction: efc,
+        capacity_hint: n,
+        ..VectorParams::default()
+    };
+    let mut index = VectorIndex::create(&idx_dir, DIM, params).expect("create");
+    let threads = rayon::current_num_threads();
+    let t0 = Instant::now();
+    for (b, batch) in data.vectors.chunks(20_000).enumerate() {
+        let items: Vec<(u32, &[f32])> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, v)| ((b * 20_000 + i) as u32, v.as_slice()))
+            .collect();
+        index.insert(&items).expect("insert");
+    }
+    let build = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    index.checkpoint().expect("checkpoint");
+    let dump = t1.elapsed().as_secs_f64();
+    let t2 = Instant::now();
+    drop(index);
+    let index = VectorIndex::open(&idx_dir).expect("reopen");
+    let reopen = t2.elapsed().as_secs_f64();
+    println!(
+        "\nbuild (m {m}, ef_c {efc}, {threads} threads): {build:.1} s = {:.0} inserts/s; checkpoint {dump:.1} s; reopen (verify + reload, no rebuild) {reopen:.1} s; load {}",
+        n as f64 / build,
+        load_avg()
+    );
+
+    let mut map = ChunkMap::new();
+    for c in 0..n as u32 {
+        map.insert(c, c / 8);
+    }
+    let allow = AllowSet::from_bitmap_for_tests((0..n.div_ceil(8) as u32).collect());
+    let dead = RoaringBitmap::new();
+    let vis = Visibility::new(&allow, &map, &dead);
+    println!("\n| ef | recall@10 int8 graph | q/s | recall@10 + f32 rescore of top 40 | q/s |");
+    println!("|---|---|---|---|---|");
+    let mut ours = Vec::new();
+    for ef in EFS {
+        let plain = SearchOptions {
+            ef,
+            max_ef: ef.max(K),
+            candidates: K,
+            rescore: false,
+            path: PathChoice::Graph,
+            ..SearchOptions::default()
+        };
+        let resc = SearchOptions {
+            candidates: 40,
+            rescore: true,
+            max_ef: ef.max(40),
+            ..plain
+        };
+        let mut cells = Vec::new();
+        for opts in [plain, resc] {
+            let t = Instant::now();
+            let got: Vec<Vec<u32>> = data
+                .queries
+                .iter()
+                .map(|q| {
+                    index
+                        .search(q, K, &vis, &opts)
+                        .expect("search")
+                        .hits
+                        .iter()
+                        .map(|h| h.0)
+                        .collect()
+                })
+                .collect();
+            let secs = t.elapsed().as_secs_f64();
+            cells.push((
+                mean_recall(&got, &data.truth),
+                data.queries.len() as f64 / secs,
+            ));
+        }
+        println!(
+            "| {ef} | {:.4} | {:.0} | {:.4} | {:.0} |",
+            cells[0].0, cells[0].1, cells[1].0, cells[1].1
+        );
+        ours.push((ef, cells[0], cells[1]));
+    }
+
+    if std::env::var("AIRLOCK_BENCH_PEER").as_deref() == Ok("0") {
+        return;
+    }
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/peers/hnswlib_side.py");
+    let out = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+        .arg(&script)
+        .arg("--vectors")
+        .arg(data.dir.join(format!("noisy-{tag}.f32")))
+        .arg("--queries")
+        .arg(data.dir.join(format!("queries-{tag}.f32")))
+        .arg("--truth")
+        .arg(data.dir.join(format!("truth-{tag}.u32")))
+        .arg("--threads")
+        .arg(threads.to_string())
+        .output();
+    let json = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).to_string(),
+        Ok(o) => {
+            println!(
+                "\nhnswlib peer failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            return;
+        }
+        Err(e) => {
+            println!("\nhnswlib peer not run ({e}); `pip install numpy hnswlib`");
+            return;
+        }
+    };
+    let peer: serde_json::Value = serde_json::from_str(json.trim()).expect("peer json");
+    let peer_ips = peer["inserts_per_s"].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "\nhnswlib (same vectors, M 16, ef_c 200, {threads} threads): build {} s = {peer_ips:.0} inserts/s; load {}",
+        peer["build_s"],
+        load_avg()
+    );
+    println!(
+        "build ratio (ours / hnswlib): {:.2}×",
+        n as f64 / build / peer_ips
+    );
+    println!("\n| ef | hnswlib recall@10 | hnswlib q/s |");
+    println!("|---|---|---|");
+    let rows = peer["rows"].as_array().cloned().unwrap_or_default();
+    for r in &rows {
+        println!("| {} | {} | {} |", r["ef"], r["recall"], r["qps"]);
+    }
+    let first = |target: f64| -> (Option<f64>, Option<f64>, Option<f64>) {
+        let o = ours.iter().find(|r| r.1.0 >= target).map(|r| r.1.1);
+        let or = ours.iter().find(|r| r.2.0 >= target).map(|r| r.2.1);
+        let p = rows
+            .iter()
+            .find(|r| r["recall"].as_f64().unwrap_or(0.0) >= target)
+            .and_then(|r| r["qps"].as_f64());
+        (o, or, p)
+    };
+    for target in [0.9, 0.95] {
+        let (o, or, p) = first(target);
+        let ratio = |x: Option<f64>| match (x, p) {
+            (Some(a), Some(b)) => format!("{:.0} q/s = {:.2}×", a, a / b),
+            _ => "not reached".into(),
+        };
+        println!(
+            "q/s at the first ef with recall@10 ≥ {target}: hnswlib {}; ours int8 {}; ours + rescore {}",
+            p.map_or("not reached".into(), |x| format!("{x:.0}")),
+            ratio(o),
+            ratio(or)
+        );
+    }
+}

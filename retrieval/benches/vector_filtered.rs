@@ -1,0 +1,189 @@
+//! Filtered search at 200k vectors: recall@10 against exact search over exactly the visible
+//! chunks, and p50/p99 latency, per selectivity, for the automatic planner and for each strategy
+//! forced (which is how the crossover is chosen). Also int8 + rescoring recall vs f32 exact.
+//!
+//! `cargo bench -p airlock-retrieval --bench vector_filtered`
+//! Reuses the index checkpointed by `vector_build` (opened, not rebuilt), or builds it.
+//! Env: `AIRLOCK_BENCH_N` (default 200000), `AIRLOCK_BENCH_NQ` (queries per selectivity, 200).
+
+mod vector_support;
+
+use std::time::Instant;
+
+use airlock_acl::AllowSet;
+use airlock_retrieval::vector::synth::Rng;
+use airlock_retrieval::vector::{PathChoice, SearchOptions, SearchPath, VectorIndex, VectorParams};
+use airlock_retrieval::{ChunkMap, Visibility};
+use roaring::RoaringBitmap;
+use vector_support::*;
+
+const CHUNKS_PER_DOC: u32 = 8;
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let n = env_usize("AIRLOCK_BENCH_N", 200_000);
+    let nq = env_usize("AIRLOCK_BENCH_NQ", 200);
+    let data = noisy(n);
+    let tag = format!(
+        "{}-{n}",
+        if data.source.starts_with("MiniLM") {
+            "real"
+        } else {
+            "synth"
+        }
+    );
+    let idx_dir = data.dir.join(format!("index-{tag}"));
+    let t0 = Instant::now();
+    let index = match VectorIndex::open(&idx_dir) {
+        Ok(i) if i.len() == n => i,
+        _ => {
+            eprintln!("[index] building {n} vectors (run vector_build first to reuse its index)");
+            let _ = std::fs::remove_dir_all(&idx_dir);
+            let mut i = VectorIndex::create(
+                &idx_dir,
+                DIM,
+                VectorParams {
+                    capacity_hint: n,
+                    ..VectorParams::default()
+                },
+            )
+            .expect("create");
+            let items: Vec<(u32, &[f32])> = data
+                .vectors
+                .iter()
+                .enumerate()
+                .map(|(c, v)| (c as u32, v.as_slice()))
+                .collect();
+            for b in items.chunks(20_000) {
+                i.insert(b).expect("insert");
+            }
+            i.checkpoint().expect("checkpoint");
+            i
+        }
+    };
+    println!(
+        "# vector_filtered: {n} × {DIM} ({}), {nq} queries per row, index ready in {:.1} s, load {}",
+        data.source,
+        t0.elapsed().as_secs_f64(),
+        load_avg()
+    );
+
+    let mut map = ChunkMap::new();
+    for c in 0..n as u32 {
+        map.insert(c, c / CHUNKS_PER_DOC);
+    }
+    let n_docs = (n as u32).div_ceil(CHUNKS_PER_DOC);
+    let dead = RoaringBitmap::new();
+    let queries = &data.queries[..nq.min(data.queries.len())];
+    let defaults = SearchOptions::default();
+    println!(
+        "\nDefaults: ef {}, candidates {} (f32-rescored), oversample {}, crossover: exact scan when estimated visible ≤ {}% of the index.\n",
+        defaults.ef,
+        defaults.candidates,
+        defaults.oversample,
+        defaults.exact_fraction * 100.0
+    );
+    println!(
+        "| allowed | visible chunks | strategy | recall@10 | p50 ms | p99 ms | mean ms | paths |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (i, pct) in [100.0, 50.0, 10.0, 2.0, 1.0, 0.1, 0.01]
+        .into_iter()
+        .enumerate()
+    {
+        let want_docs = ((f64::from(n_docs) * pct / 100.0).round() as u64).max(1);
+        let mut rng = Rng::new(11 + i as u64);
+        let mut bits = RoaringBitmap::new();
+        if pct >= 100.0 {
+            bits.insert_range(0..n_docs);
+        }
+        while bits.len() < want_docs {
+            bits.insert(rng.below(u64::from(n_docs)) as u32);
+        }
+        let allow = AllowSet::from_bitmap_for_tests(bits);
+        let vis = Visibility::new(&allow, &map, &dead);
+        let visible: Vec<u32> = vis.visible_chunks().iter().collect();
+        let truth = if pct >= 100.0 {
+            data.truth[..queries.len()].to_vec()
+        } else {
+            exact_truth(&data.vectors, queries, Some(&visible))
+        };
+        for (name, path) in [
+            ("auto", PathChoice::Auto),
+            ("exact", PathChoice::Exact),
+            ("graph", PathChoice::Graph),
+        ] {
+            let opts = SearchOptions { path, ..defaults };
+            let mut lat = Vec::with_capacity(queries.len());
+            let mut got = Vec::with_capacity(queries.len());
+            let mut paths = std::collections::BTreeMap::<&str, usize>::new();
+            for q in queries {
+                let t = Instant::now();
+                let out = index.search(q, K, &vis, &opts).expect("search");
+                lat.push(t.elapsed().as_secs_f64() * 1e3);
+                assert!(
+                    out.hits.iter().all(|h| vis.visible(h.0)),
+                    "invisible chunk returned"
+                );
+                assert_eq!(out.hits.len(), K.min(visible.len()), "short result");
+                *paths
+                    .entry(match out.path {
+                        SearchPath::Graph => "hnsw",
+                        SearchPath::Exact => "exact",
+                        SearchPath::GraphThenExact => "hnsw+exact",
+                        SearchPath::Empty => "empty",
+                    })
+                    .or_default() += 1;
+                got.push(out.hits.iter().map(|h| h.0).collect::<Vec<u32>>());
+            }
+            let mean = lat.iter().sum::<f64>() / lat.len() as f64;
+            lat.sort_by(f64::total_cmp);
+            let paths: Vec<String> = paths.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            println!(
+                "| {pct}% | {} | {name} | {:.4} | {:.3} | {:.3} | {mean:.3} | {} |",
+                visible.len(),
+                mean_recall(&got, &truth),
+                percentile(&lat, 50.0),
+                percentile(&lat, 99.0),
+                paths.join(", ")
+            );
+        }
+    }
+
+    // int8 (+ rescoring) vs f32 exact, all visible, exact int8 scan: quantization error only.
+    let allow = AllowSet::from_bitmap_for_tests((0..n_docs).collect());
+    let vis = Visibility::new(&allow, &map, &dead);
+    let nq_q = queries.len().min(100);
+    println!(
+        "\nint8 quantization (exact int8 scan over all {n}, {nq_q} queries), recall@10 vs f32 exact:"
+    );
+    for (label, rescore, candidates) in [
+        ("int8 only", false, K),
+        ("int8 top 20 → f32 rescore", true, 20),
+        ("int8 top 40 → f32 rescore", true, 40),
+        ("int8 top 100 → f32 rescore", true, 100),
+    ] {
+        let opts = SearchOptions {
+            path: PathChoice::Exact,
+            rescore,
+            candidates,
+            ..defaults
+        };
+        let got: Vec<Vec<u32>> = queries[..nq_q]
+            .iter()
+            .map(|q| {
+                index
+                    .search(q, K, &vis, &opts)
+                    .expect("search")
+                    .hits
+                    .iter()
+                    .map(|h| h.0)
+                    .collect()
+            })
+            .collect();
+        println!("- {label}: {:.4}", mean_recall(&got, &data.truth[..nq_q]));
+    }
+    println!("\nload at end: {}", load_avg());
+}

@@ -1,0 +1,193 @@
+//! Shared data and timing helpers of the vector benchmarks (`vector_build`, `vector_filtered`).
+//!
+//! Data set ("noisy200k", the peers' scale proxy of `shared/peers/bench_ann.py`): a base set of
+//! 10,419 unit vectors (real MiniLM embeddings of Cranfield docs + bank-dev chunks when
+//! `target/vector-bench/real-base.f32` exists, otherwise synthetic clustered vectors), cycled to
+//! 200,000 copies each plus N(0, 0.05²) per component, renormalised (seed 7). Queries: 550
+//! (`real-queries.f32` when present, otherwise base vectors plus fresh N(0, 0.05²) noise).
+//! Ground truth: exact f32 top-10, computed once and cached. Everything is cached under
+//! `target/vector-bench/` (raw little-endian f32 / u32 files) so the hnswlib peer script reads
+//! the very same vectors.
+#![allow(dead_code)]
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use airlock_retrieval::vector::synth;
+use rayon::prelude::*;
+
+pub const DIM: usize = 384;
+pub const BASE_N: usize = 10_419;
+pub const NQ: usize = 550;
+pub const K: usize = 10;
+pub const SIGMA: f32 = 0.05;
+
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// `target/vector-bench/` (or `$AIRLOCK_VECTOR_BENCH_DIR`).
+pub fn work_dir() -> PathBuf {
+    let d = std::env::var_os("AIRLOCK_VECTOR_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/vector-bench"));
+    fs::create_dir_all(&d).expect("create bench dir");
+    d
+}
+
+pub fn write_f32(path: &Path, rows: &[Vec<f32>]) {
+    let mut f = std::io::BufWriter::new(fs::File::create(path).expect("create"));
+    for r in rows {
+        for x in r {
+            f.write_all(&x.to_le_bytes()).expect("write");
+        }
+    }
+}
+
+pub fn read_f32(path: &Path, dim: usize) -> Option<Vec<Vec<f32>>> {
+    let b = fs::read(path).ok()?;
+    if b.len() % (4 * dim) != 0 {
+        return None;
+    }
+    Some(
+        b.chunks_exact(4 * dim)
+            .map(|r| {
+                r.chunks_exact(4)
+                    .map(|x| f32::from_le_bytes([x[0], x[1], x[2], x[3]]))
+                    .collect()
+            })
+            .collect(),
+    )
+}
+
+fn write_u32(path: &Path, v: &[u32]) {
+    fs::write(
+        path,
+        v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>(),
+    )
+    .expect("write");
+}
+
+fn read_u32(path: &Path) -> Option<Vec<u32>> {
+    let b = fs::read(path).ok()?;
+    Some(
+        b.chunks_exact(4)
+            .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
+            .collect(),
+    )
+}
+
+pub struct DataSet {
+    pub source: &'static str,
+    pub vectors: Vec<Vec<f32>>,
+    pub queries: Vec<Vec<f32>>,
+    /// Exact top-K over all vectors, per query.
+    pub truth: Vec<Vec<u32>>,
+    pub dir: PathBuf,
+}
+
+/// Loads (or builds and caches) noisy copies of the base set, `n` vectors.
+pub fn noisy(n: usize) -> DataSet {
+    let dir = work_dir();
+    let real_base = read_f32(&dir.join("real-base.f32"), DIM);
+    let real_q = read_f32(&dir.join("real-queries.f32"), DIM);
+    let source = if real_base.is_some() && real_q.is_some() {
+        "MiniLM (Cranfield + bank-dev)"
+    } else {
+        "synthetic clustered"
+    };
+    let tag = format!("{}-{n}", if real_base.is_some() { "real" } else { "synth" });
+    let vpath = dir.join(format!("noisy-{tag}.f32"));
+    let qpath = dir.join(format!("queries-{tag}.f32"));
+    let tpath = dir.join(format!("truth-{tag}.u32"));
+    if let (Some(vectors), Some(queries), Some(t)) = (
+        read_f32(&vpath, DIM),
+        read_f32(&qpath, DIM),
+        read_u32(&tpath),
+    ) && vectors.len() == n
+        && t.len() == queries.len() * K
+    {
+        let truth = t.chunks(K).map(<[u32]>::to_vec).collect();
+        return DataSet {
+            source,
+            vectors,
+            queries,
+            truth,
+            dir,
+        };
+    }
+    let t0 = Instant::now();
+    let base = real_base.unwrap_or_else(|| synth::clustered(BASE_N, DIM, 400, 0.8, 1));
+    let vectors = synth::noisy_copies(&base, n, SIGMA, 7);
+    let queries = match real_q {
+        Some(q) => q,
+        None => {
+            let mut rng = synth::Rng::new(3);
+            let src: Vec<Vec<f32>> = (0..NQ)
+                .map(|_| base[rng.below(base.len() as u64) as usize].clone())
+                .collect();
+            synth::noisy_copies(&src, NQ, SIGMA, 11)
+        }
+    };
+    let truth = exact_truth(&vectors, &queries, None);
+    write_f32(&vpath, &vectors);
+    write_f32(&qpath, &queries);
+    write_u32(&tpath, &truth.concat());
+    eprintln!(
+        "[data] built {tag} ({source}) + ground truth in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    DataSet {
+        source,
+        vectors,
+        queries,
+        truth,
+        dir,
+    }
+}
+
+/// Exact f32 top-K of each query over `ids` (all when `None`), in parallel.
+pub fn exact_truth(
+    vectors: &[Vec<f32>],
+    queries: &[Vec<f32>],
+    ids: Option<&[u32]>,
+) -> Vec<Vec<u32>> {
+    queries
+        .par_iter()
+        .map(|q| {
+            let top = match ids {
+                Some(ids) => synth::exact_top_k(vectors, ids.iter().copied(), q, K),
+                None => synth::exact_top_k(vectors, 0..vectors.len() as u32, q, K),
+            };
+            top.into_iter().map(|t| t.0).collect()
+        })
+        .collect()
+}
+
+pub fn mean_recall(got: &[Vec<u32>], truth: &[Vec<u32>]) -> f64 {
+    got.iter()
+        .zip(truth)
+        .map(|(g, t)| synth::recall(g, t))
+        .sum::<f64>()
+        / truth.len().max(1) as f64
+}
+
+/// Percentile (0..=100) of durations in ms.
+pub fn percentile(sorted_ms: &[f64], p: f64) -> f64 {
+    if sorted_ms.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted_ms.len() - 1) as f64 * p / 100.0).round() as usize;
+    sorted_ms[i]
+}
+
+pub fn load_avg() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
