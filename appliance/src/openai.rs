@@ -147,6 +147,25 @@ pub struct AirlockResponse {
     /// The installed bundle.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bundle_version: Option<String>,
+    /// Milliseconds per stage (non-streaming responses only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings_ms: Option<ChatTimings>,
+}
+
+/// Per-stage milliseconds of one chat completion.
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct ChatTimings {
+    /// Retrieval stages (absent with `retrieval: false`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retrieval: Option<crate::rag::StageTimings>,
+    /// Prompt building: sources, chat template, tokenization.
+    pub prompt: f64,
+    /// From submission to the engine until the first generated token (queue + prefill).
+    pub first_token: f64,
+    /// From the first token to the last.
+    pub decode: f64,
+    /// Whole handler after authentication.
+    pub total: f64,
 }
 
 /// Token counts.

@@ -22,11 +22,11 @@ use crate::extract::{ApiJson, RequestId};
 use crate::generator::Generator;
 use crate::metrics::Metrics;
 use crate::openai::{
-    AirlockResponse, AssistantMessage, ChatChunk, ChatRequest, ChatResponse, Choice, ChunkChoice,
-    Citation, Delta, Usage, unix_now,
+    AirlockResponse, AssistantMessage, ChatChunk, ChatRequest, ChatResponse, ChatTimings, Choice,
+    ChunkChoice, Citation, Delta, Usage, unix_now,
 };
 use crate::prompt::{self, Role, Source};
-use crate::rag::{self, RetrieveParams};
+use crate::rag::{self, RetrieveParams, StageTimings};
 use crate::routes::{RUNG_HEADER, acl::blocking};
 use crate::services::Services;
 use crate::state::AppState;
@@ -43,6 +43,8 @@ struct Prepared {
     generator: Arc<Generator>,
     prompt: Vec<u32>,
     citations: Vec<Citation>,
+    retrieval: Option<StageTimings>,
+    prompt_ms: f64,
 }
 
 fn validate(req: &ChatRequest, default_max: u32) -> Result<SamplingParams, ApiError> {
@@ -164,7 +166,7 @@ pub async fn completions(
         let user = caller.user_id.clone();
         let rid = request_id.clone();
         blocking(move || {
-            let (sources_owned, citations) = if ext.retrieval {
+            let (sources_owned, citations, retrieval_timings) = if ext.retrieval {
                 let query = prompt::last_user_text(&conversation).unwrap_or_default();
                 let retrieved = rag::retrieve(
                     &services,
@@ -195,10 +197,11 @@ pub async fn completions(
                     let ids: Vec<&str> = citations.iter().map(|c| c.doc_id.as_str()).collect();
                     services.acl.audit_shown(&rid, &user, &ids)?;
                 }
-                (Some(retrieved.chunks), citations)
+                (Some(retrieved.chunks), citations, Some(retrieved.timings))
             } else {
-                (None, Vec::new())
+                (None, Vec::new(), None)
             };
+            let tp = Instant::now();
             let sources: Option<Vec<Source<'_>>> = sources_owned.as_ref().map(|v| {
                 v.iter()
                     .map(|c| Source {
@@ -213,6 +216,8 @@ pub async fn completions(
                 generator,
                 prompt,
                 citations,
+                retrieval: retrieval_timings,
+                prompt_ms: crate::routes::ms_since(tp),
             })
         })
         .await?
@@ -254,6 +259,11 @@ pub async fn completions(
         citations: prepared.citations,
         rung: plan.rung,
         bundle_version: Some(services.bundle_version().to_string()),
+        timings_ms: Some(ChatTimings {
+            retrieval: prepared.retrieval,
+            prompt: prepared.prompt_ms,
+            ..ChatTimings::default()
+        }),
     };
     let id = request_id;
     let mut resp = if req.stream {
@@ -366,6 +376,14 @@ async fn complete(
             }) => {
                 text.push_str(tail.as_deref().unwrap_or(""));
                 let finish = finish_reason(&reason)?;
+                let mut airlock = airlock;
+                if let Some(t) = airlock.timings_ms.as_mut() {
+                    let now = Instant::now();
+                    let first = generation.first_token_at.unwrap_or(now);
+                    t.first_token = (first - generation.submitted).as_secs_f64() * 1e3;
+                    t.decode = (now - first).as_secs_f64() * 1e3;
+                    t.total = (now - generation.t0).as_secs_f64() * 1e3;
+                }
                 return Ok(Json(ChatResponse {
                     id,
                     object: "chat.completion",
@@ -437,7 +455,10 @@ fn sse(
         },
         None,
     );
-    first.airlock = Some(airlock);
+    first.airlock = Some(AirlockResponse {
+        timings_ms: None,
+        ..airlock
+    });
     let head = futures::stream::once(async move { Ok(data(&first)) });
     struct St {
         generation: Generation,
