@@ -312,6 +312,11 @@ fn main() {
         memory();
     }
     if want("sync") {
+        // Phase timings (parse, diff, write, recompute, commit) from the crate's tracing events.
+        tracing_subscriber::fmt()
+            .with_writer(std::io::stderr)
+            .with_target(false)
+            .init();
         sync();
     }
 }

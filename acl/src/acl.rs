@@ -4,7 +4,7 @@
 //! commit, then publish a new [`View`] with one atomic store. Readers only load the published view.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::io::BufRead;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -474,7 +474,7 @@ impl Acl {
                 let old = m.grants.get(&ordinal).cloned().unwrap_or_default();
                 let changed = old != g;
                 if changed {
-                    store::write_grant(tx, ordinal, &g)
+                    store::write_grant(tx, ordinal, &old, &g)
                         .map_err(Error::db("writing a document grant"))?;
                 }
                 if let Some(id) = fresh {
@@ -530,10 +530,18 @@ impl Acl {
     /// users keep their roles and token; if the snapshot names one, its groups apply to it.
     /// Only the affected users' bitmaps are recomputed, then the new state is swapped in.
     /// Applying the same snapshot twice changes nothing (all counts zero the second time).
-    pub fn sync_snapshot(&self, actor: &str, input: impl BufRead) -> Result<SyncCounts, Error> {
-        let snap = snapshot::parse(input)?;
+    pub fn sync_snapshot(&self, actor: &str, input: impl Read) -> Result<SyncCounts, Error> {
+        let started = std::time::Instant::now();
+        let buf = snapshot::read_all(input)?;
+        let snap = snapshot::parse(&buf)?;
+        tracing::info!(
+            parse_ms = started.elapsed().as_millis() as u64,
+            users = snap.users.len(),
+            docs = snap.docs.len(),
+            "acl snapshot parsed"
+        );
         let (counts, access_changed) = self.mutate(
-            |tx, m, p| apply_snapshot(tx, m, p, snap),
+            |tx, m, p| apply_snapshot(tx, m, p, &snap),
             |counts, access_changed| Record {
                 kind: AuditKind::Sync,
                 actor: Some(actor),
@@ -622,7 +630,9 @@ impl Acl {
         let mut pending = Pending::default();
         let value = op(&tx, &mut w.model, &mut pending)?;
         // From here on the model is ahead of the rows until the commit succeeds.
+        let t = std::time::Instant::now();
         let prepared = prepare(&w.model, &self.view.load(), pending);
+        let recompute_ms = t.elapsed().as_millis() as u64;
         let rec = record(&value, prepared.access_changed);
         let committed = audit::append(&tx, &rec)
             .and_then(|()| tx.commit().map_err(Error::db("committing a change")));
@@ -630,6 +640,13 @@ impl Acl {
             w.stale = true;
             return Err(e);
         }
+        tracing::info!(
+            recompute_ms,
+            recomputed = prepared.users.len(),
+            access_changed = prepared.access_changed,
+            commit_ms = (t.elapsed().as_millis() as u64).saturating_sub(recompute_ms),
+            "acl change committed"
+        );
         let old = self.view.load_full();
         let mut users = old.users.clone();
         for (u, v) in prepared.users {
@@ -684,13 +701,26 @@ fn resolve_ordinal(
     Ok((o, Some(m.intern(doc_id))))
 }
 
+/// Sorted, deduplicated view of a line's names.
+fn normalised<'s>(xs: &'s [snapshot::Str<'_>]) -> Vec<&'s str> {
+    let mut v: Vec<&str> = xs.iter().map(|x| &**x).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+fn same_names(a: &[Name], b: &[&str]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| &**x == *y)
+}
+
 /// The sync diff: rows first, then the model (see [`Acl::sync_snapshot`]).
 fn apply_snapshot(
     tx: &Transaction<'_>,
     m: &mut Model,
     p: &mut Pending,
-    snap: snapshot::Snapshot,
+    snap: &snapshot::Snapshot<'_>,
 ) -> Result<SyncCounts, Error> {
+    let started = std::time::Instant::now();
     let mut counts = SyncCounts::default();
 
     // Users.
@@ -733,7 +763,7 @@ fn apply_snapshot(
     let mut ords = Vec::with_capacity(snap.docs.len());
     let mut misses = Vec::new();
     for (i, (d, _, _)) in snap.docs.iter().enumerate() {
-        match m.ordinals.get(d.as_str()) {
+        match m.ordinals.get(&**d) {
             Some(&o) => ords.push(o),
             None => {
                 ords.push(u32::MAX);
@@ -741,24 +771,32 @@ fn apply_snapshot(
             }
         }
     }
-    let fresh = ordinals::ensure_many(tx, misses.iter().map(|&i| snap.docs[i].0.as_str()))
+    let fresh = ordinals::ensure_many(tx, misses.iter().map(|&i| &*snap.docs[i].0))
         .map_err(Error::db("assigning document ordinals"))?;
     for (&i, &o) in misses.iter().zip(&fresh) {
         ords[i] = o;
     }
-    let mut in_snapshot = RoaringBitmap::new();
-    let mut changed_grants: Vec<(u32, Grant)> = Vec::new();
-    for ((_, users, groups), &o) in snap.docs.iter().zip(&ords) {
-        in_snapshot.insert(o);
-        let g = m.grant_from(users, groups);
-        let same = match m.grants.get(&o) {
-            Some(old) => *old == g,
-            None => g.is_empty(),
-        };
-        if !same {
-            changed_grants.push((o, g));
-        }
-    }
+    // Compare every line with the stored grant by name, in parallel, without interning: only
+    // the changed ones are built.
+    let model: &Model = m;
+    let diffs: Vec<(u32, Vec<&str>, Vec<&str>)> = snap
+        .docs
+        .par_iter()
+        .zip(ords.par_iter())
+        .filter_map(|((_, users, groups), &o)| {
+            let (us, gs) = (normalised(users), normalised(groups));
+            let same = match model.grants.get(&o) {
+                Some(old) => same_names(&old.users, &us) && same_names(&old.groups, &gs),
+                None => us.is_empty() && gs.is_empty(),
+            };
+            (!same).then_some((o, us, gs))
+        })
+        .collect();
+    let in_snapshot: RoaringBitmap = ords.iter().copied().collect();
+    let mut changed_grants: Vec<(u32, Grant)> = diffs
+        .into_iter()
+        .map(|(o, us, gs)| (o, m.grant_from(&us, &gs)))
+        .collect();
     let mut dropped: Vec<u32> = m
         .grants
         .keys()
@@ -768,6 +806,7 @@ fn apply_snapshot(
     dropped.sort_unstable();
     changed_grants.extend(dropped.into_iter().map(|o| (o, Grant::default())));
     counts.grants_changed = changed_grants.len();
+    let diffed = started.elapsed();
 
     // Rows.
     let e = || Error::db("applying an IAM snapshot");
@@ -780,9 +819,12 @@ fn apply_snapshot(
     for (u, gs) in &regrouped {
         store::write_memberships(tx, u, gs).map_err(e())?;
     }
+    let empty = Grant::default();
     for (o, g) in &changed_grants {
-        store::write_grant(tx, *o, g).map_err(e())?;
+        let old = m.grants.get(o).unwrap_or(&empty);
+        store::write_grant(tx, *o, old, g).map_err(e())?;
     }
+    let written = started.elapsed();
 
     // Model (infallible from here).
     for (&i, &o) in misses.iter().zip(&fresh) {
@@ -804,5 +846,11 @@ fn apply_snapshot(
     for (o, g) in changed_grants {
         m.set_grant(o, g, &mut p.touched);
     }
+    tracing::info!(
+        diff_ms = diffed.as_millis() as u64,
+        write_ms = (written - diffed).as_millis() as u64,
+        model_ms = (started.elapsed() - written).as_millis() as u64,
+        "acl snapshot diff applied"
+    );
     Ok(counts)
 }

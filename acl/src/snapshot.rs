@@ -6,10 +6,14 @@
 //! lines is rejected. The whole input is validated before anything is applied; errors carry the
 //! 1-based line number.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::io::BufRead;
+use std::fmt;
+use std::io::Read;
+use std::ops::Deref;
 
+use rayon::prelude::*;
 use serde::Deserialize;
 
 use crate::error::{Error, IdKind, LineError, check_id};
@@ -17,67 +21,127 @@ use crate::error::{Error, IdKind, LineError, check_id};
 /// How many line errors are reported in [`Error::Snapshot`] (the total is counted).
 pub const MAX_REPORTED_LINE_ERRORS: usize = 20;
 
-/// A validated snapshot.
+/// An id borrowed from the input when it has no JSON escapes, owned otherwise.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Str<'a>(Cow<'a, str>);
+
+impl Deref for Str<'_> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl AsRef<str> for Str<'_> {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Str<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Str<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Str(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A document line: `(doc, users, groups)`.
+pub(crate) type DocLine<'a> = (Str<'a>, Vec<Str<'a>>, Vec<Str<'a>>);
+
+/// A validated snapshot, borrowing from the input buffer.
 #[derive(Debug, Default)]
-pub(crate) struct Snapshot {
+pub(crate) struct Snapshot<'a> {
     /// `(user, groups)` in file order.
-    pub users: Vec<(String, Vec<String>)>,
-    /// `(doc, users, groups)` in file order.
-    pub docs: Vec<(String, Vec<String>, Vec<String>)>,
+    pub users: Vec<(Str<'a>, Vec<Str<'a>>)>,
+    /// Document lines in file order.
+    pub docs: Vec<DocLine<'a>>,
 }
 
 /// One line as written; the shape check (user line vs doc line) happens after parsing so the
 /// error names the line's actual problem.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawLine {
-    user: Option<String>,
-    doc: Option<String>,
-    users: Option<Vec<String>>,
-    groups: Option<Vec<String>>,
+struct RawLine<'a> {
+    #[serde(borrow)]
+    user: Option<Str<'a>>,
+    #[serde(borrow)]
+    doc: Option<Str<'a>>,
+    #[serde(borrow)]
+    users: Option<Vec<Str<'a>>>,
+    #[serde(borrow)]
+    groups: Option<Vec<Str<'a>>>,
 }
 
-fn check_all(kind: IdKind, ids: &[String]) -> Result<(), String> {
+fn check_all(kind: IdKind, ids: &[Str<'_>]) -> Result<(), String> {
     for id in ids {
         check_id(kind, id).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
-/// Reads and validates the whole snapshot. Nothing is returned unless every line is valid.
-pub(crate) fn parse(mut input: impl BufRead) -> Result<Snapshot, Error> {
+/// Reads the whole input (the HTTP body is bounded by the daemon's 32 MiB limit).
+pub(crate) fn read_all(mut input: impl Read) -> Result<Vec<u8>, Error> {
+    let mut buf = Vec::new();
+    input
+        .read_to_end(&mut buf)
+        .map_err(|source| Error::SnapshotRead {
+            line: buf.iter().filter(|&&b| b == b'\n').count() + 1,
+            source,
+        })?;
+    Ok(buf)
+}
+
+/// Validates the whole snapshot (lines are parsed in parallel, duplicates checked in order).
+/// Nothing is returned unless every line is valid.
+pub(crate) fn parse(input: &[u8]) -> Result<Snapshot<'_>, Error> {
+    let lines: Vec<&[u8]> = input.split(|&b| b == b'\n').collect();
+    let parsed: Vec<Result<Option<Line<'_>>, String>> =
+        lines.par_iter().map(|raw| parse_line(raw)).collect();
     let mut snap = Snapshot::default();
-    let mut seen_users: HashMap<String, usize> = HashMap::new();
-    let mut seen_docs: HashMap<String, usize> = HashMap::new();
+    let mut seen_users: HashMap<Cow<'_, str>, usize> = HashMap::new();
+    let mut seen_docs: HashMap<Cow<'_, str>, usize> = HashMap::new();
     let mut errors = Vec::new();
     let mut total = 0usize;
-    let mut buf = Vec::new();
-    let mut line_no = 0usize;
-    loop {
-        buf.clear();
-        line_no += 1;
-        let n = input
-            .read_until(b'\n', &mut buf)
-            .map_err(|source| Error::SnapshotRead {
-                line: line_no,
-                source,
-            })?;
-        if n == 0 {
-            break;
+    let mut fail = |line: usize, message: String| {
+        total += 1;
+        if errors.len() < MAX_REPORTED_LINE_ERRORS {
+            errors.push(LineError { line, message });
         }
-        match parse_line(&buf, line_no, &mut seen_users, &mut seen_docs) {
+    };
+    for (i, r) in parsed.into_iter().enumerate() {
+        let line_no = i + 1;
+        match r {
             Ok(None) => {}
-            Ok(Some(Line::User(u, g))) => snap.users.push((u, g)),
-            Ok(Some(Line::Doc(d, u, g))) => snap.docs.push((d, u, g)),
-            Err(message) => {
-                total += 1;
-                if errors.len() < MAX_REPORTED_LINE_ERRORS {
-                    errors.push(LineError {
-                        line: line_no,
-                        message,
-                    });
-                }
-            }
+            Err(message) => fail(line_no, message),
+            Ok(Some(Line::User(u, g))) => match first_seen(&mut seen_users, &u, line_no) {
+                Some(first) => fail(
+                    line_no,
+                    format!("duplicate user {:?} (first on line {first})", &*u),
+                ),
+                None => snap.users.push((u, g)),
+            },
+            Ok(Some(Line::Doc(d, u, g))) => match first_seen(&mut seen_docs, &d, line_no) {
+                Some(first) => fail(
+                    line_no,
+                    format!("duplicate document {:?} (first on line {first})", &*d),
+                ),
+                None => snap.docs.push((d, u, g)),
+            },
         }
     }
     if total > 0 {
@@ -86,23 +150,34 @@ pub(crate) fn parse(mut input: impl BufRead) -> Result<Snapshot, Error> {
     Ok(snap)
 }
 
-enum Line {
-    User(String, Vec<String>),
-    Doc(String, Vec<String>, Vec<String>),
+/// Records `id` at `line`; returns the earlier line if it was seen before. Keys borrow from
+/// the input unless the id had JSON escapes.
+fn first_seen<'a>(
+    seen: &mut HashMap<Cow<'a, str>, usize>,
+    id: &Str<'a>,
+    line: usize,
+) -> Option<usize> {
+    match seen.entry(id.0.clone()) {
+        Entry::Occupied(o) => Some(*o.get()),
+        Entry::Vacant(v) => {
+            v.insert(line);
+            None
+        }
+    }
 }
 
-fn parse_line(
-    raw: &[u8],
-    line_no: usize,
-    seen_users: &mut HashMap<String, usize>,
-    seen_docs: &mut HashMap<String, usize>,
-) -> Result<Option<Line>, String> {
+enum Line<'a> {
+    User(Str<'a>, Vec<Str<'a>>),
+    Doc(Str<'a>, Vec<Str<'a>>, Vec<Str<'a>>),
+}
+
+fn parse_line(raw: &[u8]) -> Result<Option<Line<'_>>, String> {
     let text = std::str::from_utf8(raw).map_err(|_| "not valid UTF-8".to_owned())?;
     let text = text.trim();
     if text.is_empty() {
         return Ok(None);
     }
-    let line: RawLine = serde_json::from_str(text).map_err(|e| {
+    let line: RawLine<'_> = serde_json::from_str(text).map_err(|e| {
         // serde_json's message ends with "at line 1 column N": keep only the column.
         let msg = e.to_string();
         match msg.rfind(" at line ") {
@@ -119,18 +194,7 @@ fn parse_line(
         } => {
             check_id(IdKind::User, &user).map_err(|e| e.to_string())?;
             check_all(IdKind::Group, &groups)?;
-            match seen_users.entry(user) {
-                Entry::Occupied(o) => Err(format!(
-                    "duplicate user {:?} (first on line {})",
-                    o.key(),
-                    o.get()
-                )),
-                Entry::Vacant(v) => {
-                    let user = v.key().clone();
-                    v.insert(line_no);
-                    Ok(Some(Line::User(user, groups)))
-                }
-            }
+            Ok(Some(Line::User(user, groups)))
         }
         RawLine {
             user: None,
@@ -141,18 +205,7 @@ fn parse_line(
             check_id(IdKind::Document, &doc).map_err(|e| e.to_string())?;
             check_all(IdKind::User, &users)?;
             check_all(IdKind::Group, &groups)?;
-            match seen_docs.entry(doc) {
-                Entry::Occupied(o) => Err(format!(
-                    "duplicate document {:?} (first on line {})",
-                    o.key(),
-                    o.get()
-                )),
-                Entry::Vacant(v) => {
-                    let doc = v.key().clone();
-                    v.insert(line_no);
-                    Ok(Some(Line::Doc(doc, users, groups)))
-                }
-            }
+            Ok(Some(Line::Doc(doc, users, groups)))
         }
         RawLine {
             user: Some(_),
@@ -197,8 +250,16 @@ mod tests {
                 .as_bytes(),
         )
         .unwrap();
-        assert_eq!(s.users, vec![("u1".into(), vec!["risk".into()])]);
-        assert_eq!(s.docs, vec![("d1".into(), vec![], vec![])]);
+        let id = |x: &'static str| Str(Cow::Borrowed(x));
+        assert_eq!(s.users, vec![(id("u1"), vec![id("risk")])]);
+        assert_eq!(s.docs, vec![(id("d1"), vec![], vec![])]);
+        assert!(
+            matches!(s.users[0].0.0, Cow::Borrowed(_)),
+            "unescaped ids are borrowed"
+        );
+        let buf = br#"{"user": "caf\u00e9", "groups": []}"#.to_vec();
+        let s = parse(&buf).unwrap();
+        assert_eq!(&*s.users[0].0, "caf\u{e9}");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use rusqlite::{Connection, params};
 
 use crate::error::Error;
-use crate::model::{Grant, Model, Name, Role};
+use crate::model::{Grant, Model, Name, Role, sorted_diff};
 use crate::ordinals;
 
 /// One schema step. Versions are applied in order, each in its own transaction, and recorded in
@@ -334,21 +334,32 @@ pub(crate) fn write_token(c: &Connection, id: &str, digest: &[u8; 32]) -> rusqli
     Ok(())
 }
 
-/// Replaces the grant rows of one document.
-pub(crate) fn write_grant(c: &Connection, ordinal: u32, g: &Grant) -> rusqlite::Result<()> {
-    c.prepare_cached("DELETE FROM acl_grant_users WHERE ordinal = ?1")?
-        .execute(params![ordinal])?;
-    c.prepare_cached("DELETE FROM acl_grant_groups WHERE ordinal = ?1")?
-        .execute(params![ordinal])?;
-    let mut iu =
-        c.prepare_cached("INSERT INTO acl_grant_users (ordinal, user_id) VALUES (?1, ?2)")?;
-    for u in &g.users {
-        iu.execute(params![ordinal, &**u])?;
-    }
-    let mut ig =
-        c.prepare_cached("INSERT INTO acl_grant_groups (ordinal, group_id) VALUES (?1, ?2)")?;
-    for gr in &g.groups {
-        ig.execute(params![ordinal, &**gr])?;
+/// Changes the grant rows of one document from `old` (what is stored) to `new`, touching only
+/// the rows that differ.
+pub(crate) fn write_grant(
+    c: &Connection,
+    ordinal: u32,
+    old: &Grant,
+    new: &Grant,
+) -> rusqlite::Result<()> {
+    for (table, col, old, new) in [
+        ("acl_grant_users", "user_id", &old.users, &new.users),
+        ("acl_grant_groups", "group_id", &old.groups, &new.groups),
+    ] {
+        let mut del = c.prepare_cached(&format!(
+            "DELETE FROM {table} WHERE ordinal = ?1 AND {col} = ?2"
+        ))?;
+        let mut ins = c.prepare_cached(&format!(
+            "INSERT INTO {table} (ordinal, {col}) VALUES (?1, ?2)"
+        ))?;
+        let mut res = Ok(());
+        sorted_diff(old, new, |name, added| {
+            if res.is_ok() {
+                let st = if added { &mut ins } else { &mut del };
+                res = st.execute(params![ordinal, &**name]).map(drop);
+            }
+        });
+        res?;
     }
     Ok(())
 }
