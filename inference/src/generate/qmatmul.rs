@@ -156,61 +156,107 @@ impl OwnWeight {
         Ok(Self { n, k, kind })
     }
 
-    /// Dot product of weight row `col` with activation row `row`, block by block as ggml's
-    /// `vec_dot_q4_1_q8_1` / `vec_dot_q8_0_q8_0`: `(d_w·d_a)·Σ q_w·q_a (+ m_w·s_a)`.
-    fn dot(&self, col: usize, a: &Q8Rows, row: usize) -> f32 {
+    /// Weight row `col` as 8-bit values (Q4_1 nibbles widened, Q8_0 copied) into `out`.
+    #[inline(always)]
+    fn unpack_row(&self, col: usize, out: &mut [i8]) {
         let kb = self.k / QK;
-        let (wb, ab) = (col * kb, row * kb);
         match &self.kind {
-            Kind::Q4_1 { d, m, qs } => {
-                let mut acc = 0f32;
-                let mut summs = 0f32;
-                for b in 0..kb {
-                    let qw = &qs[(wb + b) * 16..][..16];
-                    let qa = &a.q[(ab + b) * QK..][..QK];
-                    let mut sumi = 0i32;
+            Kind::Q4_1 { qs, .. } => {
+                let src = &qs[col * kb * 16..(col + 1) * kb * 16];
+                for (blk, dst) in src.chunks_exact(16).zip(out.chunks_exact_mut(QK)) {
                     for j in 0..16 {
-                        sumi += i32::from(qw[j] & 0x0F) * i32::from(qa[j])
-                            + i32::from(qw[j] >> 4) * i32::from(qa[j + 16]);
+                        dst[j] = (blk[j] & 0x0F) as i8;
+                        dst[j + 16] = (blk[j] >> 4) as i8;
                     }
-                    acc += (d[wb + b] * a.d[ab + b]) * sumi as f32;
-                    summs += m[wb + b] * a.s[ab + b];
                 }
-                acc + summs
             }
-            Kind::Q8_0 { d, qs } => {
-                let mut acc = 0f32;
-                for b in 0..kb {
-                    let qw = &qs[(wb + b) * QK..][..QK];
-                    let qa = &a.q[(ab + b) * QK..][..QK];
-                    let mut sumi = 0i32;
-                    for j in 0..QK {
-                        sumi += i32::from(qw[j]) * i32::from(qa[j]);
-                    }
-                    acc += (d[wb + b] * a.d[ab + b]) * sumi as f32;
-                }
-                acc
-            }
+            Kind::Q8_0 { qs, .. } => out.copy_from_slice(&qs[col * self.k..(col + 1) * self.k]),
         }
     }
 
-    fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
+    /// Dot products of one unpacked weight row with every activation row, block by block as
+    /// ggml's `vec_dot_q4_1_q8_1` / `vec_dot_q8_0_q8_0`: `Σ (d_w·d_a)·Σq_w·q_a (+ m_w·s_a)`.
+    #[inline(always)]
+    fn dot_rows(&self, col: usize, w: &[i8], a: &Q8Rows, out: &mut [f32]) {
+        let kb = self.k / QK;
+        let wb = col * kb;
+        for (row, o) in out.iter_mut().enumerate() {
+            let ab = row * kb;
+            let mut acc = 0f32;
+            for b in 0..kb {
+                let qw = &w[b * QK..(b + 1) * QK];
+                let qa = &a.q[(ab + b) * QK..(ab + b + 1) * QK];
+                let mut sumi = 0i32;
+                for j in 0..QK {
+                    sumi += i32::from(qw[j]) * i32::from(qa[j]);
+                }
+                let d = match &self.kind {
+                    Kind::Q4_1 { d, .. } | Kind::Q8_0 { d, .. } => d[wb + b],
+                };
+                acc += (d * a.d[ab + b]) * sumi as f32;
+            }
+            if let Kind::Q4_1 { m, .. } = &self.kind {
+                let mut summs = 0f32;
+                for b in 0..kb {
+                    summs += m[wb + b] * a.s[ab + b];
+                }
+                acc += summs;
+            }
+            *o = acc;
+        }
+    }
+
+    /// One tile of output columns (`out` is `[cols][rows]`), the code every tier compiles.
+    #[inline(always)]
+    fn tile_generic(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
+        let mut w = vec![0i8; self.k];
+        for (c, col_out) in out.chunks_exact_mut(rows).enumerate() {
+            self.unpack_row(first_col + c, &mut w);
+            self.dot_rows(first_col + c, &w, a, col_out);
+        }
+    }
+
+    /// The same code compiled for AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn tile_avx2(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
+        self.tile_generic(first_col, a, rows, out)
+    }
+
+    /// The same code compiled for AVX-512 (BW for the 8/16-bit lanes, VNNI for the i16 dot).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    fn tile_avx512(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
+        self.tile_generic(first_col, a, rows, out)
+    }
+
+    /// Runs one tile with the widest instruction set the CPU has. Integer sums are exact and
+    /// the float operations happen in the same order in every tier, so all tiers give
+    /// bit-identical results (tested).
+    #[allow(unsafe_code)]
+    fn tile(&self, tier: Tier, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
+        match tier {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `Tier::Avx512` is only chosen after `is_x86_feature_detected!` confirmed
+            // every feature `tile_avx512` enables; it has no other precondition.
+            Tier::Avx512 => unsafe { self.tile_avx512(first_col, a, rows, out) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above, for AVX2 and FMA.
+            Tier::Avx2 => unsafe { self.tile_avx2(first_col, a, rows, out) },
+            _ => self.tile_generic(first_col, a, rows, out),
+        }
+    }
+
+    fn matmul_with(&self, tier: Tier, x: &[f32], rows: usize) -> Vec<f32> {
         debug_assert_eq!(x.len(), rows * self.k);
         let a = quantize_q8(x);
-        // Column tiles in parallel; inside a tile each weight row stays in L1 while it meets
-        // every activation row, so the weights are streamed once per call.
+        // Column tiles in parallel; each weight row is unpacked once and meets every activation
+        // row while it is in L1, so the weights are streamed once per call.
         let mut by_col = vec![0f32; self.n * rows];
         by_col
             .par_chunks_mut(COL_TILE * rows)
             .enumerate()
-            .for_each(|(tile, out)| {
-                for (c, col_out) in out.chunks_exact_mut(rows).enumerate() {
-                    let col = tile * COL_TILE + c;
-                    for (r, o) in col_out.iter_mut().enumerate() {
-                        *o = self.dot(col, &a, r);
-                    }
-                }
-            });
+            .for_each(|(t, out)| self.tile(tier, t * COL_TILE, &a, rows, out));
         let mut y = vec![0f32; rows * self.n];
         for (col, vals) in by_col.chunks_exact(rows).enumerate() {
             for (r, &v) in vals.iter().enumerate() {
@@ -218,6 +264,47 @@ impl OwnWeight {
             }
         }
         y
+    }
+
+    fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        self.matmul_with(Tier::detect(), x, rows)
+    }
+}
+
+/// Instruction-set tier of the own kernels, detected once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tier {
+    Generic,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Tier {
+    fn detect() -> Self {
+        static TIER: std::sync::OnceLock<Tier> = std::sync::OnceLock::new();
+        *TIER.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            {
+                let f = |name: &str| match name {
+                    "avx512" => {
+                        is_x86_feature_detected!("avx512f")
+                            && is_x86_feature_detected!("avx512bw")
+                            && is_x86_feature_detected!("avx512vl")
+                            && is_x86_feature_detected!("avx512vnni")
+                    }
+                    _ => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+                };
+                if f("avx512") && f("avx2") {
+                    return Tier::Avx512;
+                }
+                if f("avx2") {
+                    return Tier::Avx2;
+                }
+            }
+            Tier::Generic
+        })
     }
 }
 
@@ -258,6 +345,35 @@ mod tests {
                 assert!(
                     (got - want).abs() < 0.05 * (1.0 + want.abs()),
                     "{r},{c}: {got} vs {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_tier_is_bit_identical_to_the_generic_code() {
+        let tiers = [Tier::Generic, Tier::detect()];
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+            for (n, k, rows) in [(48, 64, 1), (40, 96, 5), (16, 32, 17)] {
+                let w: Vec<f32> = (0..n * k)
+                    .map(|i| ((i * 7919 % 257) as f32 - 128.0) / 50.0)
+                    .collect();
+                let x: Vec<f32> = (0..rows * k)
+                    .map(|i| ((i * 104_729 % 211) as f32 - 105.0) / 9.0)
+                    .collect();
+                let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
+                let Weight::Own(own) = Weight::new(QTensor::quantize(&wt, dtype).unwrap()).unwrap()
+                else {
+                    panic!("own kernel expected")
+                };
+                let outs: Vec<Vec<f32>> = tiers
+                    .iter()
+                    .map(|&t| own.matmul_with(t, &x, rows))
+                    .collect();
+                assert_eq!(
+                    outs[0], outs[1],
+                    "{dtype:?} {n}x{k} rows {rows} tier {:?}",
+                    tiers[1]
                 );
             }
         }

@@ -1,0 +1,238 @@
+//! Generation throughput on the real GGUF models (a small bench binary, not criterion: each
+//! number is a few seconds of work, repeated).
+//!
+//! ```text
+//! RAYON_NUM_THREADS=2 cargo bench -p airlock-inference --bench generate
+//! ```
+//!
+//! - prompt processing (pp): a 512-token prompt prefilled as one chunk, tokens/s;
+//! - single-stream decode (tg): 128 greedy tokens after that prompt, tokens/s;
+//! - aggregate decode through the [`Engine`]: N concurrent streams (N = 1, 2, 4, 8, 16), each a
+//!   16-token prompt and up to 32 generated tokens; generated tokens/s over the whole run.
+//!
+//! Every rate is printed twice: per wall-clock second, and per "CPU-second / threads" (the
+//! process's user+system time from `/proc/self/stat` divided by `RAYON_NUM_THREADS`), which is
+//! what the rate would be on otherwise idle cores when the machine is shared with other work.
+//!
+//! `AIRLOCK_BENCH_MODELS` (default `smollm2,qwen`) picks the models under `AIRLOCK_MODELS_DIR`
+//! (default `../models-cache/models`).
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use airlock_inference::generate::{
+    DecoderModel, Engine, EngineConfig, Event, GenerateRequest, SamplingParams, SeqChunk, argmax,
+};
+
+const PP_TOKENS: usize = 512;
+const TG_TOKENS: usize = 128;
+const REPS: usize = 2;
+const STREAM_PROMPT: usize = 16;
+const STREAM_TOKENS: usize = 32;
+
+fn models_dir() -> PathBuf {
+    std::env::var_os("AIRLOCK_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models-cache/models"))
+}
+
+/// Deterministic ordinary-text-like ids: a fixed pseudo-random walk over the first 20k ids.
+fn prompt(len: usize, salt: u64) -> Vec<u32> {
+    let mut x = 0x2545_F491_4F6C_DD1D_u64 ^ salt;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (100 + x % 20_000) as u32
+        })
+        .collect()
+}
+
+/// User + system CPU seconds of this process so far (Linux `/proc/self/stat`, 100 Hz ticks).
+fn cpu_secs() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn threads() -> f64 {
+    std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(2.0)
+}
+
+/// A wall-clock and a CPU-normalised rate for `n` items.
+#[derive(Clone, Copy)]
+struct Rate {
+    wall: f64,
+    cpu: f64,
+}
+
+impl Rate {
+    fn measure(n: usize, f: impl FnOnce()) -> Self {
+        let (t, c) = (Instant::now(), cpu_secs());
+        f();
+        let wall = t.elapsed().as_secs_f64();
+        let cpu = (cpu_secs() - c).max(0.01) / threads();
+        Self {
+            wall: n as f64 / wall,
+            cpu: n as f64 / cpu,
+        }
+    }
+}
+
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{:7.1} tok/s wall, {:7.1} tok/s per CPU-time",
+            self.wall, self.cpu
+        )
+    }
+}
+
+fn median_rate(v: Vec<Rate>) -> Rate {
+    Rate {
+        wall: median(v.iter().map(|r| r.wall).collect()),
+        cpu: median(v.iter().map(|r| r.cpu).collect()),
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// (pp, tg) rates, medians of REPS runs after one warm-up.
+fn single_stream(model: &DecoderModel) -> (Rate, Rate) {
+    let p = prompt(PP_TOKENS, 1);
+    let mut pp = Vec::new();
+    let mut tg = Vec::new();
+    for rep in 0..=REPS {
+        let mut cache = model.new_cache();
+        let mut logits = Vec::new();
+        let pp_rate = Rate::measure(PP_TOKENS, || {
+            let mut c = [SeqChunk {
+                tokens: &p,
+                cache: &mut cache,
+                want_logits: true,
+            }];
+            logits = model
+                .forward(&mut c)
+                .expect("prefill")
+                .remove(0)
+                .expect("logits");
+        });
+        let mut next = argmax(&logits);
+        let tg_rate = Rate::measure(TG_TOKENS, || {
+            for _ in 0..TG_TOKENS {
+                let mut c = [SeqChunk {
+                    tokens: &[next],
+                    cache: &mut cache,
+                    want_logits: true,
+                }];
+                let l = model
+                    .forward(&mut c)
+                    .expect("decode")
+                    .remove(0)
+                    .expect("logits");
+                next = argmax(&l);
+            }
+        });
+        if rep > 0 {
+            pp.push(pp_rate);
+            tg.push(tg_rate);
+        }
+    }
+    (median_rate(pp), median_rate(tg))
+}
+
+/// Aggregate generated tokens/s with `n` concurrent streams through the engine.
+fn aggregate(engine: &Engine, n: usize) -> Rate {
+    let (t0, c0) = (Instant::now(), cpu_secs());
+    let streams: Vec<_> = (0..n)
+        .map(|i| {
+            engine
+                .submit(GenerateRequest {
+                    prompt: prompt(STREAM_PROMPT, 100 + i as u64),
+                    // Sampling with a seed so streams do not end early on a stop token too often;
+                    // each stream still stops at max_tokens at the latest.
+                    params: SamplingParams {
+                        temperature: 0.8,
+                        top_p: 0.95,
+                        seed: Some(i as u64),
+                        ..SamplingParams::greedy(STREAM_TOKENS)
+                    },
+                })
+                .expect("submit")
+        })
+        .collect();
+    let mut tokens = 0usize;
+    for mut s in streams {
+        while let Some(ev) = s.blocking_recv() {
+            if let Event::Token { .. } = ev {
+                tokens += 1;
+            }
+        }
+    }
+    Rate {
+        wall: tokens as f64 / t0.elapsed().as_secs_f64(),
+        cpu: tokens as f64 / ((cpu_secs() - c0).max(0.01) / threads()),
+    }
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; nothing to parse.
+    let which = std::env::var("AIRLOCK_BENCH_MODELS").unwrap_or_else(|_| "smollm2,qwen".into());
+    let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "(unset)".into());
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "RAYON_NUM_THREADS={threads}; load average before: {}",
+        load.trim()
+    );
+    for name in which.split(',').filter(|s| !s.is_empty()) {
+        let path = models_dir().join(name).join("model.gguf");
+        let t = Instant::now();
+        let model = DecoderModel::load(&path).expect("model loads");
+        println!(
+            "\n## {name} ({}), loaded in {:.2}s",
+            path.display(),
+            t.elapsed().as_secs_f64()
+        );
+        let (pp, tg) = single_stream(&model);
+        println!("pp{PP_TOKENS}:                 {pp}");
+        println!("tg{TG_TOKENS} (after {PP_TOKENS}):     {tg}");
+        let engine = Engine::start(
+            model,
+            None,
+            EngineConfig {
+                max_batch: 16,
+                ..EngineConfig::default()
+            },
+        )
+        .expect("engine");
+        aggregate(&engine, 2); // warm-up
+        let mut base = None;
+        for n in [1, 2, 4, 8, 16] {
+            let rate = aggregate(&engine, n);
+            let b = *base.get_or_insert(rate);
+            println!(
+                "streams {n:2}: {rate}  ({:.2}x / {:.2}x single)",
+                rate.wall / b.wall,
+                rate.cpu / b.cpu
+            );
+        }
+        let m = engine.metrics();
+        println!(
+            "engine: {} steps, {} tokens, {} preemptions",
+            m.steps, m.tokens_generated, m.preemptions
+        );
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        println!("load average after: {}", load.trim());
+    }
+}
