@@ -415,3 +415,60 @@ fn corrupt_files_are_refused() {
         VectorIndex::open(dir.path()).unwrap();
     }
 }
+
+/// The frozen format-version-1 index (64 vectors of dim 8, checkpointed) in
+/// `tests/fixtures/vector-v1/`; regenerate only when bumping the format, with
+/// `cargo test -p airlock-retrieval --test integration write_vector_v1_fixture -- --ignored`.
+fn v1_fixture_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/vector-v1")
+}
+
+#[test]
+#[ignore = "writes the frozen fixture; run only when the format version changes"]
+fn write_vector_v1_fixture() {
+    let dir = v1_fixture_dir();
+    let _ = std::fs::remove_dir_all(&dir);
+    let v = synth::clustered(64, 8, 4, 0.5, 2024);
+    let items: Vec<(u32, &[f32])> = v
+        .iter()
+        .enumerate()
+        .map(|(i, x)| (i as u32 * 2, x.as_slice()))
+        .collect();
+    let mut idx = VectorIndex::create(
+        &dir,
+        8,
+        VectorParams {
+            capacity_hint: 64,
+            ..VectorParams::default()
+        },
+    )
+    .unwrap();
+    idx.insert(&items).unwrap();
+    idx.checkpoint().unwrap();
+}
+
+#[test]
+fn frozen_v1_fixture_still_opens() {
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(v1_fixture_dir()).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+    }
+    let idx = VectorIndex::open(tmp.path()).unwrap();
+    assert_eq!((idx.len(), idx.dim()), (64, 8));
+    let mut map = ChunkMap::new();
+    for c in 0..64 {
+        map.insert(c * 2, c);
+    }
+    let dead = RoaringBitmap::new();
+    let all = AllowSet::from_bitmap_for_tests((0..64).collect());
+    let vis_all = Visibility::new(&all, &map, &dead);
+    for id in [0u32, 10, 126] {
+        let q = idx.vector(id).unwrap();
+        for path in [PathChoice::Exact, PathChoice::Graph] {
+            let hits = ids_of(&idx, &q, &vis_all, path);
+            assert_eq!(hits[0].0, id, "{path:?}");
+            assert!((hits[0].1 - 1.0).abs() < 1e-5);
+        }
+    }
+}
