@@ -70,14 +70,17 @@ fn throughput(emb: &airlock_inference::Embedder) {
     let mut secs = Vec::new();
     for r in 0..3 {
         let la = util::load_avg();
+        let cpu0 = util::cpu_seconds();
         let t0 = Instant::now();
         let v = emb.embed(&refs).unwrap();
         let dt = t0.elapsed().as_secs_f64();
+        let cpu = util::cpu_seconds() - cpu0;
         assert_eq!(v.len(), refs.len());
         println!(
-            "{{\"run\": {r}, \"secs\": {dt:.2}, \"texts_per_s\": {:.1}, \"tokens_per_s\": {:.0}, \"loadavg_before\": \"{la}\"}}",
+            "{{\"run\": {r}, \"secs\": {dt:.2}, \"texts_per_s\": {:.1}, \"tokens_per_s\": {:.0}, \"cpu_secs\": {cpu:.1}, \"tokens_per_cpu_s\": {:.0}, \"loadavg_before\": \"{la}\"}}",
             refs.len() as f64 / dt,
-            ntok as f64 / dt
+            ntok as f64 / dt,
+            ntok as f64 / cpu
         );
         secs.push(dt);
     }

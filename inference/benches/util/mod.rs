@@ -106,3 +106,19 @@ pub fn cranfield() -> Cranfield {
         qrels,
     }
 }
+
+/// CPU seconds (user + system, all threads) this process has used so far, from
+/// `/proc/self/stat` (Linux; 0 elsewhere). On a shared machine, wall time measures the
+/// neighbours too; CPU time per unit of work does not.
+pub fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which is in parentheses and may contain spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the full line, i.e. 11 and 12 after ')'.
+    let ticks: f64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0.0);
+    ticks / 100.0
+}
