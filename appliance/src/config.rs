@@ -110,6 +110,78 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_MAX_TOKENS")]
     pub max_tokens: Option<u32>,
 
+    /// Model-bound requests (chat, retrieve, embeddings) one user may make per minute; 0 = no
+    /// per-user budget [default: 0].
+    #[arg(long, env = "AIRLOCK_USER_REQUESTS_PER_MINUTE")]
+    pub user_requests_per_minute: Option<u32>,
+
+    /// Model tokens (prompt + completion) one ordinary user may use per minute; reserved at
+    /// admission, unused part refunded; 0 = unlimited [default: 0].
+    #[arg(long, env = "AIRLOCK_USER_TOKENS_PER_MINUTE")]
+    pub user_tokens_per_minute: Option<u32>,
+
+    /// Model-bound requests per minute for users with the admin role; 0 = unlimited [default: 0].
+    #[arg(long, env = "AIRLOCK_ADMIN_REQUESTS_PER_MINUTE")]
+    pub admin_requests_per_minute: Option<u32>,
+
+    /// Model tokens per minute for users with the admin role; 0 = unlimited [default: 0].
+    #[arg(long, env = "AIRLOCK_ADMIN_TOKENS_PER_MINUTE")]
+    pub admin_tokens_per_minute: Option<u32>,
+
+    /// Whether the load-driven degradation ladder runs (off: rung 0 unless forced) [default: true].
+    #[arg(long, env = "AIRLOCK_LADDER")]
+    pub ladder: Option<bool>,
+
+    /// Ladder: in-flight model-bound requests that count as full load [default: 16].
+    #[arg(long, env = "AIRLOCK_LADDER_INFLIGHT_FULL")]
+    pub ladder_inflight_full: Option<usize>,
+
+    /// Ladder: requests waiting for the engine that count as full load [default: 8].
+    #[arg(long, env = "AIRLOCK_LADDER_QUEUE_FULL")]
+    pub ladder_queue_full: Option<usize>,
+
+    /// Ladder: fraction of the KV-cache budget in use that counts as full load [default: 0.85].
+    #[arg(long, env = "AIRLOCK_LADDER_KV_FULL")]
+    pub ladder_kv_full: Option<f64>,
+
+    /// Ladder: engine wait (submit to first token) EWMA in ms that counts as full load
+    /// [default: 4000].
+    #[arg(long, env = "AIRLOCK_LADDER_WAIT_FULL_MS")]
+    pub ladder_wait_full_ms: Option<u64>,
+
+    /// Ladder: pressures at which rungs 1..=5 are entered, increasing [default: 1,1.5,2,3,4].
+    #[arg(long, env = "AIRLOCK_LADDER_STEP_DOWN", value_delimiter = ',')]
+    pub ladder_step_down: Option<Vec<f64>>,
+
+    /// Ladder: climb from rung r when pressure stays below this times rung r's threshold
+    /// [default: 0.6].
+    #[arg(long, env = "AIRLOCK_LADDER_RECOVER_RATIO")]
+    pub ladder_recover_ratio: Option<f64>,
+
+    /// Ladder: seconds the pressure must stay low before climbing one rung [default: 10].
+    #[arg(long, env = "AIRLOCK_LADDER_RECOVER_HOLD_SECS")]
+    pub ladder_recover_hold_secs: Option<u64>,
+
+    /// Ladder: milliseconds between two load observations [default: 250].
+    #[arg(long, env = "AIRLOCK_LADDER_TICK_MS")]
+    pub ladder_tick_ms: Option<u64>,
+
+    /// Rung 4: milliseconds a request may wait for its first token before 504 [default: 5000].
+    #[arg(long, env = "AIRLOCK_QUEUE_DEADLINE_MS")]
+    pub queue_deadline_ms: Option<u64>,
+
+    /// `Retry-After` seconds of a shed (503) response [default: 5].
+    #[arg(long, env = "AIRLOCK_SHED_RETRY_AFTER_SECS")]
+    pub shed_retry_after_secs: Option<u64>,
+
+    /// Batch requests (`X-Airlock-Priority: batch`) are shed from this rung on [default: 3].
+    #[arg(long, env = "AIRLOCK_BATCH_SHED_RUNG")]
+    pub batch_shed_rung: Option<u8>,
+
+    /// Refuse to start unless the egress lockdown (landlock) is fully enforced [default: false].
+    #[arg(long, env = "AIRLOCK_REQUIRE_SANDBOX")]
+    pub require_sandbox: Option<bool>,
+
     /// Trusted-header mode: the header an SSO proxy sets to the authenticated user id. Off
     /// unless set; requires `trusted_header_secret`.
     #[arg(long, env = "AIRLOCK_TRUSTED_HEADER")]
@@ -140,6 +212,23 @@ impl fmt::Debug for Config {
             .field("shutdown_grace_secs", &self.shutdown_grace_secs)
             .field("top_k", &self.top_k)
             .field("max_tokens", &self.max_tokens)
+            .field("user_requests_per_minute", &self.user_requests_per_minute)
+            .field("user_tokens_per_minute", &self.user_tokens_per_minute)
+            .field("admin_requests_per_minute", &self.admin_requests_per_minute)
+            .field("admin_tokens_per_minute", &self.admin_tokens_per_minute)
+            .field("ladder", &self.ladder)
+            .field("ladder_inflight_full", &self.ladder_inflight_full)
+            .field("ladder_queue_full", &self.ladder_queue_full)
+            .field("ladder_kv_full", &self.ladder_kv_full)
+            .field("ladder_wait_full_ms", &self.ladder_wait_full_ms)
+            .field("ladder_step_down", &self.ladder_step_down)
+            .field("ladder_recover_ratio", &self.ladder_recover_ratio)
+            .field("ladder_recover_hold_secs", &self.ladder_recover_hold_secs)
+            .field("ladder_tick_ms", &self.ladder_tick_ms)
+            .field("queue_deadline_ms", &self.queue_deadline_ms)
+            .field("shed_retry_after_secs", &self.shed_retry_after_secs)
+            .field("batch_shed_rung", &self.batch_shed_rung)
+            .field("require_sandbox", &self.require_sandbox)
             .field("trusted_header", &self.trusted_header)
             .field(
                 "trusted_header_secret",
@@ -194,6 +283,31 @@ impl Config {
             shutdown_grace_secs: self.shutdown_grace_secs.or(lower.shutdown_grace_secs),
             top_k: self.top_k.or(lower.top_k),
             max_tokens: self.max_tokens.or(lower.max_tokens),
+            user_requests_per_minute: self
+                .user_requests_per_minute
+                .or(lower.user_requests_per_minute),
+            user_tokens_per_minute: self.user_tokens_per_minute.or(lower.user_tokens_per_minute),
+            admin_requests_per_minute: self
+                .admin_requests_per_minute
+                .or(lower.admin_requests_per_minute),
+            admin_tokens_per_minute: self
+                .admin_tokens_per_minute
+                .or(lower.admin_tokens_per_minute),
+            ladder: self.ladder.or(lower.ladder),
+            ladder_inflight_full: self.ladder_inflight_full.or(lower.ladder_inflight_full),
+            ladder_queue_full: self.ladder_queue_full.or(lower.ladder_queue_full),
+            ladder_kv_full: self.ladder_kv_full.or(lower.ladder_kv_full),
+            ladder_wait_full_ms: self.ladder_wait_full_ms.or(lower.ladder_wait_full_ms),
+            ladder_step_down: self.ladder_step_down.or(lower.ladder_step_down),
+            ladder_recover_ratio: self.ladder_recover_ratio.or(lower.ladder_recover_ratio),
+            ladder_recover_hold_secs: self
+                .ladder_recover_hold_secs
+                .or(lower.ladder_recover_hold_secs),
+            ladder_tick_ms: self.ladder_tick_ms.or(lower.ladder_tick_ms),
+            queue_deadline_ms: self.queue_deadline_ms.or(lower.queue_deadline_ms),
+            shed_retry_after_secs: self.shed_retry_after_secs.or(lower.shed_retry_after_secs),
+            batch_shed_rung: self.batch_shed_rung.or(lower.batch_shed_rung),
+            require_sandbox: self.require_sandbox.or(lower.require_sandbox),
             trusted_header: self.trusted_header.or(lower.trusted_header),
             trusted_header_secret: self.trusted_header_secret.or(lower.trusted_header_secret),
             log_format: self.log_format.or(lower.log_format),
@@ -258,6 +372,28 @@ impl Config {
             }
             (None, None) => {}
         }
+        self.ladder_config()
+            .check()
+            .map_err(|reason| invalid("ladder", reason))?;
+        if self.ladder_step_down.as_ref().is_some_and(|v| v.len() != 5) {
+            return Err(invalid(
+                "ladder_step_down",
+                "needs exactly five thresholds (rungs 1 to 5)",
+            ));
+        }
+        for (field, v) in [
+            ("ladder_tick_ms", self.ladder_tick_ms),
+            ("queue_deadline_ms", self.queue_deadline_ms),
+            ("shed_retry_after_secs", self.shed_retry_after_secs),
+            ("ladder_recover_hold_secs", self.ladder_recover_hold_secs),
+        ] {
+            if v == Some(0) {
+                return Err(invalid(field, "must be at least 1"));
+            }
+        }
+        if !(1..=crate::admission::MAX_RUNG).contains(&self.batch_shed_rung()) {
+            return Err(invalid("batch_shed_rung", "must be between 1 and 5"));
+        }
         match self.log_format.as_deref() {
             None | Some("text") | Some("json") => {}
             Some(other) => {
@@ -318,6 +454,80 @@ impl Config {
     /// Default completion length.
     pub fn max_tokens(&self) -> u32 {
         self.max_tokens.unwrap_or(256)
+    }
+
+    /// Per-user budget of model-bound requests per minute (0 = none).
+    pub fn user_requests_per_minute(&self) -> u32 {
+        self.user_requests_per_minute.unwrap_or(0)
+    }
+
+    /// Per-role quotas (requests and model tokens per minute; 0 = unlimited).
+    pub fn quotas(&self) -> crate::quota::QuotaConfig {
+        use crate::quota::{Limits, QuotaConfig};
+        QuotaConfig {
+            user: Limits {
+                requests_per_minute: self.user_requests_per_minute(),
+                tokens_per_minute: self.user_tokens_per_minute.unwrap_or(0),
+            },
+            admin: Limits {
+                requests_per_minute: self.admin_requests_per_minute.unwrap_or(0),
+                tokens_per_minute: self.admin_tokens_per_minute.unwrap_or(0),
+            },
+        }
+    }
+
+    /// Whether the load-driven ladder runs.
+    pub fn ladder_enabled(&self) -> bool {
+        self.ladder.unwrap_or(true)
+    }
+
+    /// The ladder controller's tuning (defaults where unset; a wrong-length step list is
+    /// refused by [`Config::validate`] and replaced by the default here).
+    pub fn ladder_config(&self) -> crate::ladder::LadderConfig {
+        let d = crate::ladder::LadderConfig::default();
+        crate::ladder::LadderConfig {
+            inflight_full: self.ladder_inflight_full.unwrap_or(d.inflight_full),
+            queue_full: self.ladder_queue_full.unwrap_or(d.queue_full),
+            kv_full: self.ladder_kv_full.unwrap_or(d.kv_full),
+            wait_full: self
+                .ladder_wait_full_ms
+                .map_or(d.wait_full, Duration::from_millis),
+            step_down: self
+                .ladder_step_down
+                .as_deref()
+                .and_then(|v| <[f64; 5]>::try_from(v).ok())
+                .unwrap_or(d.step_down),
+            recover_ratio: self.ladder_recover_ratio.unwrap_or(d.recover_ratio),
+            recover_hold: self
+                .ladder_recover_hold_secs
+                .map_or(d.recover_hold, Duration::from_secs),
+            ewma_alpha: d.ewma_alpha,
+        }
+    }
+
+    /// Time between two ladder observations.
+    pub fn ladder_tick(&self) -> Duration {
+        Duration::from_millis(self.ladder_tick_ms.unwrap_or(250))
+    }
+
+    /// Rung 4's wait limit before the first token.
+    pub fn queue_deadline(&self) -> Duration {
+        Duration::from_millis(self.queue_deadline_ms.unwrap_or(5000))
+    }
+
+    /// `Retry-After` of shed responses.
+    pub fn shed_retry_after(&self) -> Duration {
+        Duration::from_secs(self.shed_retry_after_secs.unwrap_or(5))
+    }
+
+    /// The rung from which batch requests are shed.
+    pub fn batch_shed_rung(&self) -> u8 {
+        self.batch_shed_rung.unwrap_or(3)
+    }
+
+    /// Whether start-up must fail when the egress lockdown cannot be fully enforced.
+    pub fn require_sandbox(&self) -> bool {
+        self.require_sandbox.unwrap_or(false)
     }
 
     /// Whether logs are JSON lines.
@@ -401,6 +611,26 @@ mod tests {
             },
             Config {
                 top_k: Some(0),
+                ..Config::default()
+            },
+            Config {
+                ladder_step_down: Some(vec![1.0, 2.0]),
+                ..Config::default()
+            },
+            Config {
+                ladder_step_down: Some(vec![1.0, 3.0, 2.0, 4.0, 5.0]),
+                ..Config::default()
+            },
+            Config {
+                ladder_recover_ratio: Some(1.5),
+                ..Config::default()
+            },
+            Config {
+                batch_shed_rung: Some(0),
+                ..Config::default()
+            },
+            Config {
+                queue_deadline_ms: Some(0),
                 ..Config::default()
             },
         ];

@@ -4,6 +4,7 @@
 //! bundle version): never prompt, answer or document text, user ids or document ids.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use parking_lot::Mutex;
 use prometheus_client::encoding::EncodeLabelSet;
@@ -28,6 +29,27 @@ pub struct Stage {
     /// The stage name (auth, embed, bm25, vector, fusion, rescore, rerank, recheck, prefill,
     /// first_token).
     pub stage: &'static str,
+}
+
+/// Labels of `airlock_ladder_rung_seconds_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RungLabel {
+    /// The rung (0..=5).
+    pub rung: u8,
+}
+
+/// Labels of `airlock_shed_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PriorityLabel {
+    /// `interactive` or `batch`.
+    pub priority: &'static str,
+}
+
+/// Labels of `airlock_rate_limited_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuotaKind {
+    /// `requests` or `tokens`.
+    pub quota: &'static str,
 }
 
 /// Labels of `airlock_bundle_info`.
@@ -55,6 +77,14 @@ pub struct Metrics {
     pub ladder_rung: Gauge,
     /// `airlock_rung_transitions_total`.
     pub rung_transitions: Counter,
+    /// `airlock_ladder_rung_seconds_total{rung}`: time spent at each rung.
+    pub rung_seconds_total: Family<RungLabel, Counter<f64, AtomicU64>>,
+    /// `airlock_ladder_pressure`: the controller's last load observation (1.0 = full).
+    pub ladder_pressure: Gauge<f64, AtomicU64>,
+    /// `airlock_shed_total{priority}`: requests shed by the ladder.
+    pub shed_total: Family<PriorityLabel, Counter>,
+    /// `airlock_rate_limited_total{quota}`: requests refused by a per-user quota.
+    pub rate_limited_total: Family<QuotaKind, Counter>,
     /// `airlock_retrieval_stage_seconds{stage}`.
     pub stage_seconds: Family<Stage, Histogram>,
     /// `airlock_recheck_drops_total`: chunks dropped by the pre-prompt ACL/tombstone re-check.
@@ -114,6 +144,10 @@ impl Metrics {
             inflight: Gauge::default(),
             ladder_rung: Gauge::default(),
             rung_transitions: Counter::default(),
+            rung_seconds_total: Family::default(),
+            ladder_pressure: Gauge::default(),
+            shed_total: Family::default(),
+            rate_limited_total: Family::default(),
             stage_seconds: Family::new_with_constructor(latency_histogram),
             recheck_drops: Counter::default(),
             cancelled: Counter::default(),
@@ -153,6 +187,26 @@ impl Metrics {
             "rung_transitions",
             "Ladder rung changes",
             m.rung_transitions.clone(),
+        );
+        r.register(
+            "ladder_rung_seconds",
+            "Seconds spent at each ladder rung",
+            m.rung_seconds_total.clone(),
+        );
+        r.register(
+            "ladder_pressure",
+            "Last load observation of the ladder controller (1.0 = one signal at its full level)",
+            m.ladder_pressure.clone(),
+        );
+        r.register(
+            "shed",
+            "Requests shed by the ladder (503)",
+            m.shed_total.clone(),
+        );
+        r.register(
+            "rate_limited",
+            "Requests refused by a per-user quota (429)",
+            m.rate_limited_total.clone(),
         );
         r.register(
             "retrieval_stage_seconds",
@@ -206,6 +260,27 @@ impl Metrics {
         self.stage_seconds
             .get_or_create(&Stage { stage })
             .observe(seconds);
+    }
+
+    /// Adds `seconds` to the time spent at `rung`.
+    pub fn rung_seconds(&self, rung: u8, seconds: f64) {
+        self.rung_seconds_total
+            .get_or_create(&RungLabel { rung })
+            .inc_by(seconds);
+    }
+
+    /// Counts one shed request.
+    pub fn shed(&self, priority: &'static str) {
+        self.shed_total
+            .get_or_create(&PriorityLabel { priority })
+            .inc();
+    }
+
+    /// Counts one request refused by the `quota` (`requests` or `tokens`) quota.
+    pub fn rate_limited(&self, quota: &'static str) {
+        self.rate_limited_total
+            .get_or_create(&QuotaKind { quota })
+            .inc();
     }
 
     /// Sets `airlock_bundle_info{version}` to 1.

@@ -29,7 +29,7 @@ impl AppState {
     /// every other endpoint answers 503 `not-ready`.
     pub fn starting(config: Config) -> Self {
         let metrics = Metrics::new();
-        let admission = Admission::new(metrics.clone());
+        let admission = Admission::from_config(metrics.clone(), &config);
         AppState {
             inner: Arc::new(Inner {
                 config,
@@ -50,6 +50,7 @@ impl AppState {
     /// Installs the services: the daemon is ready from now on.
     pub fn set_services(&self, services: Services) {
         self.inner.metrics.set_bundle(services.bundle_version());
+        self.inner.admission.watch_engines(&services);
         self.inner.services.store(Some(Arc::new(services)));
     }
 

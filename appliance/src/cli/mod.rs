@@ -52,7 +52,7 @@ pub enum Command {
     /// Set up a working demo appliance (key, signed bundle, sample data, users) and serve it.
     Demo(demo::DemoArgs),
     /// Serve an installed appliance (HTTP API, web UI).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Ingest documents from files or directories (offline; the daemon must be stopped).
     Ingest(ingest::IngestArgs),
     /// Tombstone documents (offline).
@@ -101,7 +101,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Rollback(args) => bundle::rollback(args),
         Command::Eval(cmd) => eval::run(cmd),
         Command::Demo(args) => demo::run(args),
-        Command::Serve(args) => serve::run(args).map(|()| true),
+        Command::Serve(args) => serve::run(*args).map(|()| true),
         Command::Ingest(args) => ingest::ingest(args),
         Command::Delete(args) => ingest::delete(args),
         Command::Reconcile(args) => ingest::reconcile(args),

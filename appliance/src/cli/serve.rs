@@ -35,6 +35,16 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config.load()?;
     init_tracing(config.json_logs());
     tracing::info!(config = ?config, "starting");
+    // Egress lockdown while the process is still single-threaded: the runtime, the engine
+    // threads and the ladder thread created below inherit it.
+    let data = config.data_dir();
+    match crate::sandbox::lock_down_daemon(&data, config.require_sandbox()) {
+        Ok(_) => {}
+        Err(e) if config.require_sandbox() => {
+            return Err(anyhow::Error::new(e).context("refusing to start (require_sandbox = true)"));
+        }
+        Err(e) => tracing::warn!(error = %e, "egress lockdown not applied"),
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("airlock-http")

@@ -15,7 +15,7 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
-use crate::admission::{QueueSlot, Ticket};
+use crate::admission::{Priority, QueueSlot, Ticket};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
@@ -26,6 +26,7 @@ use crate::openai::{
     ChunkChoice, Citation, Delta, Usage, unix_now,
 };
 use crate::prompt::{self, Role, Source};
+use crate::quota::TokenReservation;
 use crate::rag::{self, RetrieveParams, StageTimings};
 use crate::routes::{RUNG_HEADER, acl::blocking};
 use crate::services::Services;
@@ -132,6 +133,7 @@ fn pick_generator(
 pub async fn completions(
     State(state): State<AppState>,
     caller: Caller,
+    priority: Priority,
     RequestId(request_id): RequestId,
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
@@ -148,7 +150,7 @@ pub async fn completions(
         )));
     }
     let services = state.services()?;
-    let ticket = state.admission().admit(ext.rung)?;
+    let ticket = state.admission().admit(&caller, ext.rung, priority)?;
     let plan = ticket.plan;
     let generator = pick_generator(&services, req.model.as_deref(), plan.small_model)?;
     let model_alias = generator.alias.clone();
@@ -223,6 +225,11 @@ pub async fn completions(
         .await?
     };
     let prompt_tokens = prepared.prompt.len();
+    // Token quota: reserve the most this request can cost; the unused part is refunded when
+    // the generation ends (Generation's drop).
+    let reservation = state
+        .admission()
+        .reserve_tokens(&caller, prompt_tokens + params.max_tokens)?;
     let queue = state.admission().enqueue();
     let submitted = Instant::now();
     let mut stream = prepared.generator.submit(prepared.prompt, params)?;
@@ -238,7 +245,11 @@ pub async fn completions(
     let first = match plan.queue_deadline {
         Some(deadline) => match tokio::time::timeout(deadline, stream.recv()).await {
             Ok(ev) => ev,
-            Err(_) => return Err(ApiError::DeadlineExceeded),
+            Err(_) => {
+                // Nothing was generated: the reservation goes back in full.
+                reservation.settle(0);
+                return Err(ApiError::DeadlineExceeded);
+            }
         },
         None => None,
     };
@@ -248,6 +259,8 @@ pub async fn completions(
         first,
         ticket,
         queue: Some(queue),
+        reservation: Some(reservation),
+        prompt_tokens,
         metrics: state.metrics().clone(),
         t0,
         submitted,
@@ -285,6 +298,8 @@ struct Generation {
     first: Option<GenEvent>,
     ticket: Ticket,
     queue: Option<QueueSlot>,
+    reservation: Option<TokenReservation>,
+    prompt_tokens: usize,
     metrics: Metrics,
     t0: Instant,
     submitted: Instant,
@@ -336,6 +351,9 @@ impl Generation {
 
 impl Drop for Generation {
     fn drop(&mut self) {
+        if let Some(r) = self.reservation.take() {
+            r.settle(self.prompt_tokens + self.tokens);
+        }
         if !self.finished {
             self.metrics.cancelled.inc();
             tracing::info!(

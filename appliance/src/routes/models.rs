@@ -5,6 +5,7 @@ use axum::extract::State;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use crate::admission::Priority;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::ApiJson;
@@ -25,10 +26,12 @@ pub async fn list(State(state): State<AppState>, _caller: Caller) -> Result<Json
 /// when `encoding_format` is `base64` (the official client's default).
 pub async fn embeddings(
     State(state): State<AppState>,
-    _caller: Caller,
+    caller: Caller,
+    priority: Priority,
     ApiJson(req): ApiJson<EmbeddingsRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let services = state.services()?;
+    let _ticket = state.admission().admit(&caller, None, priority)?;
     let base64 = match req.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,

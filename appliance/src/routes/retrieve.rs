@@ -10,6 +10,7 @@ use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
+use crate::admission::Priority;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
@@ -87,6 +88,7 @@ pub struct Timings {
 pub async fn retrieve(
     State(state): State<AppState>,
     caller: Caller,
+    priority: Priority,
     RequestId(request_id): RequestId,
     ApiJson(req): ApiJson<RetrieveRequest>,
 ) -> Result<Response, ApiError> {
@@ -99,7 +101,7 @@ pub async fn retrieve(
             "`top_k` must be between 1 and 100".into(),
         ));
     }
-    let ticket = state.admission().admit(None)?;
+    let ticket = state.admission().admit(&caller, None, priority)?;
     let plan = ticket.plan;
     let services = state.services()?;
     let metrics = state.metrics().clone();
