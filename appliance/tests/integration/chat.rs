@@ -343,3 +343,44 @@ async fn client_disconnect_cancels_within_one_engine_step() {
     );
     served.shutdown().await;
 }
+
+/// The official `openai` Python client (`appliance/tests/openai_client.py`) against the daemon
+/// on a real socket. Skipped with a message when `python3` cannot import `openai`, unless
+/// `AIRLOCK_REQUIRE_OPENAI=1` (CI installs it with `pip install openai`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_openai_python_client() {
+    let has_client = std::process::Command::new("python3")
+        .args(["-c", "import openai"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !has_client {
+        assert!(
+            std::env::var("AIRLOCK_REQUIRE_OPENAI").as_deref() != Ok("1"),
+            "python3 with the openai package is required"
+        );
+        eprintln!("SKIPPED: python3 -c 'import openai' failed (pip install openai to run this)");
+        return;
+    }
+    let t = TestApp::new();
+    let (rita, _) = seed(&t).await;
+    let served = t.serve().await;
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openai_client.py");
+    let base = served.base.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("python3")
+            .arg(script)
+            .arg(base)
+            .arg(rita)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "openai client failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    served.shutdown().await;
+}

@@ -4,4 +4,5 @@ mod api;
 mod bundle_cli;
 mod chat;
 mod e2e;
+mod startup;
 mod support;
