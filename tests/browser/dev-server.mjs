@@ -164,8 +164,10 @@ export async function startDevServer(opts = {}) {
           JSON.stringify({
             object: 'list',
             data: [
-              { id: 'airlock-large', object: 'model', owned_by: 'airlock' },
-              { id: 'airlock-small', object: 'model', owned_by: 'airlock' },
+              { id: 'airlock-embed', object: 'model', owned_by: 'airlock', role: 'embedder' },
+              { id: 'airlock-large', object: 'model', owned_by: 'airlock', role: 'generator' },
+              { id: 'airlock-small', object: 'model', owned_by: 'airlock', role: 'generator' },
+              { id: 'airlock-rerank', object: 'model', owned_by: 'airlock', role: 'reranker' },
             ],
           }),
         );

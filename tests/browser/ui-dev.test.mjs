@@ -314,6 +314,9 @@ describe('web UI against the dev server (fake API)', { skip: missing || false },
   test('model choice from /v1/models is sent and remembered', async () => {
     const page = await openPage(browser, srv.url);
     await signIn(page, srv.tokens.user);
+    await page.getByText('Settings').click();
+    assert.deepEqual(await page.getByLabel('Model').locator('option').allTextContents(), ['airlock-large', 'airlock-small'], 'generators only');
+    await page.keyboard.press('Escape');
     await chooseModel(page, 'airlock-small');
     const a = await ask(page, 'which model?');
     await settled(a);

@@ -206,8 +206,10 @@ function setBundleVersion(v) {
 }
 
 function fillModels(models) {
+  // Only generators answer questions: the list also names the embedder and the reranker.
   const ids = (Array.isArray(models?.data) ? models.data : [])
-    .map((m) => m?.id)
+    .filter((m) => m && (m.role === undefined || m.role === 'generator'))
+    .map((m) => m.id)
     .filter((id) => typeof id === 'string' && id.length > 0 && id.length < 200);
   const prefs = store.loadPrefs();
   const chosen = ids.includes(prefs.model) ? prefs.model : ids.includes('airlock-large') ? 'airlock-large' : ids[0];

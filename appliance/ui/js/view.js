@@ -112,7 +112,8 @@ export class TurnView {
     a.appendChild(this.body);
     this.waiting = el(doc, 'p', 'waiting');
     this.waiting.appendChild(el(doc, 'span', 'dots'));
-    this.waiting.appendChild(el(doc, 'span', 'waiting-text', 'Searching your documents…'));
+    this.waitingText = el(doc, 'span', 'waiting-text', 'Searching your documents…');
+    this.waiting.appendChild(this.waitingText);
     a.appendChild(this.waiting);
 
     this.note = el(doc, 'p', 'answer-note');
@@ -230,6 +231,12 @@ export class TurnView {
     const busy = a.status === 'waiting' || a.status === 'streaming';
     this.answer.setAttribute('aria-busy', busy ? 'true' : 'false');
     this.waiting.hidden = a.status !== 'waiting';
+    const n = a.citations.length;
+    this.waitingText.textContent = !a.citationsReceived
+      ? 'Searching your documents…'
+      : n
+        ? `Reading ${n} source${n === 1 ? '' : 's'}…`
+        : 'Writing the answer…';
 
     if (a.rung !== null && a.rung !== undefined && a.rung > 0 && RUNG_LABELS[a.rung]) {
       this.rungBadge.hidden = false;

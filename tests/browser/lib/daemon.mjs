@@ -78,7 +78,15 @@ export async function startDaemon(bin) {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'airlock-ui-test-'));
   const log = path.join(dataDir, 'daemon.log');
   const port = await freePort();
-  const env = { ...process.env, RUST_LOG: process.env.RUST_LOG || 'warn' };
+  // Short prompts and answers keep the small model quick on 2 cores; a long idle timeout keeps
+  // a slow prefill on a loaded machine from ending the stream before its first token.
+  const env = {
+    AIRLOCK_TOP_K: '3',
+    AIRLOCK_MAX_TOKENS: '128',
+    AIRLOCK_STREAM_IDLE_TIMEOUT_SECS: '600',
+    AIRLOCK_LOG: 'info',
+    ...process.env,
+  };
   await run(bin, ['demo', '--data', dataDir, '--setup-only', '--no-sample-data'], { env, log, timeoutMs: 15 * 60_000 });
   const tokens = JSON.parse(fs.readFileSync(path.join(dataDir, 'demo', 'tokens.json'), 'utf8'));
   if (typeof tokens.admin !== 'string') throw new Error('demo/tokens.json has no admin token');
