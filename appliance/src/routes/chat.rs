@@ -150,7 +150,14 @@ pub async fn completions(
         )));
     }
     let services = state.services()?;
-    let ticket = state.admission().admit(&caller, ext.rung, priority)?;
+    let ticket = match state.admission().admit(&caller, ext.rung, priority) {
+        Ok(t) => t,
+        Err(e @ ApiError::CapacityUnavailable { .. }) => {
+            let rung = ext.rung.unwrap_or_else(|| state.admission().current_rung());
+            return Ok(with_rung(e.into_response(), rung));
+        }
+        Err(e) => return Err(e),
+    };
     let plan = ticket.plan;
     let generator = pick_generator(&services, req.model.as_deref(), plan.small_model)?;
     let model_alias = generator.alias.clone();
@@ -248,7 +255,10 @@ pub async fn completions(
             Err(_) => {
                 // Nothing was generated: the reservation goes back in full.
                 reservation.settle(0);
-                return Err(ApiError::DeadlineExceeded);
+                return Ok(with_rung(
+                    ApiError::DeadlineExceeded.into_response(),
+                    plan.rung,
+                ));
             }
         },
         None => None,
@@ -261,6 +271,7 @@ pub async fn completions(
         queue: Some(queue),
         reservation: Some(reservation),
         prompt_tokens,
+        used: None,
         metrics: state.metrics().clone(),
         t0,
         submitted,
@@ -279,16 +290,21 @@ pub async fn completions(
         }),
     };
     let id = request_id;
-    let mut resp = if req.stream {
+    let resp = if req.stream {
         sse(generation, id, model_alias, airlock).into_response()
     } else {
         complete(generation, id, model_alias, airlock)
             .await?
             .into_response()
     };
+    Ok(with_rung(resp, plan.rung))
+}
+
+/// Adds `X-Airlock-Rung` (also on shed and deadline problems, so clients see why).
+fn with_rung(mut resp: Response, rung: u8) -> Response {
     resp.headers_mut()
-        .insert(RUNG_HEADER, HeaderValue::from(u16::from(plan.rung)));
-    Ok(resp)
+        .insert(RUNG_HEADER, HeaderValue::from(u16::from(rung)));
+    resp
 }
 
 /// One generation in flight: owns the engine stream (dropping it cancels the sequence), the
@@ -300,6 +316,8 @@ struct Generation {
     queue: Option<QueueSlot>,
     reservation: Option<TokenReservation>,
     prompt_tokens: usize,
+    /// Prompt + completion tokens as the engine reported them at the end.
+    used: Option<usize>,
     metrics: Metrics,
     t0: Instant,
     submitted: Instant,
@@ -329,6 +347,7 @@ impl Generation {
             Some(GenEvent::Done { usage, .. }) => {
                 self.finished = true;
                 self.queue = None;
+                self.used = Some(usage.prompt_tokens + usage.completion_tokens);
                 if let Some(first) = self.first_token_at
                     && self.tokens > 1
                 {
@@ -352,7 +371,7 @@ impl Generation {
 impl Drop for Generation {
     fn drop(&mut self) {
         if let Some(r) = self.reservation.take() {
-            r.settle(self.prompt_tokens + self.tokens);
+            r.settle(self.used.unwrap_or(self.prompt_tokens + self.tokens));
         }
         if !self.finished {
             self.metrics.cancelled.inc();

@@ -4,5 +4,7 @@ mod api;
 mod bundle_cli;
 mod chat;
 mod e2e;
+mod ladder;
+mod sandbox;
 mod startup;
 mod support;
