@@ -32,7 +32,9 @@ pub struct SearchOptions {
     /// Cap on `ef` while widening; past it the search falls back to the exact scan.
     pub max_ef: usize,
     /// Crossover: scan exactly when the estimated visible chunks are at most this fraction of
-    /// the index.
+    /// the index. Default 0.25, from `vector_filtered` (40k vectors): the exact scan wins by 70×
+    /// at 10% visible (0.24 vs 17 ms p50, since the filtered graph search needs `ef` ≈ 600) and
+    /// loses by 1.6× at 50% (1.56 vs 0.95 ms).
     pub exact_fraction: f64,
     /// Int8 candidates collected before rescoring (at least `k` are always collected).
     pub candidates: usize,
@@ -49,7 +51,7 @@ impl Default for SearchOptions {
         Self {
             ef: 96,
             max_ef: 4096,
-            exact_fraction: 0.05,
+            exact_fraction: 0.25,
             candidates: 40,
             rescore: true,
             oversample: 1.5,
