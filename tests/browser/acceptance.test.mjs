@@ -9,7 +9,7 @@ import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 
 import { browserMissing, launch, openPage } from './lib/browser.mjs';
-import { signIn, ask, settled, sources, everythingInDom, assertClean, metric, chooseModel, forceRung } from './lib/ui.mjs';
+import { signIn, ask, askAdmitted, settled, sources, everythingInDom, assertClean, metric, chooseModel, forceRung } from './lib/ui.mjs';
 import { startDaemon, planFromBankDev, seed, HOSTILE, tail } from './lib/daemon.mjs';
 
 const BIN = process.env.AIRLOCK_BIN;
@@ -17,9 +17,10 @@ const skip = !BIN
   ? 'AIRLOCK_BIN is not set: set it to a built `airlock` binary to run the acceptance tests against the real daemon'
   : browserMissing() || false;
 // Chromium logs every non-2xx fetch as a console error: the tests that provoke them allow these,
-// and every test allows the 404 of the page's GET /v1/info probe on a daemon without that route.
+// and every test allows the 404 of the page's GET /v1/info probe on a daemon without that route
+// and the 503s of a shed that askAdmitted waits out.
 const HTTP_ERRORS = [/Failed to load resource: the server responded with a status of (401|404|503)/];
-const INFO_404 = [/Failed to load resource: the server responded with a status of 404/];
+const INFO_404 = [/Failed to load resource: the server responded with a status of (404|503)/];
 const SMALL_MODEL = 'airlock-small';
 /** A whole answer from the small model on 2 busy cores. */
 const ANSWER_TIMEOUT = 600_000;
@@ -77,7 +78,7 @@ describe('web UI against the real daemon', { skip, timeout: 60 * 60_000 }, () =>
   test('sign in, ask an answerable question: streamed answer citing the right document', async () => {
     const c = plan.answerable;
     const page = await signedIn(c.user);
-    const answer = await ask(page, c.query);
+    const answer = await askAdmitted(page, c.query, ANSWER_TIMEOUT);
     const lengths = new Set();
     const deadline = Date.now() + ANSWER_TIMEOUT;
     while ((await answer.getAttribute('aria-busy')) === 'true') {
@@ -86,7 +87,7 @@ describe('web UI against the real daemon', { skip, timeout: 60 * 60_000 }, () =>
       if (len > 0) lengths.add(len);
       await page.waitForTimeout(50);
     }
-    assert.equal(await answer.locator('[role="alert"]').count(), 0, await answer.textContent());
+    assert.equal(await answer.locator('[role="alert"]:visible').count(), 0, await answer.textContent());
     assert.ok(lengths.size >= 2, `the answer appeared in ${lengths.size} steps (streamed)`);
     const src = await sources(answer);
     assert.ok(src.length >= 1, 'at least one citation');
@@ -105,7 +106,7 @@ describe('web UI against the real daemon', { skip, timeout: 60 * 60_000 }, () =>
     const forbiddenTitles = c.forbidden_doc_ids.map((id) => plan.corpus.get(id).title);
     // Positive control: the question does reach the restricted document for a user who may
     // read it, so an ACL failure would put it in the outsider's page.
-    const control = await daemon.must('POST', '/v1/retrieve', { query: c.query, top_k: 10 }, tokens[plan.insider]);
+    const control = await daemon.admitted('POST', '/v1/retrieve', { query: c.query, top_k: 10 }, tokens[plan.insider]);
     const controlIds = control.json.results.map((r) => r.doc_id);
     assert.ok(
       c.forbidden_doc_ids.some((d) => controlIds.includes(d)),
@@ -113,9 +114,9 @@ describe('web UI against the real daemon', { skip, timeout: 60 * 60_000 }, () =>
     );
 
     const page = await signedIn(c.user);
-    const answer = await ask(page, c.query);
+    const answer = await askAdmitted(page, c.query, ANSWER_TIMEOUT);
     await settled(answer, ANSWER_TIMEOUT);
-    assert.equal(await answer.locator('[role="alert"]').count(), 0, `the question was answered: ${await answer.textContent()}`);
+    assert.equal(await answer.locator('[role="alert"]:visible').count(), 0, `the question was answered: ${await answer.textContent()}`);
     const all = await everythingInDom(page);
     for (const s of [...c.forbidden_strings, ...c.forbidden_doc_ids, ...forbiddenTitles]) {
       assert.ok(!all.includes(s), `"${s}" must not appear anywhere in the outsider's page`);
@@ -128,20 +129,9 @@ describe('web UI against the real daemon', { skip, timeout: 60 * 60_000 }, () =>
   test('Stop mid-stream cancels generation on the server (airlock_generation_cancelled_total)', async () => {
     const page = await signedIn(plan.answerable.user);
     const before = metric(await daemon.metrics(), 'airlock_generation_cancelled_total') ?? 0;
-    const answer = await ask(
+    const answer = await askAdmitted(
       page,
       'Explain in detail, step by step and at length, every rule, threshold and exception the documents give about onboarding institutional customers.',
-    );
-    // Wait for the first words (or for the answer to end, which fails below with its text).
-    await answer.evaluate(
-      (el, timeout) =>
-        new Promise((resolve, reject) => {
-          const ready = () => el.querySelector('.answer-body')?.textContent.trim() || el.getAttribute('aria-busy') === 'false';
-          if (ready()) return resolve();
-          const obs = new MutationObserver(() => ready() && (obs.disconnect(), resolve()));
-          obs.observe(el, { subtree: true, childList: true, characterData: true, attributes: true });
-          setTimeout(() => reject(new Error('no answer text in time')), timeout);
-        }),
       ANSWER_TIMEOUT,
     );
     assert.equal(await answer.getAttribute('aria-busy'), 'true', `still streaming when Stop is pressed: ${await answer.textContent()}`);
@@ -182,7 +172,7 @@ describe('web UI against the real daemon', { skip, timeout: 60 * 60_000 }, () =>
   test('a document with <script> and <img onerror> renders inert', async () => {
     const page = await signedIn(plan.answerable.user);
     const scripts = await page.locator('script').count();
-    const answer = await ask(page, 'What does the Zephyrine vendor escrow note say about escrow releases?');
+    const answer = await askAdmitted(page, 'What does the Zephyrine vendor escrow note say about escrow releases?', ANSWER_TIMEOUT);
     await settled(answer, ANSWER_TIMEOUT);
     await page.waitForTimeout(500);
     const src = await sources(answer);

@@ -139,9 +139,24 @@ export async function startDaemon(bin) {
     return r;
   }
 
+  /** Like `must`, but waits out 503 sheds (Retry-After) for up to `timeoutMs`. */
+  async function admitted(method, p, body, token, timeoutMs = 600_000) {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const r = await api(method, p, body, token);
+      if (r.status !== 503 || Date.now() > deadline) {
+        if (r.status >= 300) throw new Error(`${method} ${p} → ${r.status} ${r.text.slice(0, 300)}`);
+        return r;
+      }
+      const wait = Math.min(30, Math.max(1, parseInt(r.headers.get('retry-after') || '2', 10)));
+      await new Promise((res) => setTimeout(res, wait * 1000));
+    }
+  }
+
   return {
     url,
     dataDir,
+    admitted,
     log,
     adminToken: admin,
     api,

@@ -93,3 +93,37 @@ export async function forceRung(page, rung) {
     await route.continue({ postData: JSON.stringify(body) });
   });
 }
+
+/** Resolves when the answer shows text or stops being busy. */
+export async function firstTextOrEnd(answer, timeout) {
+  await answer.evaluate(
+    (el, t) =>
+      new Promise((resolve, reject) => {
+        const ready = () => el.querySelector('.answer-body')?.textContent.trim() || el.getAttribute('aria-busy') === 'false';
+        if (ready()) return resolve();
+        const obs = new MutationObserver(() => ready() && (obs.disconnect(), resolve()));
+        obs.observe(el, { subtree: true, childList: true, characterData: true, attributes: true });
+        setTimeout(() => reject(new Error('no answer text in time')), t);
+      }),
+    timeout,
+  );
+}
+
+/**
+ * Asks a question and, while the ladder sheds it (503 "Airlock is busy"), waits for the page's
+ * Retry-After countdown and presses Retry, as a person would. Resolves once the answer has text
+ * or ended for another reason.
+ */
+export async function askAdmitted(page, question, timeout) {
+  const deadline = Date.now() + timeout;
+  const answer = await ask(page, question);
+  for (;;) {
+    await firstTextOrEnd(answer, Math.max(1000, deadline - Date.now()));
+    const busy = await answer.locator('.error-box:visible', { hasText: 'Airlock is busy' }).count();
+    if (!busy) return answer;
+    if (Date.now() > deadline) throw new Error('still shed (503) at the deadline');
+    await answer.locator('.retry-when', { hasText: 'You can try again now.' }).waitFor({ timeout: Math.max(1000, deadline - Date.now()) });
+    await answer.getByRole('button', { name: 'Retry' }).click();
+    await answer.locator('xpath=self::*[@aria-busy="true"]').waitFor({ timeout: 5000 }).catch(() => {});
+  }
+}
