@@ -268,11 +268,13 @@ async fn shed_requests_are_503_problems_that_never_reach_the_engine() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_running_ladder_sheds_under_load_and_recovers() {
     let config = Config {
+        ladder: Some(true),
         ladder_tick_ms: Some(20),
         ladder_recover_hold_secs: Some(1),
         ..test_config()
     };
-    let t = TestApp::with_config(config);
+    // Its own engine: the controller reads the engine's queue, which other tests must not fill.
+    let t = TestApp::with_generator(config, load_smollm2());
     let user = t.user("ursula", &[]);
     let admission = t.state.admission().clone();
     // 40 requests waiting for the engine (5 x the queue's full level): the thread sheds.

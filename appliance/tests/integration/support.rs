@@ -100,11 +100,14 @@ pub fn catalogue() -> Vec<ModelCard> {
     .collect()
 }
 
-/// The default config with timeouts long enough for debug builds on a loaded machine.
+/// The default config with timeouts long enough for debug builds on a loaded machine, and the
+/// load-driven ladder off (a debug build's multi-second waits would rightly degrade or shed;
+/// tests of the ladder turn it on).
 pub fn test_config() -> Config {
     Config {
         request_timeout_secs: Some(900),
         stream_idle_timeout_secs: Some(900),
+        ladder: Some(false),
         ..Config::default()
     }
 }
