@@ -201,48 +201,58 @@ fn ingest_queries_and_chat_make_no_outbound_connection_attempts() {
     );
 
     // The daemon under strace, lockdown required.
-    let port = free_port();
     let serve_log = dir.path().join("strace-serve.txt");
-    let mut strace = traced(
-        &serve_log,
-        &[
-            "serve",
-            "--data",
-            data_s,
-            "--port",
-            &port.to_string(),
-            "--require-sandbox",
-            "true",
-        ],
-    )
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stderr = strace.stderr.take().unwrap();
-    let log_lines = std::thread::spawn(move || {
-        let mut all = String::new();
-        let _ = BufReader::new(stderr).read_to_string(&mut all);
-        all
-    });
-    let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        if let Some(status) = strace.try_wait().unwrap() {
-            panic!(
-                "airlock serve exited early ({status}):\n{}",
-                log_lines.join().unwrap()
-            );
-        }
-        let ready = ureq::get(&format!("{base}/readyz"))
-            .call()
-            .is_ok_and(|r| r.status() == 200);
+    // The port comes from a bind that is released before the daemon binds it: another test may
+    // take it in between, so a failed bind is retried on a fresh port.
+    let mut attempt = 0;
+    let (mut strace, log_lines, base) = loop {
+        attempt += 1;
+        let port = free_port();
+        let mut strace = traced(
+            &serve_log,
+            &[
+                "serve",
+                "--data",
+                data_s,
+                "--port",
+                &port.to_string(),
+                "--require-sandbox",
+                "true",
+            ],
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+        let stderr = strace.stderr.take().unwrap();
+        let mut log_lines = Some(std::thread::spawn(move || {
+            let mut all = String::new();
+            let _ = BufReader::new(stderr).read_to_string(&mut all);
+            all
+        }));
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let ready = loop {
+            if let Some(status) = strace.try_wait().unwrap() {
+                let logs = log_lines.take().unwrap().join().unwrap();
+                if attempt < 3 && logs.contains("binding") {
+                    break false;
+                }
+                panic!("airlock serve exited early ({status}):\n{logs}");
+            }
+            let ready = ureq::get(&format!("{base}/readyz"))
+                .call()
+                .is_ok_and(|r| r.status() == 200);
+            if ready {
+                break true;
+            }
+            assert!(Instant::now() < deadline, "never ready");
+            std::thread::sleep(Duration::from_millis(200));
+        };
         if ready {
-            break;
+            break (strace, log_lines.unwrap(), base);
         }
-        assert!(Instant::now() < deadline, "never ready");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    };
     let (s, body) = http(
         "PUT",
         &format!("{base}/v1/documents/doc-1"),
