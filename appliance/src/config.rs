@@ -569,6 +569,30 @@ mod tests {
     }
 
     #[test]
+    fn ladder_and_quota_settings_come_from_toml() {
+        let c = Config::from_toml(
+            "ladder_step_down = [1.0, 2.0, 3.0, 4.0, 5.0]\nladder_recover_hold_secs = 30\n\
+             user_tokens_per_minute = 6000\nadmin_requests_per_minute = 100\n\
+             queue_deadline_ms = 2500\n",
+            Path::new("a.toml"),
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let l = c.ladder_config();
+        assert_eq!(l.step_down, [1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(l.recover_hold, Duration::from_secs(30));
+        assert_eq!(l.inflight_full, 16, "unset fields keep their defaults");
+        let q = c.quotas();
+        assert_eq!(q.user.tokens_per_minute, 6000);
+        assert_eq!(q.user.requests_per_minute, 0);
+        assert_eq!(q.admin.requests_per_minute, 100);
+        assert_eq!(c.queue_deadline(), Duration::from_millis(2500));
+        assert!(c.ladder_enabled());
+        assert!(!c.require_sandbox());
+        assert_eq!(c.batch_shed_rung(), 3);
+    }
+
+    #[test]
     fn secrets_are_redacted() {
         let c = Config {
             trusted_header: Some("X-Remote-User".into()),
