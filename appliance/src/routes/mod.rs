@@ -38,6 +38,7 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .route("/v1/models", get(models::list))
+        .route("/v1/info", get(models::info))
         .route("/v1/embeddings", post(models::embeddings))
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/retrieve", post(retrieve::retrieve))

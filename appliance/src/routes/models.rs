@@ -22,6 +22,18 @@ pub async fn list(State(state): State<AppState>, _caller: Caller) -> Result<Json
     Ok(Json(json!({"object": "list", "data": services.catalogue})))
 }
 
+/// `GET /v1/info` → `{"bundle_version", "daemon_version", "user", "admin"}`: what the web UI shows
+/// in its footer and keys saved conversations by. Needs a token like every API route.
+pub async fn info(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
+    let services = state.services()?;
+    Ok(Json(json!({
+        "bundle_version": services.bundle_version(),
+        "daemon_version": env!("CARGO_PKG_VERSION"),
+        "user": caller.user_id,
+        "admin": caller.admin,
+    })))
+}
+
 /// `POST /v1/embeddings`: `input` string or array; floats, or base64 of little-endian f32
 /// when `encoding_format` is `base64` (the official client's default).
 pub async fn embeddings(

@@ -99,6 +99,14 @@ async fn auth_problems() {
     }
     let r = t.call(Method::GET, "/v1/models", Some(&alice), None).await;
     assert_eq!(r.status, StatusCode::OK);
+    let r = t.call(Method::GET, "/v1/info", Some(&alice), None).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.json["user"], "alice");
+    assert_eq!(r.json["admin"], false);
+    assert!(r.json["bundle_version"].is_string(), "{}", r.json);
+    t.call(Method::GET, "/v1/info", None, None)
+        .await
+        .assert_problem(401, "unauthorized", "a valid bearer token is required");
 }
 
 #[tokio::test]
@@ -727,4 +735,38 @@ async fn ask(t: &TestApp, token: &str) -> crate::support::Resp {
         Some(json!({"query": "liquidity buffer percent of deposits", "top_k": 5})),
     )
     .await
+}
+
+#[tokio::test]
+async fn per_user_budget_is_rate_limited() {
+    let t = TestApp::with_config(Config {
+        user_requests_per_minute: Some(2),
+        ..crate::support::test_config()
+    });
+    let alice = t.user("alice", &["risk"]);
+    let bob = t.user("bob", &["risk"]);
+    let ask = |token: String| {
+        let t = &t;
+        async move {
+            t.call(
+                Method::POST,
+                "/v1/retrieve",
+                Some(&token),
+                Some(json!({"query": "liquidity"})),
+            )
+            .await
+        }
+    };
+    assert_eq!(ask(alice.clone()).await.status, StatusCode::OK);
+    assert_eq!(ask(alice.clone()).await.status, StatusCode::OK);
+    let r = ask(alice.clone()).await;
+    r.assert_problem(429, "rate-limited", "request budget exhausted; retry later");
+    let retry: u64 = r.headers[header::RETRY_AFTER]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((29..=30).contains(&retry), "{retry}");
+    // Budgets are per user.
+    assert_eq!(ask(bob).await.status, StatusCode::OK);
 }
