@@ -84,6 +84,10 @@ export async function startDaemon(bin) {
     AIRLOCK_TOP_K: '3',
     AIRLOCK_MAX_TOKENS: '128',
     AIRLOCK_STREAM_IDLE_TIMEOUT_SECS: '600',
+    // The load-driven ladder is the daemon's own tests' subject (appliance/tests/integration/
+    // ladder.rs). Here a debug build on 2 cores would step down to rung 4 after one slow answer
+    // and time out the next questions in the queue; the shed path is tested with a forced rung.
+    AIRLOCK_LADDER: 'false',
     AIRLOCK_LOG: 'info',
     ...process.env,
   };
