@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::staging_dir;
+use crate::support::small_staging;
 
 const BIN: &str = env!("CARGO_BIN_EXE_airlock");
 const STRACE: &str = "/usr/bin/strace";
@@ -59,33 +59,6 @@ fn a_locked_down_thread_cannot_connect_out_or_write_elsewhere() {
     // The same connect from an unrestricted thread works: the denial is the lockdown's.
     TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("unrestricted connect");
     assert!(!elsewhere.path().join("escape.txt").exists());
-}
-
-/// A staging directory with only the embedder and SmolLM2 (hard links: cheap).
-fn small_staging(dst: &Path) {
-    let src = staging_dir();
-    let cat: Vec<Value> =
-        serde_json::from_slice(&std::fs::read(src.join("catalogue.json")).unwrap()).unwrap();
-    let keep: Vec<Value> = cat
-        .into_iter()
-        .filter(|e| e["id"] == "minilm" || e["id"] == "smollm2")
-        .collect();
-    assert_eq!(keep.len(), 2, "staged catalogue lacks minilm or smollm2");
-    for e in &keep {
-        for f in e["files"].as_array().unwrap() {
-            let rel = f.as_str().unwrap();
-            let to = dst.join(rel);
-            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-            std::fs::hard_link(src.join(rel), &to)
-                .or_else(|_| std::fs::copy(src.join(rel), &to).map(|_| ()))
-                .unwrap();
-        }
-    }
-    std::fs::write(
-        dst.join("catalogue.json"),
-        serde_json::to_vec_pretty(&keep).unwrap(),
-    )
-    .unwrap();
 }
 
 /// Every `connect` line of an strace log that reaches the network (IPv4/IPv6).

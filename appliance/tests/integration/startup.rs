@@ -2,42 +2,12 @@
 //! install it with the bundle store, and open the appliance exactly as `airlock serve` does.
 //! A tampered install or a missing keyring is refused with a clear message.
 
-use std::path::Path;
-
 use airlock::Config;
 use airlock::startup::{self, StartupError};
 use airlock_bundle::{BuildOptions, InstallOptions, NoProgress, Store};
 use airlock_signing::{KeyPair, Keyring};
-use serde_json::Value;
 
-use crate::support::staging_dir;
-
-/// A staging directory with only the embedder and the small generator (hard links).
-fn small_staging(dst: &Path) {
-    let src = staging_dir();
-    let cat: Vec<Value> =
-        serde_json::from_slice(&std::fs::read(src.join("catalogue.json")).unwrap()).unwrap();
-    let keep: Vec<Value> = cat
-        .into_iter()
-        .filter(|e| e["id"] == "minilm" || e["id"] == "smollm2")
-        .collect();
-    assert_eq!(keep.len(), 2, "staged catalogue lacks minilm or smollm2");
-    for e in &keep {
-        for f in e["files"].as_array().unwrap() {
-            let rel = f.as_str().unwrap();
-            let to = dst.join(rel);
-            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-            std::fs::hard_link(src.join(rel), &to)
-                .or_else(|_| std::fs::copy(src.join(rel), &to).map(|_| ()))
-                .unwrap();
-        }
-    }
-    std::fs::write(
-        dst.join("catalogue.json"),
-        serde_json::to_vec_pretty(&keep).unwrap(),
-    )
-    .unwrap();
-}
+use crate::support::small_staging;
 
 #[test]
 fn serves_only_a_verified_bundle() {

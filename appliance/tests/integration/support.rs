@@ -1,7 +1,7 @@
 //! Shared fixtures for the daemon tests: a ready `AppState` over real stores (SQLite, tantivy,
 //! the int8 vector index) and the real MiniLM embedder, plus a request helper for `oneshot`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use airlock::generator::Generator;
@@ -316,4 +316,31 @@ impl Resp {
             }),
         );
     }
+}
+
+/// A staging directory with only the embedder and the small generator (hard links).
+pub fn small_staging(dst: &Path) {
+    let src = staging_dir();
+    let cat: Vec<Value> =
+        serde_json::from_slice(&std::fs::read(src.join("catalogue.json")).unwrap()).unwrap();
+    let keep: Vec<Value> = cat
+        .into_iter()
+        .filter(|e| e["id"] == "minilm" || e["id"] == "smollm2")
+        .collect();
+    assert_eq!(keep.len(), 2, "staged catalogue lacks minilm or smollm2");
+    for e in &keep {
+        for f in e["files"].as_array().unwrap() {
+            let rel = f.as_str().unwrap();
+            let to = dst.join(rel);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::hard_link(src.join(rel), &to)
+                .or_else(|_| std::fs::copy(src.join(rel), &to).map(|_| ()))
+                .unwrap();
+        }
+    }
+    std::fs::write(
+        dst.join("catalogue.json"),
+        serde_json::to_vec_pretty(&keep).unwrap(),
+    )
+    .unwrap();
 }
