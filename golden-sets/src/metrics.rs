@@ -212,6 +212,10 @@ pub struct Observation {
     pub answer: String,
     /// The request was refused with 401 (the user no longer exists): counts as "no access".
     pub refused: bool,
+    /// No answer was asked for (retrieval-only scoring): the answer, citation and abstention
+    /// metrics do not apply to this case (`None`), leaks are still checked in what was returned.
+    #[serde(default)]
+    pub retrieval_only: bool,
 }
 
 /// One leak of forbidden material.
@@ -298,6 +302,8 @@ pub fn score_case(case: &GoldenCase, obs: &Observation) -> CaseScore {
     let has_relevant = !judged.is_empty();
     let cited = dedup_docs(&obs.cited_doc_ids);
     let relevant_cited = cited.iter().filter(|d| judged.contains_key(**d)).count();
+    // A refused request answers nothing, so its abstention counts even in retrieval-only runs.
+    let answered = !obs.retrieval_only || obs.refused;
     CaseScore {
         id: case.id.clone(),
         kind: case.kind.as_str().into(),
@@ -306,15 +312,16 @@ pub fn score_case(case: &GoldenCase, obs: &Observation) -> CaseScore {
         recall_10: has_relevant.then(|| recall_at_k(&ranked, &judged, 10)),
         recall_100: None,
         mrr_10: has_relevant.then(|| mrr_at_k(&ranked, &judged, 10)),
-        answer_hit: (!case.answer_contains.is_empty()).then(|| {
+        answer_hit: (answered && !case.answer_contains.is_empty()).then(|| {
             case.answer_contains
                 .iter()
                 .all(|s| contains_normalized(&obs.answer, s))
         }),
-        citation_precision: (has_relevant && !cited.is_empty())
+        citation_precision: (answered && has_relevant && !cited.is_empty())
             .then(|| relevant_cited as f64 / cited.len() as f64),
-        citation_recall: has_relevant.then(|| relevant_cited as f64 / judged.len() as f64),
-        abstained: (!has_relevant).then(|| obs.refused || is_abstention(&obs.answer)),
+        citation_recall: (answered && has_relevant)
+            .then(|| relevant_cited as f64 / judged.len() as f64),
+        abstained: (answered && !has_relevant).then(|| obs.refused || is_abstention(&obs.answer)),
         leaks: leaks(case, obs),
     }
 }
@@ -457,6 +464,42 @@ mod tests {
         assert_eq!(s.abstained, Some(true));
         let kinds: Vec<&str> = s.leaks.iter().map(|l| l.kind.as_str()).collect();
         assert_eq!(kinds, ["doc_in_results", "string_in_snippet"]);
+    }
+
+    #[test]
+    fn retrieval_only_scoring_skips_answer_metrics_but_not_leaks() {
+        let c = case(&["d1"], &["42 minutes"], &["d9"], &["SECRET-1"]);
+        let obs = Observation {
+            retrieved_doc_ids: vec!["d1".into(), "d9".into()],
+            retrieval_only: true,
+            ..Default::default()
+        };
+        let s = score_case(&c, &obs);
+        assert_eq!(s.recall_10, Some(1.0));
+        assert_eq!(s.mrr_10, Some(1.0));
+        assert_eq!(
+            (s.answer_hit, s.citation_precision, s.citation_recall),
+            (None, None, None),
+            "no answer was asked for: no answer metrics"
+        );
+        assert_eq!(s.leaks.len(), 1, "a forbidden result still leaks");
+
+        let denied = case(&[], &[], &["d9"], &["SECRET-1"]);
+        let quiet = Observation {
+            retrieval_only: true,
+            ..Default::default()
+        };
+        assert_eq!(score_case(&denied, &quiet).abstained, None);
+        let refused = Observation {
+            retrieval_only: true,
+            refused: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            score_case(&denied, &refused).abstained,
+            Some(true),
+            "a 401 is an abstention whether or not an answer was asked for"
+        );
     }
 
     #[test]

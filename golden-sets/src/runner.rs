@@ -25,10 +25,13 @@ pub type Tokens = BTreeMap<String, String>;
 /// How to run a set.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// Force this ladder rung on every chat request (admin tokens only on the daemon side:
-    /// the runner sends it with user tokens, so the daemon must accept it from eval users
-    /// only when they hold the admin role; `None` lets the daemon choose).
+    /// The ladder rung this run measures (recorded in the report; `None`: the daemon chooses).
     pub rung: Option<u8>,
+    /// Send `rung` with every chat request (`airlock.rung`). The daemon accepts a forced rung
+    /// from admin-role callers only, so against an operator's appliance the case users' tokens
+    /// must belong to admins; a runner that owns the daemon pins the daemon's rung itself and
+    /// sets this to `false`.
+    pub rung_in_requests: bool,
     /// Requests in flight at once.
     pub concurrency: usize,
     /// Chunks retrieved per query.
@@ -37,6 +40,9 @@ pub struct RunOptions {
     pub mode: String,
     /// Ask for answers (chat completions) as well as retrieval.
     pub answers: bool,
+    /// With `answers`, ask for answers on at most this many cases per phase (the first ones in
+    /// set order); the others are scored on retrieval and leaks only. `None`: every case.
+    pub answer_cases: Option<usize>,
     /// `max_tokens` for answers.
     pub max_tokens: u32,
     /// Model alias for answers (`None`: the daemon's default).
@@ -49,10 +55,12 @@ impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
             rung: None,
+            rung_in_requests: true,
             concurrency: 2,
             top_k: 10,
             mode: "hybrid".into(),
             answers: true,
+            answer_cases: None,
             max_tokens: 160,
             model: None,
             setup: true,
@@ -180,9 +188,13 @@ fn observe(
     client: &Client,
     token: &str,
     query: &str,
+    answer: bool,
     opts: &RunOptions,
 ) -> Result<Observed, ApiError> {
-    let mut obs = Observation::default();
+    let mut obs = Observation {
+        retrieval_only: !answer,
+        ..Observation::default()
+    };
     let mut lat = Vec::new();
     let r: RetrieveResponse = match client.retrieve(token, query, opts.top_k, &opts.mode) {
         Ok(r) => r,
@@ -203,7 +215,7 @@ fn observe(
         obs.titles.push(c.title.clone());
     }
     let mut version = None;
-    if opts.answers {
+    if answer {
         let ChatOutcome {
             answer,
             citations,
@@ -214,7 +226,7 @@ fn observe(
             token,
             opts.model.as_deref(),
             query,
-            opts.rung,
+            opts.rung.filter(|_| opts.rung_in_requests),
             opts.max_tokens,
         )?;
         lat.push(("chat.total".into(), latency_ms));
@@ -237,12 +249,14 @@ fn run_cases(
     what: &str,
     progress: Progress<'_>,
 ) -> Result<Vec<CaseRun>, RunError> {
-    parallel(cases, opts.concurrency, what, progress, |case| {
+    let numbered: Vec<(usize, &GoldenCase)> = cases.iter().copied().enumerate().collect();
+    parallel(&numbered, opts.concurrency, what, progress, |&(i, case)| {
         let Some(token) = tokens.get(&case.user) else {
             return Err(RunError::MissingToken(case.user.clone()));
         };
-        let (obs, latency, bundle_version) =
-            observe(client, token, &case.query, opts).map_err(api(format!("case {}", case.id)))?;
+        let answer = opts.answers && opts.answer_cases.is_none_or(|n| i < n);
+        let (obs, latency, bundle_version) = observe(client, token, &case.query, answer, opts)
+            .map_err(api(format!("case {}", case.id)))?;
         Ok(CaseRun {
             score: metrics::score_case(case, &obs),
             latency,

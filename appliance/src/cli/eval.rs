@@ -1,21 +1,38 @@
-//! `airlock eval run|gate|baseline|report`: golden-set evaluation of a running appliance over its
-//! public API, and the release gate.
+//! `airlock eval run|gate|baseline|report`: golden-set evaluation of an appliance over its public
+//! API, and the release gate.
+//!
+//! `eval run` either drives an operator's running daemon (`--against URL --tokens FILE`) or owns
+//! one: it links the bundle installed in the configured data directory into a scratch data
+//! directory (the production stores are never written), starts the daemon in-process on an
+//! ephemeral loopback port with the same start-up path as `airlock serve` (bundle re-verified
+//! against the pinned keyring, egress lockdown), creates a local admin, lets the runner ingest
+//! the set and create its users from the IAM snapshots, then drains and removes the scratch
+//! directory.
 
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use airlock_acl::{NewUser, Role};
 use airlock_eval::client::Client;
 use airlock_eval::gate::{self, Baseline, Report};
 use airlock_eval::runner::{self, GoldenSet, RunOptions, Tokens};
 use anyhow::{Context, bail};
-use clap::{Args, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::config::Config;
+use crate::server::{self, Drained};
+use crate::startup;
+use crate::state::AppState;
 
 /// Eval commands.
 #[derive(Debug, Subcommand)]
 pub enum EvalCommand {
-    /// Run a golden set (bank layout) or a BEIR retrieval set against a daemon.
-    Run(RunArgs),
+    /// Run a golden set (bank layout) or a BEIR retrieval set, against an operator's daemon
+    /// (`--against URL --tokens FILE`) or a daemon it starts itself on a scratch copy of the
+    /// installed bundle (the default).
+    Run(Box<RunArgs>),
     /// Decide whether a report may ship against a baseline (exit 1 if not).
     Gate(GateArgs),
     /// Write a baseline from an accepted report.
@@ -31,32 +48,59 @@ pub struct RunArgs {
     /// `deletions.json`) or BEIR layout (`corpus.jsonl`, `queries.jsonl`, `qrels/`).
     #[arg(long)]
     pub set: PathBuf,
-    /// Base URL of the daemon, e.g. http://127.0.0.1:8080.
-    #[arg(long)]
-    pub against: String,
-    /// JSON file of tokens (`{"admin": "...", "u001": "..."}`, as written by `airlock demo`).
-    #[arg(long)]
-    pub tokens: PathBuf,
+    /// Base URL of an operator's running daemon, e.g. http://127.0.0.1:8080. Without it the
+    /// runner owns a daemon: see --data, --config and --scratch.
+    #[arg(long, requires = "tokens")]
+    pub against: Option<String>,
+    /// With --against: JSON file of tokens (`{"admin": "...", "u001": "..."}`, as written by
+    /// `airlock demo`); users missing from it get tokens issued with the admin token.
+    #[arg(long, requires = "against")]
+    pub tokens: Option<PathBuf>,
+    /// Owned daemon: the data directory whose installed bundle is evaluated (only read; env
+    /// AIRLOCK_DATA) [default: ./airlock-data].
+    #[arg(long, conflicts_with = "against")]
+    pub data: Option<PathBuf>,
+    /// Owned daemon: the `airlock serve` TOML configuration (data dir, keyring, timeouts; env
+    /// AIRLOCK_CONFIG). Quotas and the load-driven ladder are off in an owned daemon.
+    #[arg(long, conflicts_with = "against")]
+    pub config: Option<PathBuf>,
+    /// Owned daemon: trusted keyring [default: the data dir's pinned keyring].
+    #[arg(long, conflicts_with = "against")]
+    pub keyring: Option<PathBuf>,
+    /// Owned daemon: the scratch data directory (bundle hard-linked in, the set's corpus, users
+    /// and indexes); put it on the data dir's file system so the models are linked, not copied
+    /// [default: OUT/scratch-data].
+    #[arg(long, conflicts_with = "against")]
+    pub scratch: Option<PathBuf>,
+    /// Owned daemon: keep the scratch data directory after the run (for inspection).
+    #[arg(long, conflicts_with = "against")]
+    pub keep_scratch: bool,
     /// Ladder rung to force (0-5), or `all` for rungs 0-3 one after another.
     #[arg(long)]
     pub rung: Option<String>,
     /// Output directory for report.json, report.md and report.html.
     #[arg(long, default_value = "eval-out")]
     pub out: PathBuf,
-    /// Requests in flight at once.
-    #[arg(long, default_value_t = 2)]
-    pub concurrency: usize,
+    /// Requests in flight at once (the runner's worker threads; ingest and cases alike).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub concurrency: u16,
     /// Retrieval mode: hybrid, bm25 or vector.
     #[arg(long, default_value = "hybrid")]
     pub mode: String,
     /// Chunks retrieved per query (BEIR sets retrieve at least 100 for recall@100).
     #[arg(long, default_value_t = 10)]
     pub top_k: usize,
-    /// Score retrieval only (no chat completions).
+    /// Score retrieval only (no chat completions): answer, citation and abstention metrics are
+    /// not measured; leaks still are.
     #[arg(long)]
     pub no_answers: bool,
-    /// The corpus, ACLs and users are already in place: do not ingest, sync or issue tokens.
-    #[arg(long)]
+    /// Ask for answers on at most N cases per phase (the first in set order), retrieval only
+    /// for the rest: a quick smoke run.
+    #[arg(long, value_name = "N")]
+    pub answer_cases: Option<usize>,
+    /// With --against: the corpus, ACLs and users are already in place: do not ingest, sync or
+    /// issue tokens.
+    #[arg(long, requires = "against")]
     pub no_setup: bool,
     /// qrels split of a BEIR set.
     #[arg(long, default_value = "dev")]
@@ -111,7 +155,7 @@ pub struct ReportArgs {
 /// Runs an eval command. `Ok(false)` means the gate refused (exit code 1).
 pub fn run(cmd: EvalCommand) -> anyhow::Result<bool> {
     match cmd {
-        EvalCommand::Run(a) => run_set(a).map(|()| true),
+        EvalCommand::Run(a) => run_set(*a).map(|()| true),
         EvalCommand::Gate(a) => {
             let report: Report = gate::read_json(&a.report)?;
             let baseline: Baseline = gate::read_json(&a.baseline)?;
@@ -150,32 +194,51 @@ fn parse_rungs(rung: Option<&str>) -> anyhow::Result<Vec<Option<u8>>> {
 
 fn run_set(a: RunArgs) -> anyhow::Result<()> {
     let rungs = parse_rungs(a.rung.as_deref())?;
-    let mut tokens: Tokens = gate::read_json(&a.tokens)
-        .with_context(|| format!("reading tokens from {}", a.tokens.display()))?;
-    let client = Client::new(&a.against, Duration::from_secs(600));
-    if !client.ready() {
-        bail!(
-            "{} is not ready (GET /readyz did not return 200)",
-            a.against
-        );
-    }
+    // The daemon: an operator's, or one this process owns on a scratch data directory.
+    let (client, mut tokens, owned) = match (&a.against, &a.tokens) {
+        (Some(url), Some(path)) => {
+            let tokens: Tokens = gate::read_json(path)
+                .with_context(|| format!("reading tokens from {}", path.display()))?;
+            let client = Client::new(url, Duration::from_secs(600));
+            if !client.ready() {
+                bail!("{url} is not ready (GET /readyz did not return 200)");
+            }
+            (client, tokens, None)
+        }
+        _ => {
+            let daemon = OwnedDaemon::start(&a)?;
+            let client = Client::new(&daemon.base, Duration::from_secs(600));
+            if !client.ready() {
+                bail!("the owned daemon on {} is not ready", daemon.base);
+            }
+            let tokens = Tokens::from([("admin".to_owned(), daemon.admin_token.clone())]);
+            (client, tokens, Some(daemon))
+        }
+    };
     let bar = ProgressBar::new(0);
     bar.set_style(
-        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} eta {eta}")
+        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
             .expect("static template")
             .progress_chars("=> "),
     );
     let progress = |what: &str, done: usize, total: usize| {
-        bar.set_message(what.to_owned());
+        if bar.message() != what {
+            bar.set_message(what.to_owned());
+            bar.reset();
+        }
         bar.set_length(total as u64);
         bar.set_position(done as u64);
     };
     let mut opts = RunOptions {
         rung: None,
-        concurrency: a.concurrency,
+        // An owned daemon's rung is pinned on the daemon itself (below), so eval users need no
+        // admin role; an operator's daemon accepts a forced rung from admin tokens only.
+        rung_in_requests: owned.is_none(),
+        concurrency: usize::from(a.concurrency),
         top_k: a.top_k,
         mode: a.mode.clone(),
         answers: !a.no_answers,
+        answer_cases: a.answer_cases,
         max_tokens: a.max_tokens,
         model: a.model.clone(),
         setup: !a.no_setup,
@@ -189,6 +252,9 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
     let mut per_rung = Vec::new();
     for (i, rung) in rungs.iter().enumerate() {
         opts.rung = *rung;
+        if let Some(d) = &owned {
+            d.state.admission().set_rung(rung.unwrap_or(0));
+        }
         let report = match &set {
             Some(set) if i == 0 => runner::run_golden(&client, set, &mut tokens, &opts, &progress)?,
             Some(set) => runner::run_golden_final_state(&client, set, &tokens, &opts, &progress)?,
@@ -211,6 +277,9 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         per_rung.push(report);
     }
     bar.finish_and_clear();
+    if let Some(d) = owned {
+        d.stop()?;
+    }
     if per_rung.len() > 1 {
         let table = rung_table(&per_rung);
         std::fs::write(a.out.join("rungs.md"), &table)?;
@@ -225,6 +294,296 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         bail!("{leaks} case(s) leaked forbidden material (see the reports)");
     }
     Ok(())
+}
+
+/// The local admin an owned daemon creates for the runner (outside any IAM snapshot).
+const EVAL_ADMIN: &str = "airlock-eval-admin";
+/// Actor recorded in the scratch audit log.
+const ACTOR: &str = "airlock-eval";
+/// Marks a directory as an eval scratch directory, so a later run may replace it.
+const SCRATCH_MARKER: &str = ".airlock-eval-scratch";
+
+/// A daemon this process runs for one eval on a scratch data directory.
+struct OwnedDaemon {
+    /// `http://127.0.0.1:PORT`.
+    base: String,
+    /// The local admin's bearer token.
+    admin_token: String,
+    /// The daemon's state (the runner pins the ladder rung through it).
+    state: AppState,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<Drained>>>,
+    scratch: PathBuf,
+    keep: bool,
+    /// Shut down and cleaned up already.
+    done: bool,
+}
+
+/// The operator's settings exactly as `airlock serve` reads them (flags, `AIRLOCK_*`, TOML).
+fn operator_config(a: &RunArgs) -> anyhow::Result<Config> {
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        config: Config,
+    }
+    let mut argv = vec!["airlock".into()];
+    for (flag, value) in [
+        ("--config", &a.config),
+        ("--data", &a.data),
+        ("--keyring", &a.keyring),
+    ] {
+        if let Some(v) = value {
+            argv.push(flag.into());
+            argv.push(v.clone().into_os_string());
+        }
+    }
+    let w = Wrap::try_parse_from::<_, std::ffi::OsString>(argv).context("daemon settings")?;
+    Ok(w.config.load()?)
+}
+
+/// Hard-links (or, across file systems, copies) the tree `from` to `to`.
+fn link_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
+    for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
+        let entry = entry?;
+        let (src, dst) = (entry.path(), to.join(entry.file_name()));
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            link_tree(&src, &dst)?;
+        } else if kind.is_file() {
+            if std::fs::hard_link(&src, &dst).is_err() {
+                std::fs::copy(&src, &dst)
+                    .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
+            }
+        } else {
+            bail!(
+                "{} is neither a file nor a directory (refusing to link it)",
+                src.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Prepares `scratch` as a data directory holding only the bundle installed in `source`.
+fn prepare_scratch(source: &Path, scratch: &Path) -> anyhow::Result<String> {
+    if !source.join("bundles").is_dir() {
+        bail!(
+            "no bundle is installed in {} (install one with `airlock install`, or pass --data)",
+            source.display()
+        );
+    }
+    let installed = airlock_bundle::Store::open(source)?
+        .current()?
+        .with_context(|| format!("no bundle is installed in {}", source.display()))?;
+    if scratch.exists() {
+        if !scratch.join(SCRATCH_MARKER).is_file() {
+            bail!(
+                "{} exists and is not an eval scratch directory: pass another --scratch",
+                scratch.display()
+            );
+        }
+        std::fs::remove_dir_all(scratch)
+            .with_context(|| format!("removing the old scratch {}", scratch.display()))?;
+    }
+    std::fs::create_dir_all(scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    let (src, dst) = (source.canonicalize()?, scratch.canonicalize()?);
+    if dst.starts_with(&src) || src.starts_with(&dst) {
+        let _ = std::fs::remove_dir(scratch);
+        bail!(
+            "the scratch directory {} must lie outside the data directory {}",
+            scratch.display(),
+            source.display()
+        );
+    }
+    std::fs::write(scratch.join(SCRATCH_MARKER), b"")?;
+    let version = installed.version.clone();
+    let bundles = scratch.join("bundles");
+    link_tree(&installed.dir, &bundles.join(version.to_string()))?;
+    let mut state = airlock_bundle::State::default();
+    state.current = Some(version.clone());
+    state.highest_installed = Some(version.clone());
+    std::fs::write(
+        bundles.join("state.json"),
+        serde_json::to_vec_pretty(&state)?,
+    )?;
+    Ok(version.to_string())
+}
+
+/// Logs warnings only (the progress bar owns the terminal), unless `AIRLOCK_LOG` says otherwise.
+fn init_quiet_tracing(json: bool) {
+    if std::env::var_os("AIRLOCK_LOG").is_none() {
+        let builder = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+            .with_writer(std::io::stderr);
+        let _ = if json {
+            builder.json().try_init()
+        } else {
+            builder.try_init()
+        };
+    } else {
+        super::serve::init_tracing(json);
+    }
+}
+
+impl OwnedDaemon {
+    /// Prepares the scratch data directory and starts the daemon on `127.0.0.1:0`.
+    fn start(a: &RunArgs) -> anyhow::Result<Self> {
+        let operator = operator_config(a)?;
+        init_quiet_tracing(operator.json_logs());
+        let source = operator.data_dir();
+        let scratch = a
+            .scratch
+            .clone()
+            .unwrap_or_else(|| a.out.join("scratch-data"));
+        let version = prepare_scratch(&source, &scratch)?;
+        eprintln!(
+            "==> owned daemon: bundle {version} from {} linked into the scratch data dir {}",
+            source.display(),
+            scratch.display()
+        );
+        let config = Config {
+            config_file: None,
+            data: Some(scratch.clone()),
+            keyring: Some(startup::keyring_path(&operator)),
+            bind: Some(IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            port: Some(0),
+            // Eval traffic must not be throttled or degraded by its own load: rungs are pinned
+            // per pass by the runner.
+            ladder: Some(false),
+            user_requests_per_minute: Some(0),
+            user_tokens_per_minute: Some(0),
+            admin_requests_per_minute: Some(0),
+            admin_tokens_per_minute: Some(0),
+            trusted_header: None,
+            trusted_header_secret: None,
+            ..operator
+        };
+        config.validate()?;
+        let mut daemon = OwnedDaemon {
+            base: String::new(),
+            admin_token: String::new(),
+            state: AppState::starting(config.clone()),
+            stop: None,
+            thread: None,
+            scratch,
+            keep: a.keep_scratch,
+            done: false,
+        };
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        daemon.stop = Some(stop_tx);
+        let thread = std::thread::Builder::new()
+            .name("airlock-eval-daemon".into())
+            .spawn(move || serve_owned(config, ready_tx, stop_rx))
+            .context("starting the daemon thread")?;
+        daemon.thread = Some(thread);
+        eprintln!("==> verifying the bundle and loading the models");
+        match ready_rx.recv() {
+            Ok((addr, token, state)) => {
+                daemon.base = format!("http://{addr}");
+                daemon.admin_token = token;
+                daemon.state = state;
+                eprintln!("==> owned daemon ready on {}", daemon.base);
+                Ok(daemon)
+            }
+            // The thread ended before it was ready: its result says why.
+            Err(_) => match daemon.thread.take().map(std::thread::JoinHandle::join) {
+                Some(Ok(Err(e))) => Err(e.context("starting the owned daemon")),
+                _ => bail!("the owned daemon's thread ended before it was ready"),
+            },
+        }
+    }
+
+    /// Drains the daemon, then removes the scratch directory (unless kept).
+    fn stop(mut self) -> anyhow::Result<()> {
+        let drained = self.shutdown()?;
+        if drained == Drained::DeadlineExceeded {
+            eprintln!("warning: the owned daemon stopped after its drain deadline");
+        }
+        Ok(())
+    }
+
+    fn shutdown(&mut self) -> anyhow::Result<Drained> {
+        self.done = true;
+        drop(self.stop.take());
+        let drained = match self.thread.take() {
+            Some(t) => t
+                .join()
+                .map_err(|_| anyhow::anyhow!("the owned daemon's thread panicked"))
+                .and_then(|r| r),
+            None => Ok(Drained::Clean),
+        };
+        if self.keep {
+            eprintln!("==> scratch data dir kept at {}", self.scratch.display());
+        } else {
+            std::fs::remove_dir_all(&self.scratch)
+                .with_context(|| format!("removing {}", self.scratch.display()))?;
+        }
+        drained
+    }
+}
+
+impl Drop for OwnedDaemon {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+/// What the daemon thread hands back once it serves: its address, the admin token, its state.
+type Ready = (SocketAddr, String, AppState);
+
+/// The owned daemon's thread: egress lockdown (this thread and the ones it starts), start-up as
+/// `airlock serve` does it, a local admin, then serving until `stop` resolves or is dropped.
+fn serve_owned(
+    config: Config,
+    ready: std::sync::mpsc::Sender<Ready>,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> anyhow::Result<Drained> {
+    let data = config.data_dir();
+    match crate::sandbox::lock_down_daemon(&data, config.require_sandbox()) {
+        Ok(_) => {}
+        Err(e) if config.require_sandbox() => {
+            return Err(anyhow::Error::new(e).context("refusing to start (require_sandbox = true)"));
+        }
+        Err(e) => tracing::warn!(error = %e, "egress lockdown not applied"),
+    }
+    let services = startup::open(&config)?;
+    let admin = services.acl.add_user(
+        ACTOR,
+        EVAL_ADMIN,
+        &NewUser {
+            groups: vec![],
+            roles: vec![Role::Admin],
+            local: true,
+        },
+    )?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("airlock-eval-http")
+        .build()
+        .context("starting the async runtime")?;
+    let grace = config.shutdown_grace();
+    let addr = config.addr();
+    let listener = runtime
+        .block_on(server::bind(addr))
+        .with_context(|| format!("binding {addr}"))?;
+    let local = listener.local_addr()?;
+    let state = AppState::ready(config, services);
+    if ready.send((local, admin, state.clone())).is_err() {
+        return Ok(Drained::Clean);
+    }
+    let drained = runtime.block_on(server::serve(
+        listener,
+        state,
+        async move {
+            let _ = stop.await;
+        },
+        grace,
+    ))?;
+    Ok(drained)
 }
 
 /// The per-rung quality table: what each rung of the ladder costs.
