@@ -209,6 +209,12 @@ impl From<airlock_retrieval::Error> for ApiError {
     }
 }
 
+impl From<crate::feedback::FeedbackError> for ApiError {
+    fn from(e: crate::feedback::FeedbackError) -> Self {
+        ApiError::internal(error_chain(&e))
+    }
+}
+
 /// The error and its sources on one line, for logs.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();

@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod feedback;
 pub mod generator;
 pub mod ladder;
 pub mod metrics;

@@ -52,6 +52,13 @@ pub struct QuotaKind {
     pub quota: &'static str,
 }
 
+/// Labels of `airlock_feedback_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RatingLabel {
+    /// `up` or `down`.
+    pub rating: &'static str,
+}
+
 /// Labels of `airlock_bundle_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BundleVersion {
@@ -101,6 +108,8 @@ pub struct Metrics {
     pub prompt_tokens: Counter,
     /// `airlock_bundle_info{version}` = 1.
     pub bundle_info: Family<BundleVersion, Gauge>,
+    /// `airlock_feedback_total{rating}`: answer ratings stored (new and replaced).
+    pub feedback_total: Family<RatingLabel, Counter>,
 }
 
 /// The stages reported in `airlock_retrieval_stage_seconds` (created at start so every scrape
@@ -156,6 +165,7 @@ impl Metrics {
             generated_tokens: Counter::default(),
             prompt_tokens: Counter::default(),
             bundle_info: Family::default(),
+            feedback_total: Family::default(),
         };
         r.register(
             "requests",
@@ -248,6 +258,14 @@ impl Metrics {
             "The installed bundle (value 1, version label)",
             m.bundle_info.clone(),
         );
+        r.register(
+            "feedback",
+            "Answer ratings stored through POST /v1/feedback (new or replaced), by rating",
+            m.feedback_total.clone(),
+        );
+        for rating in ["up", "down"] {
+            drop(m.feedback_total.get_or_create(&RatingLabel { rating }));
+        }
         for stage in STAGES {
             drop(m.stage_seconds.get_or_create(&Stage { stage }));
         }
@@ -280,6 +298,13 @@ impl Metrics {
     pub fn rate_limited(&self, quota: &'static str) {
         self.rate_limited_total
             .get_or_create(&QuotaKind { quota })
+            .inc();
+    }
+
+    /// Counts one stored answer rating (`up` or `down`).
+    pub fn feedback(&self, rating: &'static str) {
+        self.feedback_total
+            .get_or_create(&RatingLabel { rating })
             .inc();
     }
 
@@ -336,6 +361,8 @@ mod tests {
             "airlock_engine_active_sequences ",
             "airlock_kv_bytes ",
             "airlock_bundle_info{version=\"1.2.3\"} 1",
+            "airlock_feedback_total{rating=\"up\"} 0",
+            "airlock_feedback_total{rating=\"down\"} 0",
         ] {
             assert!(text.contains(name), "missing {name} in\n{text}");
         }

@@ -1,6 +1,8 @@
 //! The services a ready daemon holds: the ACL authority, the document store and indexes, the
 //! models, and the installed bundle's identity. Built once by start-up after the bundle is
 //! verified; shared read-only by every request (`Arc<Services>`).
+//! The feedback store (served chat completions and answer ratings) is attached with
+//! [`Services::with_feedback`]; start-up always attaches it.
 
 use std::sync::Arc;
 
@@ -11,6 +13,7 @@ use serde::Serialize;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::feedback::FeedbackStore;
 use crate::generator::Generator;
 use crate::metrics::Metrics;
 
@@ -48,6 +51,9 @@ pub struct Services {
     pub catalogue: Vec<ModelCard>,
     /// The loaded generators, by alias (catalogue order).
     pub generators: Vec<Arc<Generator>>,
+    /// Served chat completions and answer feedback (`None`: nothing is recorded and every
+    /// `POST /v1/feedback` is 404, as for an unknown request id).
+    pub feedback: Option<Arc<FeedbackStore>>,
     bundle_version: String,
 }
 
@@ -67,8 +73,15 @@ impl Services {
             embedder,
             catalogue,
             generators,
+            feedback: None,
             bundle_version,
         }
+    }
+
+    /// Attaches the feedback store: chat completions are recorded and can be rated.
+    pub fn with_feedback(mut self, store: Arc<FeedbackStore>) -> Self {
+        self.feedback = Some(store);
+        self
     }
 
     /// The generator serving `alias`.

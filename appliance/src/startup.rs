@@ -1,6 +1,7 @@
 //! Start-up: verify the installed bundle against the pinned keyring (refusing an unverified or
 //! tampered one), read its model catalogue, load the models it names, open the ACL state, the
-//! document store and the indexes. Only after all of that succeeds does the daemon turn ready.
+//! document store, the indexes and the feedback tables. Only after all of that succeeds does
+//! the daemon turn ready.
 //!
 //! Blocking (file hashing, SQLite, model loading): run it on a blocking thread.
 
@@ -17,6 +18,7 @@ use airlock_retrieval::{Retrieval, RetrievalConfig};
 use airlock_signing::Keyring;
 
 use crate::config::Config;
+use crate::feedback::{FeedbackError, FeedbackStore};
 use crate::generator::Generator;
 use crate::models::EmbedAdapter;
 use crate::services::{ModelCard, Services};
@@ -67,6 +69,9 @@ pub enum StartupError {
     /// The document store or its indexes could not be opened.
     #[error("opening the document store and indexes: {0}")]
     Retrieval(Box<airlock_retrieval::Error>),
+    /// The chat-completion and feedback tables could not be opened.
+    #[error("opening the feedback store: {0}")]
+    Feedback(Box<FeedbackError>),
 }
 
 /// The pinned keyring path: `--keyring`, else `<data>/keys/trusted.json`.
@@ -185,6 +190,13 @@ pub fn open_retrieval(
     .map_err(|e| StartupError::Retrieval(Box::new(e)))
 }
 
+/// Opens the served-completion and feedback tables (in `airlock.db`).
+pub fn open_feedback(data: &Path) -> Result<Arc<FeedbackStore>, StartupError> {
+    FeedbackStore::open(&db_path(data))
+        .map(Arc::new)
+        .map_err(|e| StartupError::Feedback(Box::new(e)))
+}
+
 /// Verifies the bundle and opens everything; returns the ready services.
 pub fn open(config: &Config) -> Result<Services, StartupError> {
     let t = Instant::now();
@@ -231,13 +243,12 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     }
     let acl = open_acl(&data)?;
     let retrieval = open_retrieval(&data, embedder.clone())?;
+    let feedback = open_feedback(&data)?;
     tracing::info!(
         elapsed_ms = t.elapsed().as_millis() as u64,
         "start-up complete"
     );
-    Ok(Services::new(
-        acl, retrieval, embedder, cards, generators, version,
-    ))
+    Ok(Services::new(acl, retrieval, embedder, cards, generators, version).with_feedback(feedback))
 }
 
 fn role_name(r: Role) -> &'static str {

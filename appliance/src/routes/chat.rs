@@ -19,6 +19,7 @@ use crate::admission::{Priority, QueueSlot, Ticket};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
+use crate::feedback::CompletionRecord;
 use crate::generator::Generator;
 use crate::metrics::Metrics;
 use crate::openai::{
@@ -28,7 +29,7 @@ use crate::openai::{
 use crate::prompt::{self, Role, Source};
 use crate::quota::TokenReservation;
 use crate::rag::{self, RetrieveParams, StageTimings};
-use crate::routes::{RUNG_HEADER, acl::blocking};
+use crate::routes::{REQUEST_ID, RUNG_HEADER, acl::blocking};
 use crate::services::Services;
 use crate::state::AppState;
 
@@ -264,6 +265,31 @@ pub async fn completions(
         None => None,
     };
 
+    // The completion is served from here on: record it (id, user, model, rung, bundle; never
+    // text) before its id reaches the client, so the user can rate it, even if stopped early.
+    if let Some(store) = services.feedback.clone() {
+        let (rid, user, model) = (
+            request_id.clone(),
+            caller.user_id.clone(),
+            model_alias.clone(),
+        );
+        let bundle_version = services.bundle_version().to_string();
+        let recorded = blocking(move || {
+            Ok(store.record_completion(&CompletionRecord {
+                request_id: &rid,
+                user_id: &user,
+                model: &model,
+                rung: plan.rung,
+                bundle_version: &bundle_version,
+            })?)
+        })
+        .await;
+        if let Err(e) = recorded {
+            reservation.settle(0);
+            return Err(e);
+        }
+    }
+
     let generation = Generation {
         stream,
         first,
@@ -290,13 +316,19 @@ pub async fn completions(
         }),
     };
     let id = request_id;
-    let resp = if req.stream {
+    // The completion id and `X-Request-Id` are the same value (the web UI rates answers by
+    // either): set it here, since an unusable client id was replaced by a fresh one.
+    let id_header = HeaderValue::from_str(&id).ok();
+    let mut resp = if req.stream {
         sse(generation, id, model_alias, airlock).into_response()
     } else {
         complete(generation, id, model_alias, airlock)
             .await?
             .into_response()
     };
+    if let Some(v) = id_header {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
     Ok(with_rung(resp, plan.rung))
 }
 

@@ -20,6 +20,7 @@ use crate::state::AppState;
 pub mod acl;
 pub mod chat;
 pub mod documents;
+pub mod feedback;
 pub mod health;
 pub mod models;
 pub mod retrieve;
@@ -42,6 +43,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/embeddings", post(models::embeddings))
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/retrieve", post(retrieve::retrieve))
+        .route("/v1/feedback", post(feedback::submit))
         .route(
             "/v1/documents/{doc_id}",
             put(documents::put)

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use airlock::feedback::FeedbackStore;
 use airlock::generator::Generator;
 use airlock::services::ModelCard;
 use airlock::{AppState, Config, Services, app};
@@ -142,20 +143,9 @@ impl TestApp {
             .try_init();
         config.validate().expect("valid test config");
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("airlock.db");
-        let acl = Arc::new(Acl::open(&db).unwrap());
-        let embedder = embedder();
-        let retrieval = Arc::new(
-            Retrieval::open(
-                &db,
-                &dir.path().join("index"),
-                RetrievalConfig::default(),
-                Arc::new(airlock::models::EmbedAdapter(embedder.clone())),
-                None,
-            )
-            .unwrap(),
-        );
-        let admin = acl
+        let services = open_services(dir.path(), generator);
+        let admin = services
+            .acl
             .add_user(
                 "test",
                 "admin",
@@ -166,20 +156,24 @@ impl TestApp {
                 },
             )
             .unwrap();
-        let services = Services::new(
-            acl,
-            retrieval,
-            embedder,
-            catalogue(),
-            vec![generator],
-            "1.0.0-test".into(),
-        );
         let state = AppState::ready(config, services);
         TestApp {
             state,
             admin,
             _dir: dir,
         }
+    }
+
+    /// Restarts the daemon over the same data directory: the services are withdrawn and
+    /// dropped (closing the stores), then everything is reopened from disk into a new state
+    /// with the same config. Tokens, documents and feedback survive; in-memory quotas do not.
+    pub fn restart(&mut self) {
+        let old = self.state.clear_services().expect("the app was ready");
+        let generator = old.generators[0].clone();
+        let config = self.state.config().clone();
+        drop(old);
+        let services = open_services(self._dir.path(), generator);
+        self.state = AppState::ready(config, services);
     }
 
     /// Adds a (non-local) user with groups and returns their token.
@@ -237,6 +231,34 @@ impl TestApp {
             json,
         }
     }
+}
+
+/// Opens the stores (ACL, documents and indexes, feedback) in `dir` as the daemon does and
+/// assembles the services with the test catalogue and `generator`.
+fn open_services(dir: &Path, generator: Arc<Generator>) -> Services {
+    let db = dir.join("airlock.db");
+    let acl = Arc::new(Acl::open(&db).unwrap());
+    let embedder = embedder();
+    let retrieval = Arc::new(
+        Retrieval::open(
+            &db,
+            &dir.join("index"),
+            RetrievalConfig::default(),
+            Arc::new(airlock::models::EmbedAdapter(embedder.clone())),
+            None,
+        )
+        .unwrap(),
+    );
+    let feedback = Arc::new(FeedbackStore::open(&db).unwrap());
+    Services::new(
+        acl,
+        retrieval,
+        embedder,
+        catalogue(),
+        vec![generator],
+        "1.0.0-test".into(),
+    )
+    .with_feedback(feedback)
 }
 
 /// A daemon served on a real loopback socket until dropped.
