@@ -169,7 +169,7 @@ export class Api {
   }
 
   /**
-   * `POST /v1/feedback` (see FEEDBACK-API.md).
+   * `POST /v1/feedback` (see "Feedback" in docs/API.md).
    * @param {{request_id: string, rating: 'up' | 'down', comment?: string}} body
    */
   async feedback(body) {
