@@ -253,7 +253,11 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
     for (i, rung) in rungs.iter().enumerate() {
         opts.rung = *rung;
         if let Some(d) = &owned {
-            d.state.admission().set_rung(rung.unwrap_or(0));
+            // The owned daemon's ladder is off: it serves at the pinned rung, 0 unless forced,
+            // and the report says so.
+            let pinned = rung.unwrap_or(0);
+            d.state.admission().set_rung(pinned);
+            opts.rung = Some(pinned);
         }
         let report = match &set {
             Some(set) if i == 0 => runner::run_golden(&client, set, &mut tokens, &opts, &progress)?,
@@ -269,7 +273,8 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         write_reports(&dir, &report)?;
         bar.println(format!(
             "{}: {} cases, {} leaking -> {}",
-            rung.map_or("auto rung".into(), |r| format!("rung {r}")),
+            opts.rung
+                .map_or("auto rung".into(), |r| format!("rung {r}")),
             report.overall.cases,
             report.leaks(),
             dir.display()
@@ -373,16 +378,16 @@ fn prepare_scratch(source: &Path, scratch: &Path) -> anyhow::Result<String> {
             source.display()
         );
     }
+    if scratch.exists() && !scratch.join(SCRATCH_MARKER).is_file() {
+        bail!(
+            "{} exists and is not an eval scratch directory: pass another --scratch",
+            scratch.display()
+        );
+    }
     let installed = airlock_bundle::Store::open(source)?
         .current()?
         .with_context(|| format!("no bundle is installed in {}", source.display()))?;
     if scratch.exists() {
-        if !scratch.join(SCRATCH_MARKER).is_file() {
-            bail!(
-                "{} exists and is not an eval scratch directory: pass another --scratch",
-                scratch.display()
-            );
-        }
         std::fs::remove_dir_all(scratch)
             .with_context(|| format!("removing the old scratch {}", scratch.display()))?;
     }
@@ -627,4 +632,64 @@ fn write_reports(dir: &Path, report: &Report) -> anyhow::Result<()> {
     std::fs::write(dir.join("report.md"), report.to_markdown())?;
     std::fs::write(dir.join("report.html"), airlock_eval::html::render(report))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rungs_parse_one_all_or_none() {
+        assert_eq!(parse_rungs(None).unwrap(), [None]);
+        assert_eq!(parse_rungs(Some("2")).unwrap(), [Some(2)]);
+        assert_eq!(
+            parse_rungs(Some("all")).unwrap(),
+            [Some(0), Some(1), Some(2), Some(3)]
+        );
+        assert!(parse_rungs(Some("6")).is_err());
+        assert!(parse_rungs(Some("x")).is_err());
+    }
+
+    #[test]
+    fn scratch_refuses_foreign_directories_and_missing_bundles() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        let scratch = tmp.path().join("scratch");
+        std::fs::create_dir_all(&data).unwrap();
+        let err = prepare_scratch(&data, &scratch).unwrap_err().to_string();
+        assert!(err.contains("no bundle is installed"), "{err}");
+        assert!(!scratch.exists() && !data.join("bundles").exists());
+
+        // Someone's directory is never replaced.
+        std::fs::create_dir_all(data.join("bundles")).unwrap();
+        std::fs::create_dir_all(&scratch).unwrap();
+        std::fs::write(scratch.join("precious.txt"), "keep").unwrap();
+        let err = prepare_scratch(&data, &scratch).unwrap_err().to_string();
+        assert!(err.contains("not an eval scratch directory"), "{err}");
+        assert!(scratch.join("precious.txt").is_file());
+
+        // A store with nothing current.
+        std::fs::write(scratch.join(SCRATCH_MARKER), "").unwrap();
+        let err = prepare_scratch(&data, &scratch).unwrap_err().to_string();
+        assert!(err.contains("no bundle is installed"), "{err}");
+    }
+
+    #[test]
+    fn link_tree_hard_links_every_file() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let from = tmp.path().join("from");
+        std::fs::create_dir_all(from.join("a/b")).unwrap();
+        std::fs::write(from.join("top.bin"), b"1").unwrap();
+        std::fs::write(from.join("a/b/deep.bin"), b"2").unwrap();
+        let to = tmp.path().join("to");
+        link_tree(&from, &to).unwrap();
+        for f in ["top.bin", "a/b/deep.bin"] {
+            let (x, y) = (
+                std::fs::metadata(from.join(f)).unwrap(),
+                std::fs::metadata(to.join(f)).unwrap(),
+            );
+            assert_eq!((x.dev(), x.ino()), (y.dev(), y.ino()), "{f}");
+        }
+    }
 }

@@ -4,6 +4,7 @@ mod api;
 mod bundle_cli;
 mod chat;
 mod e2e;
+mod eval;
 mod feedback;
 mod ladder;
 mod sandbox;

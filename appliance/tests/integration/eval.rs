@@ -1,0 +1,297 @@
+//! `airlock eval` end to end: the real CLI owns a real daemon (signed bundle with MiniLM and
+//! SmolLM2, real socket) on a scratch data directory, runs the `mini` fixture set through every
+//! phase, writes the reports, and the gate passes against a baseline made from that report and
+//! refuses a report whose metric fell below it. (The leak detector itself is proven against a
+//! deliberately leaking fake daemon in the airlock-eval crate's tests.)
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Instant, SystemTime};
+
+use airlock_eval::gate::{HEADLINE, Report};
+
+use crate::support::small_staging;
+
+const BIN: &str = env!("CARGO_BIN_EXE_airlock");
+
+fn mini_set() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../golden-sets/fixtures/mini")
+}
+
+fn airlock(args: &[&str]) -> Output {
+    let out = Command::new(BIN)
+        .args(args)
+        .env_remove("AIRLOCK_DATA")
+        .env_remove("AIRLOCK_CONFIG")
+        .env_remove("AIRLOCK_LOG")
+        .output()
+        .unwrap();
+    eprintln!(
+        "airlock {}: {}\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// Every file under `dir` with its size and modification time.
+fn listing(dir: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            } else {
+                out.insert(e.path(), (m.len(), m.modified().unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// An installed appliance (demo key, signed bundle of the small models), no documents.
+fn installed_appliance(dir: &Path) -> PathBuf {
+    let staging = dir.join("staging");
+    small_staging(&staging);
+    let data = dir.join("data");
+    let out = airlock(&[
+        "demo",
+        "--data",
+        data.to_str().unwrap(),
+        "--setup-only",
+        "--no-sample-data",
+        "--staging",
+        staging.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    data
+}
+
+#[test]
+fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = installed_appliance(tmp.path());
+    let before = listing(&data);
+    let out_dir = tmp.path().join("eval-out");
+    let set = mini_set();
+    // The operator's settings reach the owned daemon: one chunk per prompt keeps the small
+    // model's prefill short in a debug build; a loaded 2-core machine needs a long timeout.
+    let config = tmp.path().join("airlock.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data = {:?}\ntop_k = 1\nrequest_timeout_secs = 900\n",
+            data.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let t = Instant::now();
+    let out = airlock(&[
+        "eval",
+        "run",
+        "--set",
+        set.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--answer-cases",
+        "1",
+        "--max-tokens",
+        "8",
+    ]);
+    eprintln!("eval run took {:.1} s", t.elapsed().as_secs_f64());
+    assert!(out.status.success());
+    assert_eq!(
+        listing(&data),
+        before,
+        "the eval must not write to the appliance's data directory"
+    );
+    assert!(
+        !out_dir.join("scratch-data").exists(),
+        "the scratch data directory is removed after the run"
+    );
+
+    // The JSON report: every case, every phase and kind, no leak.
+    let report_path = out_dir.join("report.json");
+    let report: Report = serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    assert_eq!(report.set, "mini");
+    assert_eq!(report.bundle_version.as_deref(), Some("0.1.0"));
+    assert_eq!(
+        report.rung,
+        Some(0),
+        "the owned daemon's ladder is off: rung 0"
+    );
+    assert_eq!(report.leaks(), 0, "{:#?}", report.cases);
+    assert!(report.cases.iter().all(|c| c.leaks.is_empty()));
+    assert_eq!(report.overall.cases, 19);
+    let phases: Vec<(&str, usize)> = report
+        .per_phase
+        .iter()
+        .map(|(p, s)| (p.as_str(), s.cases))
+        .collect();
+    assert_eq!(phases, [("after_delete", 2), ("v1", 13), ("v2", 4)]);
+    let kinds: Vec<&str> = report.per_kind.keys().map(String::as_str).collect();
+    assert_eq!(
+        kinds,
+        [
+            "acl_denied",
+            "acl_granted",
+            "acl_revoked",
+            "answerable",
+            "deleted",
+            "multi_doc",
+            "near_duplicate"
+        ]
+    );
+
+    // Metrics: in [0, 1], intervals bracket the mean, and the overall numbers agree with the
+    // per-case scores and with the per-phase summaries.
+    let summaries = std::iter::once(&report.overall)
+        .chain(report.per_phase.values())
+        .chain(report.per_kind.values());
+    for s in summaries {
+        for (name, e) in &s.metrics {
+            assert!(
+                (0.0..=1.0).contains(&e.lo) && e.lo <= e.mean && e.mean <= e.hi && e.hi <= 1.0,
+                "{name}: {e:?}"
+            );
+            assert!(e.n > 0 && e.n <= s.cases, "{name}: {e:?}");
+        }
+    }
+    for name in HEADLINE {
+        let Some(overall) = report.overall.metrics.get(name) else {
+            continue;
+        };
+        let n: usize = report
+            .per_phase
+            .values()
+            .filter_map(|s| s.metrics.get(name).map(|e| e.n))
+            .sum();
+        let weighted: f64 = report
+            .per_phase
+            .values()
+            .filter_map(|s| s.metrics.get(name).map(|e| e.mean * e.n as f64))
+            .sum();
+        assert_eq!(n, overall.n, "{name}");
+        assert!((weighted / n as f64 - overall.mean).abs() < 1e-9, "{name}");
+    }
+    let recalls: Vec<f64> = report.cases.iter().filter_map(|c| c.recall_10).collect();
+    assert_eq!(recalls.len(), 11, "cases with relevant documents");
+    let mean = recalls.iter().sum::<f64>() / recalls.len() as f64;
+    assert!((report.overall.metrics["recall_10"].mean - mean).abs() < 1e-9);
+    assert!(
+        mean >= 0.8,
+        "14 short documents, 10 chunks retrieved: the relevant ones are found ({mean})"
+    );
+    // Answers were asked for the first case of each phase only.
+    let answered: Vec<&str> = report
+        .cases
+        .iter()
+        .filter(|c| c.answer_hit.is_some() || c.abstained.is_some())
+        .map(|c| c.id.as_str())
+        .collect();
+    assert_eq!(
+        answered,
+        ["mini-01", "mini-14", "mini-16", "mini-18"],
+        "one answer per phase, plus the refused removed user (mini-16)"
+    );
+    let removed = report.cases.iter().find(|c| c.id == "mini-16").unwrap();
+    assert_eq!(
+        removed.abstained,
+        Some(true),
+        "u5 was removed in v2: its token is refused"
+    );
+    assert!(report.latency_ms.contains_key("chat.total"));
+    assert!(report.latency_ms.keys().any(|k| k.starts_with("retrieve.")));
+
+    // Markdown and self-contained HTML.
+    let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
+    eprintln!("{md}");
+    assert!(md.contains("mini") && md.contains("recall_10"), "{md}");
+    let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
+    assert!(html.contains("<svg"), "plots are inline SVG");
+    assert!(!html.contains("src=\"http"), "no external assets");
+
+    // The gate: a baseline from this report passes; a metric forced below it fails (exit 1).
+    let baseline = tmp.path().join("baseline.json");
+    let b = airlock(&[
+        "eval",
+        "baseline",
+        "--report",
+        report_path.to_str().unwrap(),
+        "--out",
+        baseline.to_str().unwrap(),
+    ]);
+    assert!(b.status.success());
+    let pass = airlock(&[
+        "eval",
+        "gate",
+        "--baseline",
+        baseline.to_str().unwrap(),
+        "--report",
+        report_path.to_str().unwrap(),
+    ]);
+    assert_eq!(pass.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&pass.stdout).starts_with("PASS"));
+
+    let mut worse: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    let m = &mut worse["overall"]["metrics"]["recall_10"]["mean"];
+    *m = serde_json::json!(m.as_f64().unwrap() - 0.05);
+    let worse_path = tmp.path().join("worse.json");
+    std::fs::write(&worse_path, serde_json::to_vec(&worse).unwrap()).unwrap();
+    let fail = airlock(&[
+        "eval",
+        "gate",
+        "--baseline",
+        baseline.to_str().unwrap(),
+        "--report",
+        worse_path.to_str().unwrap(),
+    ]);
+    assert_eq!(fail.status.code(), Some(1));
+    let verdict = String::from_utf8_lossy(&fail.stdout);
+    assert!(
+        verdict.starts_with("FAIL") && verdict.contains("recall_10 fell"),
+        "{verdict}"
+    );
+}
+
+#[test]
+fn owned_daemon_refuses_a_data_dir_without_a_bundle_and_leaves_it_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("empty");
+    std::fs::create_dir_all(&data).unwrap();
+    let out = airlock(&[
+        "eval",
+        "run",
+        "--set",
+        mini_set().to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        tmp.path().join("out").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no bundle is installed"), "{err}");
+    assert!(listing(&data).is_empty(), "nothing written to the data dir");
+
+    // --against needs --tokens (usage error, exit 2); --tokens needs --against.
+    let usage = airlock(&[
+        "eval",
+        "run",
+        "--set",
+        "x",
+        "--against",
+        "http://127.0.0.1:9",
+    ]);
+    assert_eq!(usage.status.code(), Some(2));
+    let usage = airlock(&["eval", "run", "--set", "x", "--tokens", "t.json"]);
+    assert_eq!(usage.status.code(), Some(2));
+}
