@@ -181,6 +181,18 @@ impl Client {
         self.finish("GET", path, res).is_ok()
     }
 
+    /// `GET /v1/info` as `token`: the installed bundle's version, if the daemon reports one.
+    pub fn bundle_version(&self, token: &str) -> Result<Option<String>, ApiError> {
+        let path = "/v1/info";
+        let res = self
+            .agent
+            .get(format!("{}{path}", self.base))
+            .header("Authorization", &format!("Bearer {token}"))
+            .call();
+        let v = self.finish("GET", path, res)?;
+        Ok(v["bundle_version"].as_str().map(str::to_owned))
+    }
+
     /// `PUT /v1/documents/{id}` (admin).
     pub fn put_document(
         &self,

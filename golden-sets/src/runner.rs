@@ -361,7 +361,20 @@ pub fn run_golden(
             progress,
         )?);
     }
-    Ok(report(&set.name, opts.rung, runs))
+    Ok(with_version(
+        client,
+        &admin,
+        report(&set.name, opts.rung, runs),
+    ))
+}
+
+/// Fills in the bundle version from `GET /v1/info` when no answer reported it (retrieval-only
+/// runs); a daemon without that route leaves it unknown.
+fn with_version(client: &Client, token: &str, mut r: Report) -> Report {
+    if r.bundle_version.is_none() {
+        r.bundle_version = client.bundle_version(token).ok().flatten();
+    }
+    r
 }
 
 /// Runs, without changing the daemon's state, every case that holds after the last phase
@@ -379,7 +392,11 @@ pub fn run_golden_final_state(
         .filter(|c| c.valid_phases.contains(&Phase::AfterDelete))
         .collect();
     let runs = run_cases(client, &cases, tokens, opts, "final-state", progress)?;
-    Ok(report(&set.name, opts.rung, runs))
+    let r = report(&set.name, opts.rung, runs);
+    Ok(match tokens.get("admin") {
+        Some(admin) => with_version(client, admin, r),
+        None => r,
+    })
 }
 
 fn report(name: &str, rung: Option<u8>, runs: Vec<CaseRun>) -> Report {
@@ -468,7 +485,11 @@ pub fn run_beir(
     let name = dir
         .file_name()
         .map_or("beir".into(), |n| n.to_string_lossy().into_owned());
-    Ok(report(&format!("{name}/{split}"), opts.rung, runs))
+    Ok(with_version(
+        client,
+        &token,
+        report(&format!("{name}/{split}"), opts.rung, runs),
+    ))
 }
 
 /// Whether a directory holds an end-to-end (bank layout) set rather than a BEIR one.

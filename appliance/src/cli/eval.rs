@@ -75,7 +75,9 @@ pub struct RunArgs {
     /// Owned daemon: keep the scratch data directory after the run (for inspection).
     #[arg(long, conflicts_with = "against")]
     pub keep_scratch: bool,
-    /// Ladder rung to force (0-5), or `all` for rungs 0-3 one after another.
+    /// Ladder rung to evaluate at (0-5), or `all` for rungs 0-3 one after another: pinned on an
+    /// owned daemon (0 when not given); with --against, sent with each chat request (the daemon
+    /// accepts it from admin-role tokens only).
     #[arg(long)]
     pub rung: Option<String>,
     /// Output directory for report.json, report.md and report.html.
@@ -221,13 +223,32 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             .expect("static template")
             .progress_chars("=> "),
     );
+    // On a pipe or log file the bar is hidden: print a plain line per step every ten seconds
+    // and when the step completes.
+    let lines = (!std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .then(|| std::sync::Mutex::new(std::time::Instant::now()));
     let progress = |what: &str, done: usize, total: usize| {
-        if bar.message() != what {
+        let new_step = bar.message() != what;
+        if new_step {
             bar.set_message(what.to_owned());
             bar.reset();
         }
         bar.set_length(total as u64);
         bar.set_position(done as u64);
+        if let Some(last) = &lines {
+            let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+            if new_step {
+                *last = std::time::Instant::now();
+            }
+            if done == total || last.elapsed() >= Duration::from_secs(10) {
+                *last = std::time::Instant::now();
+                eprintln!(
+                    "{what}: {done}/{total}, {:.1}/s, eta {}",
+                    bar.per_sec(),
+                    indicatif::HumanDuration(bar.eta())
+                );
+            }
+        }
     };
     let mut opts = RunOptions {
         rung: None,
@@ -271,14 +292,15 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             _ => a.out.clone(),
         };
         write_reports(&dir, &report)?;
-        bar.println(format!(
+        let line = format!(
             "{}: {} cases, {} leaking -> {}",
             opts.rung
                 .map_or("auto rung".into(), |r| format!("rung {r}")),
             report.overall.cases,
             report.leaks(),
             dir.display()
-        ));
+        );
+        bar.suspend(|| eprintln!("{line}"));
         per_rung.push(report);
     }
     bar.finish_and_clear();
