@@ -295,3 +295,56 @@ fn owned_daemon_refuses_a_data_dir_without_a_bundle_and_leaves_it_alone() {
     let usage = airlock(&["eval", "run", "--set", "x", "--tokens", "t.json"]);
     assert_eq!(usage.status.code(), Some(2));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn against_an_operators_daemon_with_given_tokens() {
+    // An operator's appliance on a real socket; the runner gets only the admin token and
+    // creates the set's users from its IAM snapshots through the admin API.
+    let app = crate::support::TestApp::new();
+    let served = app.serve().await;
+    let tmp = tempfile::tempdir().unwrap();
+    let tokens = tmp.path().join("tokens.json");
+    std::fs::write(
+        &tokens,
+        serde_json::to_vec(&serde_json::json!({"admin": app.admin})).unwrap(),
+    )
+    .unwrap();
+    let out_dir = tmp.path().join("out");
+    let args: Vec<String> = [
+        "eval",
+        "run",
+        "--set",
+        mini_set().to_str().unwrap(),
+        "--against",
+        &served.base,
+        "--tokens",
+        tokens.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--no-answers",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = tokio::task::spawn_blocking(move || {
+        airlock(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap();
+    assert!(out.status.success());
+    let report: Report =
+        serde_json::from_slice(&std::fs::read(out_dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report.leaks(), 0);
+    assert_eq!(report.overall.cases, 19);
+    assert_eq!(report.rung, None, "an operator's daemon chooses its rung");
+    assert_eq!(report.bundle_version.as_deref(), Some("1.0.0-test"));
+    assert!(
+        report.cases.iter().all(|c| c.answer_hit.is_none()),
+        "--no-answers measures no answers"
+    );
+    // The set's users now exist on the operator's daemon, and the removed one is gone.
+    let acl = &app.state.services().unwrap().acl;
+    assert!(acl.user("u1").is_some() && acl.user("ext1").is_some());
+    assert!(acl.user("u5").is_none(), "u5 is not in iam_v2");
+    served.shutdown().await;
+}
