@@ -606,7 +606,14 @@ fn serve_owned(
         listener,
         state,
         async move {
-            let _ = stop.await;
+            // Ctrl-C or SIGTERM also drains the daemon: the runner's next request fails, and the
+            // scratch directory is removed on the way out.
+            tokio::select! {
+                _ = stop => {}
+                () = server::shutdown_signal() => {
+                    tracing::warn!("interrupted: stopping the owned daemon");
+                }
+            }
         },
         grace,
     ))?;
