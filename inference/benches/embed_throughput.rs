@@ -42,7 +42,11 @@ fn main() {
 }
 
 fn throughput(emb: &airlock_inference::Embedder) {
-    const N: usize = 2000;
+    // `AIRLOCK_EMBED_N`: how many pieces to embed (default 2,000, the peer's count).
+    let n: usize = std::env::var("AIRLOCK_EMBED_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2000);
     const PIECE: usize = 254;
     let mut chunks: Vec<String> = Vec::new();
     'docs: for d in util::read_jsonl("bank-dev/corpus.jsonl") {
@@ -54,7 +58,7 @@ fn throughput(emb: &airlock_inference::Embedder) {
         let spans = emb.token_spans(&text).unwrap();
         for seg in spans.chunks(PIECE) {
             chunks.push(text[seg[0].0..seg[seg.len() - 1].1].to_string());
-            if chunks.len() >= N {
+            if chunks.len() >= n {
                 break 'docs;
             }
         }

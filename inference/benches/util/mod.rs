@@ -29,11 +29,17 @@ pub fn read_jsonl(rel: &str) -> Vec<serde_json::Value> {
 }
 
 pub fn embedder() -> Embedder {
-    Embedder::load(
-        &EmbedderFiles::in_dir(&models_dir().join("minilm")),
-        EmbedderConfig::default(),
-    )
-    .expect("MiniLM loads")
+    // `AIRLOCK_EMBED_BATCH` overrides the texts per forward pass (the padded-token cap follows).
+    let mut config = EmbedderConfig::default();
+    if let Some(b) = std::env::var("AIRLOCK_EMBED_BATCH")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        config.batch_size = b;
+        config.max_batch_tokens = b * config.max_tokens;
+    }
+    Embedder::load(&EmbedderFiles::in_dir(&models_dir().join("minilm")), config)
+        .expect("MiniLM loads")
 }
 
 pub fn load_avg() -> String {
