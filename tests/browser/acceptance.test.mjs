@@ -186,6 +186,54 @@ describe('web UI against the real daemon', { skip, timeout: 60 * 60_000 }, () =>
     await page.context().close();
   });
 
+  test('rating an answer and adding a comment stores them in the daemon (POST /v1/feedback)', async () => {
+    const c = plan.answerable;
+    const page = await signedIn(c.user);
+    const before = metric(await daemon.metrics(), 'airlock_feedback_total') ?? 0;
+    const chat = page.waitForResponse((r) => r.url().endsWith('/v1/chat/completions') && r.status() === 200, { timeout: ANSWER_TIMEOUT });
+    const answer = await askAdmitted(page, c.query, ANSWER_TIMEOUT);
+    await settled(answer, ANSWER_TIMEOUT);
+    assert.equal(await answer.locator('[role="alert"]:visible').count(), 0, await answer.textContent());
+    const requestId = (await chat).headers()['x-request-id'];
+    assert.ok(requestId, 'the chat response carries X-Request-Id');
+
+    // The thumb sends the rating at once: 201, first feedback of this user on this answer.
+    let sent = page.waitForResponse('**/v1/feedback');
+    await answer.getByRole('button', { name: 'Helpful', exact: true }).click();
+    let res = await sent;
+    assert.equal(res.status(), 201, await res.text());
+    const first = await res.json();
+    assert.deepEqual({ ...first, created_at: undefined }, { request_id: requestId, rating: 'up', comment: null, created_at: undefined });
+    await answer.getByText('Thanks for the feedback.').waitFor();
+    assert.equal(await answer.getByRole('button', { name: 'Helpful', exact: true }).getAttribute('aria-pressed'), 'true');
+
+    // The comment repeats the call: 200, replaced, comment stored.
+    const comment = 'Cited the right policy, thanks';
+    await answer.getByRole('button', { name: 'Add a comment' }).click();
+    await page.keyboard.type(comment);
+    sent = page.waitForResponse('**/v1/feedback');
+    await answer.getByRole('button', { name: 'Send comment' }).click();
+    res = await sent;
+    assert.equal(res.status(), 200, await res.text());
+    assert.deepEqual(await res.json(), { request_id: requestId, rating: 'up', comment, created_at: first.created_at });
+    await answer.getByText('Thanks: your rating and comment were saved.').waitFor();
+
+    // Checked through the daemon, outside the page: the rating is stored under this user
+    // (resending it is a 200 replace keeping the first created_at), invisible to anyone else
+    // (404, as for an id never served), and counted by rating.
+    const again = await daemon.api('POST', '/v1/feedback', { request_id: requestId, rating: 'up', comment }, tokens[c.user]);
+    assert.equal(again.status, 200, again.text);
+    assert.equal(again.json.created_at, first.created_at);
+    const other = await daemon.api('POST', '/v1/feedback', { request_id: requestId, rating: 'down' }, tokens[plan.denied.user]);
+    const unknown = await daemon.api('POST', '/v1/feedback', { request_id: 'never-served', rating: 'down' }, tokens[plan.denied.user]);
+    assert.equal(other.status, 404, other.text);
+    assert.equal(other.text, unknown.text, 'another user\'s request id looks unknown');
+    const after = metric(await daemon.metrics(), 'airlock_feedback_total');
+    assert.equal(after - before, 3, 'two ratings from the page, one from the check');
+    assertClean(page, { allowConsole: INFO_404 });
+    await page.context().close();
+  });
+
   test('a revoked token shows the session-ended screen (401)', async () => {
     const user = plan.denied.user;
     const page = await signedIn(user);
