@@ -7,44 +7,19 @@
 //! `AIRLOCK_MODELS_DIR`, `AIRLOCK_SHARED_DIR` as in the tests).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Instant;
 
-use airlock::generator::Generator;
-use airlock::services::ModelCard;
-use airlock::{AppState, Config, Services, app};
-use airlock_acl::{Acl, NewUser, Role};
-use airlock_inference::generate::EngineConfig;
-use airlock_inference::{Catalogue, Embedder, EmbedderConfig, EmbedderFiles};
-use airlock_retrieval::{DocumentInput, Retrieval, RetrievalConfig};
+use airlock::{AppState, Config, app};
 use axum::body::Body;
 use axum::http::{Request, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-fn env_usize(k: &str, d: usize) -> usize {
-    std::env::var(k)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(d)
-}
+#[path = "support/bank.rs"]
+mod bank;
 
-fn dir(var: &str, rel: &str) -> PathBuf {
-    std::env::var_os(var)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(rel))
-}
-
-fn pct(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-    v[i]
-}
+use bank::{Bank, env_usize, pct};
 
 fn report(title: &str, stages: &BTreeMap<String, Vec<f64>>) {
     println!("\n{title}");
@@ -98,126 +73,12 @@ async fn call(router: &axum::Router, token: &str, path: &str, body: Value) -> (f
 }
 
 fn main() {
-    let models = dir("AIRLOCK_MODELS_DIR", "../models-cache/models");
-    let staging = models.join("../staging");
-    let data = dir("AIRLOCK_SHARED_DIR", "../../shared").join("datasets/bank-dev");
     let n_docs = env_usize("AIRLOCK_BENCH_DOCS", 600);
     let n_queries = env_usize("AIRLOCK_BENCH_QUERIES", 200);
     let n_chats = env_usize("AIRLOCK_BENCH_CHATS", 20);
-
-    let tmp = tempfile::tempdir().unwrap();
-    let db = tmp.path().join("airlock.db");
-    let embedder = Arc::new(
-        Embedder::load(
-            &EmbedderFiles::in_dir(&models.join("minilm")),
-            EmbedderConfig::default(),
-        )
-        .unwrap(),
-    );
-    let acl = Arc::new(Acl::open(&db).unwrap());
-    let retrieval = Arc::new(
-        Retrieval::open(
-            &db,
-            &tmp.path().join("index"),
-            RetrievalConfig::default(),
-            Arc::new(airlock::models::EmbedAdapter(embedder.clone())),
-            None,
-        )
-        .unwrap(),
-    );
-    let cat = Catalogue::from_bundle_dir(&staging).unwrap();
-    let entry = cat.by_id("smollm2").unwrap();
-    let generator = Arc::new(
-        Generator::load(
-            "airlock-small",
-            "smollm2",
-            &cat.generator_files(entry).unwrap(),
-            EngineConfig::default(),
-        )
-        .unwrap(),
-    );
-
-    // Corpus subset (in file order) and the IAM snapshot.
-    let t = Instant::now();
-    let docs: Vec<DocumentInput> = std::fs::read_to_string(data.join("corpus.jsonl"))
-        .unwrap()
-        .lines()
-        .take(n_docs)
-        .map(|l| {
-            let v: Value = serde_json::from_str(l).unwrap();
-            DocumentInput::new(
-                v["doc_id"].as_str().unwrap(),
-                v["title"].as_str().unwrap(),
-                v["text"].as_str().unwrap(),
-            )
-        })
-        .collect();
-    let ids: std::collections::HashSet<String> = docs.iter().map(|d| d.doc_id.clone()).collect();
-    let report_ingest = retrieval.upsert(docs, &mut |_| {}).unwrap();
-    let chunks = retrieval.stats().live_chunks;
-    println!(
-        "ingested {} docs ({chunks} chunks) in {:.1} s",
-        report_ingest.outcomes.len(),
-        t.elapsed().as_secs_f64()
-    );
-    let iam = std::fs::File::open(data.join("iam_v1.jsonl")).unwrap();
-    acl.sync_snapshot("bench", std::io::BufReader::new(iam))
-        .unwrap();
-
-    // Queries whose relevant documents are in the subset.
-    let cases: Vec<(String, String)> = std::fs::read_to_string(data.join("golden.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|c| c["phase"] == "v1")
-        .filter(|c| {
-            c["relevant_doc_ids"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|d| ids.contains(d.as_str().unwrap()))
-        })
-        .map(|c| {
-            (
-                c["user"].as_str().unwrap().to_string(),
-                c["query"].as_str().unwrap().to_string(),
-            )
-        })
-        .collect();
-    let mut tokens = BTreeMap::new();
-    for (u, _) in &cases {
-        if !tokens.contains_key(u) {
-            tokens.insert(u.clone(), acl.issue_token("bench", u).unwrap());
-        }
-    }
-    let _admin = acl
-        .add_user(
-            "bench",
-            "admin",
-            &NewUser {
-                groups: vec![],
-                roles: vec![Role::Admin],
-                local: true,
-            },
-        )
-        .unwrap();
-    let cards = vec![ModelCard {
-        id: "airlock-small".into(),
-        object: "model",
-        created: 0,
-        owned_by: "airlock",
-        role: "generator".into(),
-        model: "smollm2".into(),
-    }];
-    let services = Services::new(
-        acl,
-        retrieval,
-        embedder,
-        cards,
-        vec![generator],
-        "bench".into(),
-    );
-    let router = app(AppState::ready(Config::default(), services));
+    let bank = Bank::load(n_docs);
+    let (cases, tokens) = (&bank.cases, &bank.tokens);
+    let router = app(AppState::ready(Config::default(), bank.services()));
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
