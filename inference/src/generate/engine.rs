@@ -3,6 +3,11 @@
 //!
 //! - Requests enter a **bounded** queue ([`Engine::submit`] fails with
 //!   [`SubmitError::QueueFull`] instead of waiting) and get their events on their own channel.
+//! - Each request has a [`Priority`]. Interactive requests are admitted before batch ones
+//!   (FIFO within a class), and each class has its own queue limit, so queued batch work never
+//!   makes an interactive request bounce. A batch request that waited
+//!   [`EngineConfig::batch_max_wait_steps`] engine steps is promoted: it then competes with
+//!   interactive requests by arrival order, so batch traffic is delayed, never starved.
 //! - Every engine step runs **one** batched forward: one decode row for each running sequence,
 //!   plus prefill chunks of newly admitted prompts under a per-step token budget, so a long
 //!   prompt is spread over several steps while running streams keep getting a token per step.
@@ -33,8 +38,18 @@ use super::sampling::{self, Detokenizer, Rng, SamplingParams, TextStream};
 /// Engine limits. All are validated by [`Engine::start`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineConfig {
-    /// Requests that may wait for admission; more are refused with [`SubmitError::QueueFull`].
+    /// Interactive requests that may wait for admission; more are refused with
+    /// [`SubmitError::QueueFull`]. Batch requests do not count against it.
     pub queue_capacity: usize,
+    /// Batch requests ([`Priority::Batch`]) that may wait for admission, counted separately
+    /// (capped at `queue_capacity` by [`Engine::start`]): the queue holds at most `queue_capacity +
+    /// batch_queue_capacity` requests, and interactive requests are never refused because of
+    /// queued batch work.
+    pub batch_queue_capacity: usize,
+    /// Anti-starvation: a batch request that has waited this many engine steps is promoted and
+    /// admitted by arrival order alongside interactive requests (0 = batch is never
+    /// deprioritized, plain FIFO).
+    pub batch_max_wait_steps: u64,
     /// Sequences decoded together in one step.
     pub max_batch: usize,
     /// Rows (decode tokens + prefill tokens) one step may process. Must exceed `max_batch`, so
@@ -52,6 +67,8 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             queue_capacity: 64,
+            batch_queue_capacity: 16,
+            batch_max_wait_steps: 128,
             max_batch: 16,
             step_token_budget: 256,
             prefill_chunk: 128,
@@ -59,6 +76,17 @@ impl Default for EngineConfig {
             n_ctx: 4096,
         }
     }
+}
+
+/// How urgently a request wants the engine (see [`Engine::submit_with_priority`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Priority {
+    /// A person is waiting for the first token (the default).
+    #[default]
+    Interactive,
+    /// Batch or eval traffic: admitted after interactive requests, until it has waited
+    /// [`EngineConfig::batch_max_wait_steps`].
+    Batch,
 }
 
 /// A generation request: prompt token ids (already templated and tokenized) and sampling.
@@ -126,10 +154,11 @@ pub enum Event {
 /// Why a request was refused at [`Engine::submit`] (each maps to one HTTP problem).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SubmitError {
-    /// The admission queue is full (→ 503 capacity-unavailable / 429).
+    /// The admission queue of the request's priority class is full (→ 503
+    /// capacity-unavailable).
     #[error("queue full ({capacity} requests waiting)")]
     QueueFull {
-        /// The configured queue capacity.
+        /// The configured capacity of the class (`queue_capacity` or `batch_queue_capacity`).
         capacity: usize,
     },
     /// Prompt plus `max_tokens` exceeds the context (→ 400 context-too-long).
@@ -256,12 +285,68 @@ struct Pending {
     req: GenerateRequest,
     tx: UnboundedSender<Event>,
     span: tracing::Span,
+    /// Completed engine steps when it was queued (for batch promotion).
+    queued_at_step: u64,
 }
 
+/// The waiting requests, one FIFO per priority class.
 #[derive(Default)]
 struct Queue {
-    waiting: VecDeque<Pending>,
+    interactive: VecDeque<Pending>,
+    batch: VecDeque<Pending>,
     shutdown: bool,
+}
+
+impl Queue {
+    fn len(&self) -> usize {
+        self.interactive.len() + self.batch.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.interactive.is_empty() && self.batch.is_empty()
+    }
+
+    fn class_mut(&mut self, p: Priority) -> &mut VecDeque<Pending> {
+        match p {
+            Priority::Interactive => &mut self.interactive,
+            Priority::Batch => &mut self.batch,
+        }
+    }
+
+    /// The class whose front request is admitted next at completed step `step`.
+    fn next_class(&self, step: u64, batch_max_wait_steps: u64) -> Option<Priority> {
+        pick_class(
+            self.interactive.front().map(|p| (p.id, p.queued_at_step)),
+            self.batch.front().map(|p| (p.id, p.queued_at_step)),
+            step,
+            batch_max_wait_steps,
+        )
+    }
+}
+
+/// The admission rule on the fronts of the two FIFOs, each `(arrival id, queued at step)`:
+/// interactive first; a batch request that has waited `batch_max_wait_steps` steps (or any
+/// batch request when it is 0) is promoted and goes first if it arrived before the interactive
+/// front.
+fn pick_class(
+    interactive: Option<(u64, u64)>,
+    batch: Option<(u64, u64)>,
+    step: u64,
+    batch_max_wait_steps: u64,
+) -> Option<Priority> {
+    match (interactive, batch) {
+        (None, None) => None,
+        (Some(_), None) => Some(Priority::Interactive),
+        (None, Some(_)) => Some(Priority::Batch),
+        (Some((i_id, _)), Some((b_id, b_step))) => {
+            let promoted = step.saturating_sub(b_step) >= batch_max_wait_steps;
+            if promoted && b_id < i_id {
+                Some(Priority::Batch)
+            } else {
+                Some(Priority::Interactive)
+            }
+        }
+    }
 }
 
 struct Shared {
@@ -304,6 +389,11 @@ impl Engine {
         if config.queue_capacity == 0 || config.max_batch == 0 || config.prefill_chunk == 0 {
             return invalid("queue_capacity, max_batch and prefill_chunk must be > 0");
         }
+        if config.batch_queue_capacity == 0 {
+            return invalid("batch_queue_capacity must be > 0");
+        }
+        let mut config = config;
+        config.batch_queue_capacity = config.batch_queue_capacity.min(config.queue_capacity);
         if config.step_token_budget <= config.max_batch {
             return invalid("step_token_budget must exceed max_batch");
         }
@@ -351,8 +441,19 @@ impl Engine {
         })
     }
 
-    /// Queues a request; events arrive on the returned [`Stream`]. Never blocks on the model.
+    /// Queues an interactive request; events arrive on the returned [`Stream`]. Never blocks on
+    /// the model. Same as [`Engine::submit_with_priority`] with [`Priority::Interactive`].
     pub fn submit(&self, req: GenerateRequest) -> Result<Stream, SubmitError> {
+        self.submit_with_priority(req, Priority::Interactive)
+    }
+
+    /// Queues a request of the given priority: interactive requests are admitted before batch
+    /// ones, each class has its own queue limit (`queue_capacity`, `batch_queue_capacity`).
+    pub fn submit_with_priority(
+        &self,
+        req: GenerateRequest,
+        priority: Priority,
+    ) -> Result<Stream, SubmitError> {
         let p = &req.params;
         if req.prompt.is_empty() {
             return Err(SubmitError::Invalid("empty prompt".into()));
@@ -392,16 +493,20 @@ impl Engine {
             if q.shutdown {
                 return Err(SubmitError::Stopped);
             }
-            if q.waiting.len() >= self.config.queue_capacity {
-                return Err(SubmitError::QueueFull {
-                    capacity: self.config.queue_capacity,
-                });
+            let capacity = match priority {
+                Priority::Interactive => self.config.queue_capacity,
+                Priority::Batch => self.config.batch_queue_capacity,
+            };
+            let class = q.class_mut(priority);
+            if class.len() >= capacity {
+                return Err(SubmitError::QueueFull { capacity });
             }
-            q.waiting.push_back(Pending {
+            class.push_back(Pending {
                 id,
                 req,
                 tx,
                 span: tracing::Span::current(),
+                queued_at_step: self.shared.counters.steps.load(Ordering::Relaxed),
             });
             self.shared
                 .counters
@@ -533,7 +638,8 @@ impl Scheduler {
             s.finish(FinishReason::Cancelled);
         }
         let mut q = self.shared.queue.lock();
-        for p in q.waiting.drain(..) {
+        let q = &mut *q;
+        for p in q.interactive.drain(..).chain(q.batch.drain(..)) {
             let _ = p.tx.send(Event::Done {
                 reason: FinishReason::Cancelled,
                 usage: Usage {
@@ -553,7 +659,7 @@ impl Scheduler {
             if q.shutdown {
                 return false;
             }
-            if !self.active.is_empty() || !self.resume.is_empty() || !q.waiting.is_empty() {
+            if !self.active.is_empty() || !self.resume.is_empty() || !q.is_empty() {
                 return true;
             }
             self.shared.wake.wait(&mut q);
@@ -588,7 +694,8 @@ impl Scheduler {
         self.active.iter().map(|s| s.cache.bytes()).sum()
     }
 
-    /// Moves sequences into the batch while there is room: preempted ones first, then the queue.
+    /// Moves sequences into the batch while there is room: preempted ones first, then the queue
+    /// (interactive before batch, see [`pick_class`]).
     /// A sequence is admitted only if its whole pending input (prompt, or prompt + generated on
     /// resume) plus one token fits the free KV budget.
     fn admit(&mut self) {
@@ -611,11 +718,14 @@ impl Scheduler {
                 continue;
             }
             let mut q = self.shared.queue.lock();
-            let Some(front) = q.waiting.front() else {
+            let step = self.counters().steps.load(Ordering::Relaxed);
+            let Some(class) = q.next_class(step, self.config.batch_max_wait_steps) else {
                 return;
             };
+            let queue = q.class_mut(class);
+            let front = queue.front().expect("the picked class is not empty");
             if front.tx.is_closed() {
-                let p = q.waiting.pop_front().expect("front exists");
+                let p = queue.pop_front().expect("front exists");
                 self.counters().queue_depth.fetch_sub(1, Ordering::Relaxed);
                 drop(q);
                 self.counters()
@@ -628,7 +738,7 @@ impl Scheduler {
             if reserved_for(front.req.prompt.len() + 1) * bpt > free {
                 return;
             }
-            let p = q.waiting.pop_front().expect("front exists");
+            let p = queue.pop_front().expect("front exists");
             self.counters().queue_depth.fetch_sub(1, Ordering::Relaxed);
             drop(q);
             let seed = p.req.params.seed.unwrap_or_else(|| {
@@ -824,7 +934,7 @@ impl Scheduler {
         {
             let q = self.shared.queue.lock();
             c.queue_depth
-                .store(q.waiting.len() + self.resume.len(), Ordering::Relaxed);
+                .store(q.len() + self.resume.len(), Ordering::Relaxed);
         }
         let now = Instant::now();
         self.rate_window.push_back((now, generated));
@@ -846,5 +956,31 @@ impl Scheduler {
         };
         c.tokens_per_second_bits
             .store(rate.to_bits(), Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Priority, pick_class};
+
+    #[test]
+    fn interactive_goes_first_until_batch_is_promoted() {
+        // Batch #1 queued at step 10, interactive #2 queued later; promotion after 5 steps.
+        let (i, b) = (Some((2, 12)), Some((1, 10)));
+        assert_eq!(pick_class(i, b, 10, 5), Some(Priority::Interactive));
+        assert_eq!(pick_class(i, b, 14, 5), Some(Priority::Interactive));
+        // Waited 5 steps: promoted, and it arrived before the interactive front.
+        assert_eq!(pick_class(i, b, 15, 5), Some(Priority::Batch));
+        // A promoted batch request does not overtake an interactive one that arrived earlier.
+        assert_eq!(
+            pick_class(Some((1, 10)), Some((2, 10)), 100, 5),
+            Some(Priority::Interactive)
+        );
+        // 0 = plain FIFO across classes.
+        assert_eq!(pick_class(i, b, 10, 0), Some(Priority::Batch));
+        // A lone class is served whatever its priority.
+        assert_eq!(pick_class(None, b, 10, 5), Some(Priority::Batch));
+        assert_eq!(pick_class(i, None, 10, 5), Some(Priority::Interactive));
+        assert_eq!(pick_class(None, None, 10, 5), None);
     }
 }

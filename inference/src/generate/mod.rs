@@ -5,9 +5,10 @@
 //!   output equals llama.cpp's on the fixtures (see `tests/integration/generate.rs`).
 //! - [`SamplingParams`]: greedy, temperature, top-p, per-request seed, stop tokens, stop strings
 //!   and `max_tokens`.
-//! - [`Engine`]: the continuous-batching scheduler (bounded queue, chunked prefill interleaved
-//!   with decode, cancellation on a dropped receiver, KV budget with preemption of the newest
-//!   sequence, counters for metrics).
+//! - [`Engine`]: the continuous-batching scheduler (bounded queue with per-[`Priority`] limits,
+//!   interactive requests admitted before batch ones with promotion of long-waiting batch
+//!   requests, chunked prefill interleaved with decode, cancellation on a dropped receiver, KV
+//!   budget with preemption of the newest sequence, counters for metrics).
 //!
 //! Chat templates and tokenizers live in [`crate::chat`] and [`crate::tokenizer`]; this module
 //! works on token ids, and takes an optional [`Detokenizer`] for text and stop strings. Models
@@ -23,7 +24,7 @@ mod sampling;
 
 pub use engine::{
     Engine, EngineConfig, EngineCounters, EngineMetrics, Event, FinishReason, GenerateRequest,
-    Stream, SubmitError, Usage,
+    Priority, Stream, SubmitError, Usage,
 };
 pub use kv::{KV_BLOCK_TOKENS, KvCache};
 pub use model::{Arch, DecoderModel, ModelConfig, SeqChunk, SpecialTokens};

@@ -1,11 +1,12 @@
 //! The continuous-batching engine on the real SmolLM2 model: batching does not change greedy
 //! output, cancellation frees work, typed refusals, chunked prefill keeps streams flowing,
-//! preemption takes the newest sequence.
+//! preemption takes the newest sequence, interactive requests are admitted before batch ones
+//! (with promotion of long-waiting batch requests and per-class queue limits).
 
 use std::time::{Duration, Instant};
 
 use airlock_inference::generate::{
-    Engine, EngineConfig, Event, FinishReason, GenerateRequest, SamplingParams, Stream,
+    Engine, EngineConfig, Event, FinishReason, GenerateRequest, Priority, SamplingParams, Stream,
     SubmitError, Usage,
 };
 use serde_json::Value;
@@ -179,6 +180,7 @@ fn queue_full_context_and_budget_refusals_are_typed() {
         prefill_chunk: 8,
         kv_budget_bytes: 128 * bpt,
         n_ctx: 256,
+        ..EngineConfig::default()
     };
     let e = engine(cfg);
     let p = prompts()[2].0.clone();
@@ -296,4 +298,115 @@ fn preemption_takes_the_newest_and_keeps_outputs() {
     // Re-prefill of prompt + generated tokens continues exactly where it stopped.
     assert_eq!(a.tokens, solo_a.tokens);
     assert_eq!(b.tokens, solo_b.tokens);
+}
+
+/// The engine step of a stream's first token (prompt `cases[2]` generates well past its
+/// `max_tokens` without a stop token, so every stream here gets tokens).
+fn first_step(s: Stream) -> u64 {
+    let c = collect(s);
+    assert_eq!(c.reason, Some(FinishReason::Length));
+    c.steps[0]
+}
+
+/// With one sequence running (batch of 1), queues `order` behind it and returns the step at
+/// which each queued request got its first token.
+fn admission_steps(cfg: EngineConfig, order: &[Priority]) -> Vec<u64> {
+    let e = engine(EngineConfig {
+        max_batch: 1,
+        ..cfg
+    });
+    let p = prompts()[2].0.clone();
+    let running = e.submit(req(&p, 12)).unwrap();
+    wait_until("admission", || e.metrics().active_sequences == 1);
+    let queued: Vec<Stream> = order
+        .iter()
+        .map(|&prio| e.submit_with_priority(req(&p, 2), prio).unwrap())
+        .collect();
+    // Everything was queued while the first request still ran.
+    assert_eq!(e.metrics().queue_depth, order.len());
+    assert_eq!(collect(running).reason, Some(FinishReason::Length));
+    queued.into_iter().map(first_step).collect()
+}
+
+#[test]
+fn interactive_requests_are_admitted_before_queued_batch_ones() {
+    use Priority::{Batch, Interactive};
+    // Batch A, B then interactive C, while the engine is busy: C starts first, then A, then B.
+    let s = admission_steps(EngineConfig::default(), &[Batch, Batch, Interactive]);
+    let (a, b, c) = (s[0], s[1], s[2]);
+    assert!(c < a && a < b, "first-token steps A {a}, B {b}, C {c}");
+    // FIFO within a class.
+    let s = admission_steps(
+        EngineConfig::default(),
+        &[Interactive, Batch, Interactive, Batch],
+    );
+    assert!(
+        s[0] < s[2] && s[2] < s[1] && s[1] < s[3],
+        "first-token steps {s:?}"
+    );
+}
+
+#[test]
+fn batch_request_waiting_too_long_is_promoted() {
+    use Priority::{Batch, Interactive};
+    // Batch A waits the 12 steps of the running request, more than the 4 allowed: promoted, it
+    // goes before the interactive requests that arrived after it.
+    let promoted = EngineConfig {
+        batch_max_wait_steps: 4,
+        ..EngineConfig::default()
+    };
+    let s = admission_steps(promoted, &[Batch, Interactive, Interactive]);
+    assert!(s[0] < s[1] && s[1] < s[2], "first-token steps {s:?}");
+    // The same arrivals with the default promotion delay (128 steps): A goes last.
+    let s = admission_steps(EngineConfig::default(), &[Batch, Interactive, Interactive]);
+    assert!(s[1] < s[2] && s[2] < s[0], "first-token steps {s:?}");
+}
+
+#[test]
+fn batch_has_its_own_queue_limit() {
+    let e = engine(EngineConfig {
+        queue_capacity: 2,
+        batch_queue_capacity: 1,
+        max_batch: 1,
+        ..EngineConfig::default()
+    });
+    let p = prompts()[2].0.clone();
+    let running = e.submit(req(&p, 200)).unwrap();
+    wait_until("admission", || e.metrics().active_sequences == 1);
+    let batch = e.submit_with_priority(req(&p, 2), Priority::Batch).unwrap();
+    assert!(matches!(
+        e.submit_with_priority(req(&p, 2), Priority::Batch),
+        Err(SubmitError::QueueFull { capacity: 1 })
+    ));
+    // The queued batch request does not take an interactive slot.
+    let i1 = e.submit(req(&p, 2)).unwrap();
+    let i2 = e
+        .submit_with_priority(req(&p, 2), Priority::Interactive)
+        .unwrap();
+    assert_eq!(e.metrics().queue_depth, 3);
+    assert!(matches!(
+        e.submit(req(&p, 2)),
+        Err(SubmitError::QueueFull { capacity: 2 })
+    ));
+    // The batch limit is capped by the queue capacity.
+    let capped = engine(EngineConfig {
+        queue_capacity: 2,
+        ..EngineConfig::default()
+    });
+    assert_eq!(capped.config().batch_queue_capacity, 2);
+    assert!(
+        Engine::start(
+            load("smollm2"),
+            None,
+            EngineConfig {
+                batch_queue_capacity: 0,
+                ..EngineConfig::default()
+            }
+        )
+        .is_err()
+    );
+    drop(running);
+    for s in [batch, i1, i2] {
+        assert_eq!(collect(s).tokens.len(), 2);
+    }
 }
