@@ -58,7 +58,8 @@ impl RungPlan {
     }
 }
 
-/// How urgent a request is: batch/eval traffic is shed before interactive traffic.
+/// How urgent a request is: batch/eval traffic is shed before interactive traffic, and the
+/// engine admits queued interactive requests before batch ones ([`Priority::engine`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Priority {
     /// A person is waiting (the default).
@@ -74,6 +75,16 @@ impl Priority {
         match self {
             Priority::Interactive => "interactive",
             Priority::Batch => "batch",
+        }
+    }
+
+    /// The engine's admission class: interactive sequences are prefilled before queued batch
+    /// ones, and batch has its own, smaller queue limit (see
+    /// [`airlock_inference::generate::EngineConfig`]).
+    pub fn engine(self) -> airlock_inference::generate::Priority {
+        match self {
+            Priority::Interactive => airlock_inference::generate::Priority::Interactive,
+            Priority::Batch => airlock_inference::generate::Priority::Batch,
         }
     }
 }

@@ -94,9 +94,17 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_REQUEST_TIMEOUT_SECS")]
     pub request_timeout_secs: Option<u64>,
 
-    /// Seconds a stream may stay silent between two chunks before it is ended [default: 60].
+    /// Seconds a stream may stay silent between two chunks before it is ended; a chat stream
+    /// is ended when its generation makes no progress (no token and no engine step) that long
+    /// [default: 60].
     #[arg(long, env = "AIRLOCK_STREAM_IDLE_TIMEOUT_SECS")]
     pub stream_idle_timeout_secs: Option<u64>,
+
+    /// Seconds without a chat SSE event after which a `: keep-alive` comment is sent (while the
+    /// request queues or prefills); must be below the stream idle timeout [default: 15, or half
+    /// the stream idle timeout if that is shorter].
+    #[arg(long, env = "AIRLOCK_SSE_KEEP_ALIVE_SECS")]
+    pub sse_keep_alive_secs: Option<u64>,
 
     /// Seconds a shutdown waits for in-flight requests and streams to finish [default: 30].
     #[arg(long, env = "AIRLOCK_SHUTDOWN_GRACE_SECS")]
@@ -209,6 +217,7 @@ impl fmt::Debug for Config {
             .field("upload_limit", &self.upload_limit)
             .field("request_timeout_secs", &self.request_timeout_secs)
             .field("stream_idle_timeout_secs", &self.stream_idle_timeout_secs)
+            .field("sse_keep_alive_secs", &self.sse_keep_alive_secs)
             .field("shutdown_grace_secs", &self.shutdown_grace_secs)
             .field("top_k", &self.top_k)
             .field("max_tokens", &self.max_tokens)
@@ -280,6 +289,7 @@ impl Config {
             stream_idle_timeout_secs: self
                 .stream_idle_timeout_secs
                 .or(lower.stream_idle_timeout_secs),
+            sse_keep_alive_secs: self.sse_keep_alive_secs.or(lower.sse_keep_alive_secs),
             shutdown_grace_secs: self.shutdown_grace_secs.or(lower.shutdown_grace_secs),
             top_k: self.top_k.or(lower.top_k),
             max_tokens: self.max_tokens.or(lower.max_tokens),
@@ -334,11 +344,18 @@ impl Config {
         for (field, v) in [
             ("request_timeout_secs", self.request_timeout_secs),
             ("stream_idle_timeout_secs", self.stream_idle_timeout_secs),
+            ("sse_keep_alive_secs", self.sse_keep_alive_secs),
             ("shutdown_grace_secs", self.shutdown_grace_secs),
         ] {
             if v == Some(0) {
                 return Err(invalid(field, "must be at least 1 second"));
             }
+        }
+        if self.sse_keep_alive() >= self.stream_idle_timeout() {
+            return Err(invalid(
+                "sse_keep_alive_secs",
+                "must be shorter than stream_idle_timeout_secs",
+            ));
         }
         if !(1..=64).contains(&self.top_k()) {
             return Err(invalid("top_k", "must be between 1 and 64"));
@@ -439,6 +456,16 @@ impl Config {
     /// Longest silence between two chunks of a stream.
     pub fn stream_idle_timeout(&self) -> Duration {
         Duration::from_secs(self.stream_idle_timeout_secs.unwrap_or(60))
+    }
+
+    /// Longest gap between two chat SSE events before a `: keep-alive` comment is sent: the
+    /// setting, else 15 s, or half the stream idle timeout when that is shorter (at least 1 s).
+    pub fn sse_keep_alive(&self) -> Duration {
+        let secs = self.sse_keep_alive_secs.unwrap_or_else(|| {
+            let idle = self.stream_idle_timeout().as_secs();
+            (idle / 2).clamp(1, 15)
+        });
+        Duration::from_secs(secs)
     }
 
     /// How long a shutdown waits for in-flight work.
@@ -551,6 +578,30 @@ mod tests {
     }
 
     #[test]
+    fn sse_keep_alive_defaults_below_the_idle_timeout() {
+        let secs = |c: Config| {
+            c.validate().unwrap();
+            c.sse_keep_alive().as_secs()
+        };
+        assert_eq!(secs(Config::default()), 15);
+        let short_idle = Config {
+            stream_idle_timeout_secs: Some(10),
+            ..Config::default()
+        };
+        assert_eq!(secs(short_idle), 5);
+        let tiny_idle = Config {
+            stream_idle_timeout_secs: Some(1),
+            ..Config::default()
+        };
+        assert!(
+            tiny_idle.validate().is_err(),
+            "a 1 s idle timeout leaves no keep-alive room"
+        );
+        let toml = Config::from_toml("sse_keep_alive_secs = 3\n", Path::new("a.toml")).unwrap();
+        assert_eq!(secs(toml), 3);
+    }
+
+    #[test]
     fn toml_rejects_unknown_keys() {
         let err = Config::from_toml("port = 9000\nprot = 1\n", Path::new("a.toml")).unwrap_err();
         assert!(err.to_string().contains("prot"), "{err}");
@@ -619,6 +670,19 @@ mod tests {
             },
             Config {
                 stream_idle_timeout_secs: Some(0),
+                ..Config::default()
+            },
+            Config {
+                sse_keep_alive_secs: Some(0),
+                ..Config::default()
+            },
+            Config {
+                sse_keep_alive_secs: Some(60),
+                ..Config::default()
+            },
+            Config {
+                sse_keep_alive_secs: Some(20),
+                stream_idle_timeout_secs: Some(10),
                 ..Config::default()
             },
             Config {

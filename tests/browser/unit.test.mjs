@@ -4,7 +4,7 @@
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 
-import { SseParser } from '../../appliance/ui/js/sse.js';
+import { SseEvent, SseParser } from '../../appliance/ui/js/sse.js';
 import { parseMarkdown, parseInline, inlineText } from '../../appliance/ui/js/markdown.js';
 import { parseRetryAfter, problemSlug, cleanCitations, rungOf, errorFromResponse } from '../../appliance/ui/js/api.js';
 import { fnv1a64 } from '../../appliance/ui/js/store.js';
@@ -43,6 +43,21 @@ describe('SseParser', () => {
     const r = new SseParser();
     r.push('data: whole\n\n');
     assert.equal(r.finish(), false);
+  });
+
+  test('keep-alive comments before and between events are ignored', () => {
+    // The daemon sends `: keep-alive` while the engine queues or prefills (API.md, SSE).
+    const stream = ': keep-alive\n\n: keep-alive\n\ndata: {"a":1}\n\n: keep-alive\n\ndata: [DONE]\n\n';
+    for (let cut = 0; cut <= stream.length; cut++) {
+      const p = new SseParser();
+      const evs = [...p.push(stream.slice(0, cut)), ...p.push(stream.slice(cut))];
+      assert.deepEqual(evs.map((e) => [e.event, e.data]), [['message', '{"a":1}'], ['message', '[DONE]']], `cut at ${cut}`);
+      assert.equal(p.finish(), false, `cut at ${cut}`);
+    }
+    // A stream cut right after a keep-alive holds no pending event data.
+    const q = new SseParser();
+    assert.deepEqual(q.push('data: x\n\n: keep-alive\n\n'), [new SseEvent('message', 'x', '')]);
+    assert.equal(q.finish(), false);
   });
 
   test('field without colon, one leading space stripped only', () => {

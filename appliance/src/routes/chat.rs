@@ -5,13 +5,16 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use airlock_inference::generate::{Event as GenEvent, FinishReason, SamplingParams, Stream};
+use airlock_inference::generate::{
+    EngineCounters, Event as GenEvent, FinishReason, GenerateRequest, SamplingParams, Stream,
+    Usage as GenUsage,
+};
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderValue;
-use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
@@ -20,7 +23,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
 use crate::feedback::CompletionRecord;
-use crate::generator::Generator;
+use crate::generator::{Generator, submit_error};
 use crate::metrics::Metrics;
 use crate::openai::{
     AirlockResponse, AssistantMessage, ChatChunk, ChatRequest, ChatResponse, ChatTimings, Choice,
@@ -240,11 +243,23 @@ pub async fn completions(
         .reserve_tokens(&caller, prompt_tokens + params.max_tokens)?;
     let queue = state.admission().enqueue();
     let submitted = Instant::now();
-    let mut stream = prepared.generator.submit(prepared.prompt, params)?;
+    // The engine admits interactive requests before queued batch/eval ones.
+    let mut stream = prepared
+        .generator
+        .engine()
+        .submit_with_priority(
+            GenerateRequest {
+                prompt: prepared.prompt,
+                params,
+            },
+            priority.engine(),
+        )
+        .map_err(submit_error)?;
     tracing::info!(
         gen_ai.request.model = %model_alias,
         gen_ai.usage.input_tokens = prompt_tokens,
         airlock.rung = plan.rung,
+        airlock.priority = priority.as_str(),
         airlock.citations = prepared.citations.len(),
         "generation queued"
     );
@@ -291,7 +306,9 @@ pub async fn completions(
     }
 
     let generation = Generation {
+        engine: prepared.generator.engine().counters(),
         stream,
+        idle_timeout: state.config().stream_idle_timeout(),
         first,
         ticket,
         queue: Some(queue),
@@ -320,7 +337,13 @@ pub async fn completions(
     // either): set it here, since an unusable client id was replaced by a fresh one.
     let id_header = HeaderValue::from_str(&id).ok();
     let mut resp = if req.stream {
-        sse(generation, id, model_alias, airlock).into_response()
+        sse(generation, id, model_alias, airlock)
+            .keep_alive(
+                KeepAlive::new()
+                    .interval(state.config().sse_keep_alive())
+                    .text("keep-alive"),
+            )
+            .into_response()
     } else {
         complete(generation, id, model_alias, airlock)
             .await?
@@ -343,6 +366,11 @@ fn with_rung(mut resp: Response, rung: u8) -> Response {
 /// admission ticket and the timing.
 struct Generation {
     stream: Stream,
+    /// The engine's counters: its step count tells a slow prefill or a queue (steps advance)
+    /// from a stuck engine (they do not).
+    engine: std::sync::Arc<EngineCounters>,
+    /// How long the generation may make no progress before it is ended.
+    idle_timeout: Duration,
     first: Option<GenEvent>,
     ticket: Ticket,
     queue: Option<QueueSlot>,
@@ -362,7 +390,7 @@ impl Generation {
     async fn next(&mut self) -> Option<GenEvent> {
         let ev = match self.first.take() {
             Some(ev) => Some(ev),
-            None => self.stream.recv().await,
+            None => self.recv_watched().await,
         };
         match &ev {
             Some(GenEvent::Token { .. }) => {
@@ -397,6 +425,49 @@ impl Generation {
             None => self.finished = true,
         }
         ev
+    }
+}
+
+impl Generation {
+    /// The next engine event. The idle timeout measures the generation's progress, not bytes
+    /// on the wire (keep-alive comments flow while a request queues or prefills): the wait
+    /// only fails when neither this stream got an event nor the engine completed any step for
+    /// `idle_timeout` (a stuck engine), and then ends the generation with an error.
+    async fn recv_watched(&mut self) -> Option<GenEvent> {
+        let check =
+            (self.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let mut steps = self.engine.snapshot().steps;
+        let mut progress_at = Instant::now();
+        loop {
+            // `recv` is cancel-safe: a timed-out wait loses no event.
+            match tokio::time::timeout(check, self.stream.recv()).await {
+                Ok(ev) => return ev,
+                Err(_) => {
+                    let now = self.engine.snapshot().steps;
+                    if now != steps {
+                        steps = now;
+                        progress_at = Instant::now();
+                    } else if progress_at.elapsed() >= self.idle_timeout {
+                        tracing::error!(
+                            idle_secs = self.idle_timeout.as_secs(),
+                            tokens = self.tokens,
+                            "the engine made no progress; ending the generation"
+                        );
+                        return Some(GenEvent::Done {
+                            reason: FinishReason::Error(format!(
+                                "no engine progress for {} s",
+                                self.idle_timeout.as_secs()
+                            )),
+                            usage: GenUsage {
+                                prompt_tokens: self.prompt_tokens,
+                                completion_tokens: self.tokens,
+                            },
+                            text: None,
+                        });
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -506,7 +577,8 @@ fn data(c: &ChatChunk) -> SseEvent {
 }
 
 /// The SSE body: the first event carries the role, citations and rung; then one event per text
-/// piece; then the finish reason with usage; then `data: [DONE]`.
+/// piece; then the finish reason with usage; then `data: [DONE]`. The caller adds keep-alive
+/// comments (`: keep-alive`) for the gaps (queueing, prefill, slow tokens).
 fn sse(
     generation: Generation,
     id: String,
