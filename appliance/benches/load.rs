@@ -592,7 +592,9 @@ fn phase<T>(
 }
 
 fn main() {
+    // Logs go to stderr: stdout is the report.
     let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
         .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
         .try_init();
     let k = Arc::new(Knobs::from_env());
@@ -717,11 +719,15 @@ fn main() {
         r.print();
     }
     for r in &rows {
+        let share = if sat_goodput > 0.0 {
+            format!("{:.0}%", 100.0 * r.goodput() / sat_goodput)
+        } else {
+            "– (no capacity run)".into()
+        };
         println!(
-            "{}: goodput {:.2} r/s = {:.0}% of saturation goodput; phase wall {:.0} s",
+            "{}: goodput {:.2} r/s = {share} of saturation goodput; phase wall {:.0} s",
             r.label,
             r.goodput(),
-            100.0 * r.goodput() / sat_goodput.max(1e-9),
             r.wall
         );
     }
