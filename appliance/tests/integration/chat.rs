@@ -1,15 +1,22 @@
 //! Chat completions with the real SmolLM2 engine: non-streaming and SSE shapes, citations that
-//! respect the ACL, the chat problem types, and cancellation on client disconnect measured in
-//! engine steps.
+//! respect the ACL, the chat problem types, cancellation on client disconnect measured in
+//! engine steps, and a batch request held behind interactive work with SSE keep-alives.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use airlock::Config;
+use airlock::generator::Generator;
+use airlock::prompt::Role;
+use airlock_inference::Catalogue;
+use airlock_inference::generate::{EngineConfig, Event, GenerateRequest, SamplingParams, Stream};
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::{TestApp, load_smollm2, test_config};
+use crate::support::{TestApp, load_smollm2, staging_dir, test_config};
 
 async fn seed(t: &TestApp) -> (String, String) {
     for (id, title, text, group) in [
@@ -383,4 +390,186 @@ async fn official_openai_python_client() {
         String::from_utf8_lossy(&out.stderr)
     );
     served.shutdown().await;
+}
+
+/// SmolLM2 with its own engine: one sequence at a time, batch requests never promoted, so a
+/// test decides exactly when a batch request may start; small prefill chunks keep every engine
+/// step short (a 128-token chunk can take seconds on a loaded 2-core box).
+fn serial_smollm2() -> Arc<Generator> {
+    let cat = Catalogue::from_bundle_dir(&staging_dir()).expect("staged catalogue");
+    let entry = cat.by_id("smollm2").expect("smollm2 in the catalogue");
+    let files = cat.generator_files(entry).unwrap();
+    let config = EngineConfig {
+        n_ctx: 2048,
+        max_batch: 1,
+        step_token_budget: 33,
+        prefill_chunk: 32,
+        batch_max_wait_steps: u64::MAX,
+        ..EngineConfig::default()
+    };
+    Arc::new(Generator::load("airlock-small", "smollm2", &files, config).expect("load SmolLM2"))
+}
+
+/// Keeps short interactive generations running and queued on `generator`'s engine (one runs,
+/// two wait; a finished one is replaced at once) until `stop` is set, then drops them
+/// (cancelling them). Counts the ones it started in `started`.
+fn keep_engine_busy(
+    generator: Arc<Generator>,
+    stop: Arc<AtomicBool>,
+    started: Arc<AtomicUsize>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let prompt = generator
+            .prompt_ids(&[(
+                Role::User,
+                "Write a long story about a lighthouse keeper.".into(),
+            )])
+            .unwrap();
+        let mut live: Vec<Stream> = Vec::new();
+        while !stop.load(Ordering::SeqCst) {
+            live.retain_mut(|s| {
+                loop {
+                    match s.try_recv() {
+                        Some(Event::Done { .. }) => return false,
+                        Some(_) => continue,
+                        None => return true,
+                    }
+                }
+            });
+            while live.len() < 3 {
+                let req = GenerateRequest {
+                    prompt: prompt.clone(),
+                    params: SamplingParams::greedy(16),
+                };
+                live.push(generator.engine().submit(req).unwrap());
+                started.fetch_add(1, Ordering::SeqCst);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_request_waits_behind_interactive_work_with_keep_alives() {
+    // Keep-alive every second; the stream idle timeout (6 s) is shorter than the wait below, so
+    // the stream survives only because the timeout measures engine progress, not bytes.
+    let config = Config {
+        stream_idle_timeout_secs: Some(6),
+        sse_keep_alive_secs: Some(1),
+        ..test_config()
+    };
+    let generator = serial_smollm2();
+    let t = TestApp::with_generator(config, generator.clone());
+    let (rita, _) = seed(&t).await;
+    let served = t.serve().await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Arc::new(AtomicUsize::new(0));
+    let keeper = keep_engine_busy(generator.clone(), stop.clone(), started.clone());
+    let engine = generator.engine();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while engine.metrics().queue_depth < 2 {
+        assert!(Instant::now() < deadline, "the engine never got busy");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let addr = served.base.trim_start_matches("http://").to_string();
+    let body = question(json!({"stream": true, "max_tokens": 8})).to_string();
+    let mut sock = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let req = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {rita}\r\n\
+         X-Airlock-Priority: batch\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    sock.write_all(req.as_bytes()).await.unwrap();
+    // The head event is sent once the request is in the engine's queue.
+    let mut buf = Vec::new();
+    read_until(&mut sock, &mut buf, |s| s.contains("data: {")).await;
+    let started_before = started.load(Ordering::SeqCst);
+    // Eight keep-alives (≥ 7 s, longer than the idle timeout) while interactive work runs
+    // ahead.
+    read_until(&mut sock, &mut buf, |s| {
+        s.matches(": keep-alive\n\n").count() >= 8
+    })
+    .await;
+    let waiting = String::from_utf8_lossy(&buf).into_owned();
+    assert!(waiting.starts_with("HTTP/1.1 200"), "{waiting}");
+    let (first, tokens) = data_events(&waiting);
+    assert_eq!(
+        first.len(),
+        1,
+        "only the head event before the first token: {waiting}"
+    );
+    assert!(
+        tokens.is_empty(),
+        "the batch request was not held back: {waiting}"
+    );
+    assert!(first[0].1["airlock"]["citations"].is_array());
+    stop.store(true, Ordering::SeqCst);
+    tokio::task::spawn_blocking(move || keeper.join().unwrap())
+        .await
+        .unwrap();
+    // Interactive requests submitted after the batch one was queued ran before it (three were
+    // live at any time, so the fifth replacement means at least two later ones finished).
+    let overtook = started.load(Ordering::SeqCst) - started_before;
+    assert!(
+        overtook >= 5,
+        "only {overtook} interactive requests ran while the batch one waited"
+    );
+
+    // Released: the batch request runs and the stream completes normally.
+    read_until(&mut sock, &mut buf, |s| s.contains("data: [DONE]")).await;
+    let all = String::from_utf8_lossy(&buf).into_owned();
+    assert!(!all.contains("event: error"), "{all}");
+    let (events, tokens) = data_events(&all);
+    let first_keep_alive = all.find(": keep-alive\n\n").unwrap();
+    assert!(events[0].0 < first_keep_alive);
+    assert!(
+        tokens.first().is_some_and(|&at| at > first_keep_alive),
+        "keep-alives come before the first token: {all}"
+    );
+    let last = &events.last().unwrap().1;
+    assert!(last["choices"][0]["finish_reason"].is_string(), "{all}");
+    drop(sock);
+    served.shutdown().await;
+}
+
+/// Reads from `sock` into `buf` until `done` holds for the text read so far.
+async fn read_until(
+    sock: &mut tokio::net::TcpStream,
+    buf: &mut Vec<u8>,
+    done: impl Fn(&str) -> bool,
+) {
+    let mut tmp = [0u8; 4096];
+    while !done(&String::from_utf8_lossy(buf)) {
+        let k = tokio::time::timeout(Duration::from_secs(300), sock.read(&mut tmp))
+            .await
+            .expect("read timed out")
+            .unwrap();
+        assert!(
+            k > 0,
+            "server closed early: {}",
+            String::from_utf8_lossy(buf)
+        );
+        buf.extend_from_slice(&tmp[..k]);
+    }
+}
+
+/// The JSON `data:` events of a raw SSE response with their byte offsets, and the offsets of
+/// the ones carrying generated text.
+fn data_events(raw: &str) -> (Vec<(usize, Value)>, Vec<usize>) {
+    let mut events = Vec::new();
+    let mut tokens = Vec::new();
+    for (at, _) in raw.match_indices("data: {") {
+        let line = raw[at + 6..].lines().next().unwrap();
+        let v: Value = serde_json::from_str(line).unwrap();
+        if v["choices"][0]["delta"]["content"]
+            .as_str()
+            .is_some_and(|c| !c.is_empty())
+        {
+            tokens.push(at);
+        }
+        events.push((at, v));
+    }
+    (events, tokens)
 }
