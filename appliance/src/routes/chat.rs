@@ -434,39 +434,62 @@ impl Generation {
     /// only fails when neither this stream got an event nor the engine completed any step for
     /// `idle_timeout` (a stuck engine), and then ends the generation with an error.
     async fn recv_watched(&mut self) -> Option<GenEvent> {
-        let check =
-            (self.idle_timeout / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
-        let mut steps = self.engine.snapshot().steps;
-        let mut progress_at = Instant::now();
-        loop {
-            // `recv` is cancel-safe: a timed-out wait loses no event.
-            match tokio::time::timeout(check, self.stream.recv()).await {
-                Ok(ev) => return ev,
-                Err(_) => {
-                    let now = self.engine.snapshot().steps;
-                    if now != steps {
-                        steps = now;
-                        progress_at = Instant::now();
-                    } else if progress_at.elapsed() >= self.idle_timeout {
-                        tracing::error!(
-                            idle_secs = self.idle_timeout.as_secs(),
-                            tokens = self.tokens,
-                            "the engine made no progress; ending the generation"
-                        );
-                        return Some(GenEvent::Done {
-                            reason: FinishReason::Error(format!(
-                                "no engine progress for {} s",
-                                self.idle_timeout.as_secs()
-                            )),
-                            usage: GenUsage {
-                                prompt_tokens: self.prompt_tokens,
-                                completion_tokens: self.tokens,
-                            },
-                            text: None,
-                        });
-                    }
-                }
+        let engine = self.engine.clone();
+        let waited = until_stalled(
+            self.stream.recv(),
+            || engine.snapshot().steps,
+            self.idle_timeout,
+        )
+        .await;
+        match waited {
+            Ok(ev) => ev,
+            Err(Stalled) => {
+                tracing::error!(
+                    idle_secs = self.idle_timeout.as_secs(),
+                    tokens = self.tokens,
+                    "the engine made no progress; ending the generation"
+                );
+                Some(GenEvent::Done {
+                    reason: FinishReason::Error(format!(
+                        "no engine progress for {} s",
+                        self.idle_timeout.as_secs()
+                    )),
+                    usage: GenUsage {
+                        prompt_tokens: self.prompt_tokens,
+                        completion_tokens: self.tokens,
+                    },
+                    text: None,
+                })
             }
+        }
+    }
+}
+
+/// [`until_stalled`] gave up: no progress for the whole idle timeout.
+#[derive(Debug, PartialEq, Eq)]
+struct Stalled;
+
+/// Awaits `wait` while watching a progress counter (`steps`, sampled a few times per `idle`):
+/// `Err(Stalled)` once `wait` has not finished and the counter has not moved for `idle`.
+async fn until_stalled<F: std::future::Future>(
+    wait: F,
+    steps: impl Fn() -> u64,
+    idle: Duration,
+) -> Result<F::Output, Stalled> {
+    let check = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut wait = std::pin::pin!(wait);
+    let mut seen = steps();
+    let mut progress_at = Instant::now();
+    loop {
+        if let Ok(out) = tokio::time::timeout(check, &mut wait).await {
+            return Ok(out);
+        }
+        let now = steps();
+        if now != seen {
+            seen = now;
+            progress_at = Instant::now();
+        } else if progress_at.elapsed() >= idle {
+            return Err(Stalled);
         }
     }
 }
@@ -698,4 +721,40 @@ fn sse(
     )
     .flat_map(futures::stream::iter);
     Sse::new(head.chain(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::{Duration, Instant};
+
+    use super::{Stalled, until_stalled};
+
+    #[tokio::test]
+    async fn a_stuck_engine_ends_the_wait_after_the_idle_timeout() {
+        let idle = Duration::from_millis(200);
+        let t0 = Instant::now();
+        let r = until_stalled(std::future::pending::<()>(), || 7, idle).await;
+        assert_eq!(r, Err(Stalled));
+        let took = t0.elapsed();
+        assert!(took >= idle && took < idle * 4, "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn engine_steps_keep_a_long_wait_alive() {
+        // The awaited event takes 5 idle periods, but the engine steps meanwhile (a queue or a
+        // long prefill ahead of it): the wait is not cut.
+        let idle = Duration::from_millis(100);
+        let steps = AtomicU64::new(0);
+        let event = async {
+            tokio::time::sleep(idle * 5).await;
+            "token"
+        };
+        let r = until_stalled(event, || steps.fetch_add(1, Ordering::Relaxed), idle).await;
+        assert_eq!(r, Ok("token"));
+        assert!(steps.load(Ordering::Relaxed) > 5);
+        // An event that arrives in time needs no steps.
+        let r = until_stalled(async { 1 }, || 0, idle).await;
+        assert_eq!(r, Ok(1));
+    }
 }
