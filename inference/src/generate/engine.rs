@@ -870,15 +870,17 @@ impl Scheduler {
             .prompt_tokens_processed
             .fetch_add(prompt_rows as u64, Ordering::Relaxed);
 
-        let mut finished = Vec::new();
+        // Sequences that end in this step, with how (None: the client hung up). Their final
+        // events are sent only after the step's counters are published, so a client that has
+        // seen its stream end also sees counters that include its last step.
+        let mut finished: Vec<(usize, Option<FinishReason>)> = Vec::new();
         let mut generated = 0;
         for (&i, l) in owners.iter().zip(logits) {
             let Some(l) = l else { continue };
             let s = &mut self.active[i];
             let next = sampling::sample(&l, &s.params, &mut s.rng);
             if self.eog.contains(&next) || s.params.stop_token_ids.contains(&next) {
-                s.finish(FinishReason::Stop);
-                finished.push(i);
+                finished.push((i, Some(FinishReason::Stop)));
                 continue;
             }
             s.tokens.push(next);
@@ -900,27 +902,31 @@ impl Scheduler {
                 self.counters()
                     .cancellations
                     .fetch_add(1, Ordering::Relaxed);
-                finished.push(i);
+                finished.push((i, None));
             } else if stopped {
                 if let Some(t) = s.text.as_mut() {
                     // The match and anything after it are dropped.
                     t.finish();
                 }
-                s.finish(FinishReason::Stop);
-                finished.push(i);
+                finished.push((i, Some(FinishReason::Stop)));
             } else if s.generated >= s.params.max_tokens || s.tokens.len() >= self.n_ctx {
-                s.finish(FinishReason::Length);
-                finished.push(i);
+                finished.push((i, Some(FinishReason::Length)));
             }
         }
-        finished.sort_unstable();
-        for &i in finished.iter().rev() {
-            let s = self.active.remove(i);
-            s.span
-                .in_scope(|| tracing::debug!(id = s.id, generated = s.generated, "finished"));
+        finished.sort_unstable_by_key(|&(i, _)| i);
+        let mut ended = Vec::with_capacity(finished.len());
+        for (i, reason) in finished.into_iter().rev() {
+            ended.push((self.active.remove(i), reason));
         }
         self.counters().steps.fetch_add(1, Ordering::Relaxed);
         self.publish(generated);
+        for (mut s, reason) in ended {
+            if let Some(reason) = reason {
+                s.finish(reason);
+            }
+            s.span
+                .in_scope(|| tracing::debug!(id = s.id, generated = s.generated, "finished"));
+        }
     }
 
     /// Updates the gauges and the tokens/s estimate after a step.

@@ -26,6 +26,8 @@ const Q4_1_BYTES: usize = 20;
 const Q8_0_BYTES: usize = 34;
 /// Output columns per parallel work item.
 const COL_TILE: usize = 16;
+/// Activation rows accumulated together in one pass over a weight row.
+const ROW_GROUP: usize = 4;
 
 /// A weight matrix `[n, k]` (`n` outputs) in whichever form runs it fastest and faithfully.
 pub(crate) enum Weight {
@@ -164,9 +166,11 @@ impl OwnWeight {
             Kind::Q4_1 { qs, .. } => {
                 let src = &qs[col * kb * 16..(col + 1) * kb * 16];
                 for (blk, dst) in src.chunks_exact(16).zip(out.chunks_exact_mut(QK)) {
-                    for j in 0..16 {
-                        dst[j] = (blk[j] & 0x0F) as i8;
-                        dst[j + 16] = (blk[j] >> 4) as i8;
+                    // Written as zipped iterators (no indices) so that it vectorizes.
+                    let (lo, hi) = dst.split_at_mut(16);
+                    for ((l, h), &b) in lo.iter_mut().zip(hi.iter_mut()).zip(blk) {
+                        *l = (b & 0x0F) as i8;
+                        *h = (b >> 4) as i8;
                     }
                 }
             }
@@ -176,58 +180,88 @@ impl OwnWeight {
 
     /// Dot products of one unpacked weight row with every activation row, block by block as
     /// ggml's `vec_dot_q4_1_q8_1` / `vec_dot_q8_0_q8_0`: `Σ (d_w·d_a)·Σq_w·q_a (+ m_w·s_a)`.
+    /// `sum_block` computes one block's exact integer dot product (portable or SIMD: integer
+    /// sums are exact, so every implementation gives the same `i32`); the float accumulation
+    /// order is the same for all of them.
     #[inline(always)]
-    fn dot_rows(&self, col: usize, w: &[i8], a: &Q8Rows, out: &mut [f32]) {
+    fn dot_rows(
+        &self,
+        col: usize,
+        w: &[i8],
+        a: &Q8Rows,
+        out: &mut [f32],
+        sum_block: impl Fn(&[i8], &[i8]) -> i32,
+    ) {
         let kb = self.k / QK;
         let wb = col * kb;
-        for (row, o) in out.iter_mut().enumerate() {
-            let ab = row * kb;
-            let mut acc = 0f32;
-            for b in 0..kb {
-                let qw = &w[b * QK..(b + 1) * QK];
-                let qa = &a.q[(ab + b) * QK..(ab + b + 1) * QK];
-                let mut sumi = 0i32;
-                for j in 0..QK {
-                    sumi += i32::from(qw[j]) * i32::from(qa[j]);
+        let dw = match &self.kind {
+            Kind::Q4_1 { d, .. } | Kind::Q8_0 { d, .. } => &d[wb..wb + kb],
+        };
+        let mw = match &self.kind {
+            Kind::Q4_1 { m, .. } => Some(&m[wb..wb + kb]),
+            Kind::Q8_0 { .. } => None,
+        };
+        // Four activation rows at a time: four independent accumulation chains hide the float
+        // add latency; each row's own operations and their order are unchanged.
+        for (g, group) in out.chunks_mut(ROW_GROUP).enumerate() {
+            let first = g * ROW_GROUP;
+            let mut acc = [0f32; ROW_GROUP];
+            for (b, qw) in w.chunks_exact(QK).enumerate() {
+                for (i, acc) in acc.iter_mut().enumerate().take(group.len()) {
+                    let ab = (first + i) * kb + b;
+                    let sumi = sum_block(qw, &a.q[ab * QK..(ab + 1) * QK]);
+                    *acc += (dw[b] * a.d[ab]) * sumi as f32;
                 }
-                let d = match &self.kind {
-                    Kind::Q4_1 { d, .. } | Kind::Q8_0 { d, .. } => d[wb + b],
-                };
-                acc += (d * a.d[ab + b]) * sumi as f32;
             }
-            if let Kind::Q4_1 { m, .. } = &self.kind {
-                let mut summs = 0f32;
-                for b in 0..kb {
-                    summs += m[wb + b] * a.s[ab + b];
+            if let Some(mw) = mw {
+                for (i, acc) in acc.iter_mut().enumerate().take(group.len()) {
+                    let ab = (first + i) * kb;
+                    let mut summs = 0f32;
+                    for (m, s) in mw.iter().zip(&a.s[ab..ab + kb]) {
+                        summs += m * s;
+                    }
+                    *acc += summs;
                 }
-                acc += summs;
             }
-            *o = acc;
+            group.copy_from_slice(&acc[..group.len()]);
         }
     }
 
-    /// One tile of output columns (`out` is `[cols][rows]`), the code every tier compiles.
+    /// One tile of output columns (`out` is `[cols][rows]`) with a given block dot product.
     #[inline(always)]
-    fn tile_generic(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
+    fn tile_with(
+        &self,
+        first_col: usize,
+        a: &Q8Rows,
+        rows: usize,
+        out: &mut [f32],
+        sum_block: impl Fn(&[i8], &[i8]) -> i32 + Copy,
+    ) {
         let mut w = vec![0i8; self.k];
         for (c, col_out) in out.chunks_exact_mut(rows).enumerate() {
             self.unpack_row(first_col + c, &mut w);
-            self.dot_rows(first_col + c, &w, a, col_out);
+            self.dot_rows(first_col + c, &w, a, col_out, sum_block);
         }
     }
 
-    /// The same code compiled for AVX2.
+    /// The portable tile (the reference every SIMD tier must match bit for bit).
+    #[inline(always)]
+    fn tile_generic(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
+        self.tile_with(first_col, a, rows, out, sum_block_generic)
+    }
+
+    /// The tile with AVX2 block dot products (`vpmaddubsw` + `vpmaddwd`, as ggml's x86 code).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     fn tile_avx2(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
-        self.tile_generic(first_col, a, rows, out)
+        self.tile_with(first_col, a, rows, out, |w, x| sum_block_avx2(w, x))
     }
 
-    /// The same code compiled for AVX-512 (BW for the 8/16-bit lanes, VNNI for the i16 dot).
+    /// The same for CPUs with AVX-512 (the AVX2 block dot, compiled with the wider ISA enabled).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
     fn tile_avx512(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
-        self.tile_generic(first_col, a, rows, out)
+        self.tile_with(first_col, a, rows, out, |w, x| sum_block_avx2(w, x))
     }
 
     /// Runs one tile with the widest instruction set the CPU has. Integer sums are exact and
@@ -269,6 +303,50 @@ impl OwnWeight {
     fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
         self.matmul_with(Tier::detect(), x, rows)
     }
+}
+
+/// One block's integer dot product `Σ w[j]·a[j]` over `QK` values, portable code.
+#[inline(always)]
+fn sum_block_generic(w: &[i8], a: &[i8]) -> i32 {
+    w.iter()
+        .zip(a)
+        .map(|(&x, &y)| i32::from(x) * i32::from(y))
+        .sum()
+}
+
+/// The same with AVX2, exactly (no saturation can occur): `vpmaddubsw` multiplies |w| (as u8)
+/// by a with w's sign and adds pairs into i16 (|pair| ≤ 2·128·127 = 32,512 < 32,767), `vpmaddwd`
+/// widens to eight i32 lanes, which are summed. ggml's `mul_sum_i8_pairs` does the same.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+#[allow(unsafe_code)]
+fn sum_block_avx2(w: &[i8], a: &[i8]) -> i32 {
+    use std::arch::x86_64::{
+        __m256i, _mm_add_epi32, _mm_cvtsi128_si32, _mm_shuffle_epi32, _mm256_castsi256_si128,
+        _mm256_extracti128_si256, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
+        _mm256_set1_epi16, _mm256_sign_epi8,
+    };
+    assert!(w.len() >= QK && a.len() >= QK);
+    // SAFETY: both slices hold at least 32 bytes (asserted above) and `loadu` has no alignment
+    // requirement.
+    let (vw, va) = unsafe {
+        (
+            _mm256_loadu_si256(w.as_ptr().cast::<__m256i>()),
+            _mm256_loadu_si256(a.as_ptr().cast::<__m256i>()),
+        )
+    };
+    let abs_w = _mm256_sign_epi8(vw, vw);
+    let signed_a = _mm256_sign_epi8(va, vw);
+    let pairs = _mm256_maddubs_epi16(abs_w, signed_a);
+    let quads = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+    let s = _mm_add_epi32(
+        _mm256_castsi256_si128(quads),
+        _mm256_extracti128_si256::<1>(quads),
+    );
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
 }
 
 /// Instruction-set tier of the own kernels, detected once.
@@ -375,6 +453,39 @@ mod tests {
                     "{dtype:?} {n}x{k} rows {rows} tier {:?}",
                     tiers[1]
                 );
+            }
+        }
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn simd_block_dot_is_exact_at_the_extremes() {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            let mut cases: Vec<([i8; QK], [i8; QK])> = vec![
+                ([-128; QK], [127; QK]),
+                ([-128; QK], [-127; QK]),
+                ([127; QK], [127; QK]),
+                ([15; QK], [-127; QK]),
+                ([0; QK], [-128; QK]),
+            ];
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            for _ in 0..2000 {
+                let mut w = [0i8; QK];
+                let mut a = [0i8; QK];
+                for j in 0..QK {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    w[j] = x as i8;
+                    a[j] = ((x >> 8) as i8).max(-127);
+                }
+                cases.push((w, a));
+            }
+            for (w, a) in &cases {
+                // SAFETY: AVX2 was detected just above.
+                let simd = unsafe { sum_block_avx2(w, a) };
+                assert_eq!(simd, sum_block_generic(w, a), "{w:?} · {a:?}");
             }
         }
     }
