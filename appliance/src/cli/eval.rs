@@ -100,8 +100,10 @@ pub struct RunArgs {
     /// for the rest: a quick smoke run.
     #[arg(long, value_name = "N")]
     pub answer_cases: Option<usize>,
-    /// With --against: the corpus, ACLs and users are already in place: do not ingest, sync or
-    /// issue tokens.
+    /// With --against: the corpus and the `iam_v1` permissions are already in place (as after
+    /// `airlock demo`): do not ingest, sync `iam_v1` or issue the v1 users' tokens. The set's
+    /// phase transitions (`iam_v2`, deletions) are still applied, so the daemon ends in the
+    /// set's final state.
     #[arg(long, requires = "against")]
     pub no_setup: bool,
     /// qrels split of a BEIR set.

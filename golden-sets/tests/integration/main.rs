@@ -42,7 +42,15 @@ fn fake_daemon(leak: bool) -> String {
             }
             let mut body = vec![0; len];
             reader.read_exact(&mut body).unwrap();
-            let (status, out) = if !auth.ends_with("tok-u1") {
+            let (status, out) = if auth.ends_with("tok-admin")
+                && request_line.starts_with("POST /v1/acl/sync")
+            {
+                // The runner applies the set's phase transitions (here: an empty iam_v2).
+                (
+                    200,
+                    json!({"users_added": 0, "users_removed": 0, "memberships_changed": 0, "grants_changed": 0, "users_access_changed": 0}),
+                )
+            } else if !auth.ends_with("tok-u1") {
                 (
                     401,
                     json!({"type": "https://airlock.local/problems/unauthorized", "title": "Unauthorized", "status": 401, "detail": "unknown token"}),
