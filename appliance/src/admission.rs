@@ -29,6 +29,11 @@ pub const MAX_RUNG: u8 = 5;
 /// the default).
 pub const PRIORITY_HEADER: &str = "x-airlock-priority";
 
+/// Rung 4's default wait limit before the first token (`queue_deadline_ms`). It must exceed
+/// the unloaded time to first token of a full RAG prompt on the target box (~37 s for a 6-chunk
+/// prompt with SmolLM2 on the 2-core dev box), or a lone user is answered 504.
+pub const DEFAULT_QUEUE_DEADLINE: Duration = Duration::from_secs(120);
+
 /// What a request may do at its rung.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RungPlan {
@@ -46,14 +51,14 @@ pub struct RungPlan {
 
 impl RungPlan {
     /// The plan of `rung` (must be ≤ [`MAX_RUNG`]; rung 5 never gets a plan, it is shed), with
-    /// the default rung-4 deadline of 5 s.
+    /// the default rung-4 deadline ([`DEFAULT_QUEUE_DEADLINE`]).
     pub fn for_rung(rung: u8) -> Self {
         RungPlan {
             rung,
             rerank: rung == 0,
             max_prompt_chunks: (rung >= 2).then_some(3),
             small_model: rung >= 3,
-            queue_deadline: (rung >= 4).then_some(Duration::from_secs(5)),
+            queue_deadline: (rung >= 4).then_some(DEFAULT_QUEUE_DEADLINE),
         }
     }
 }
@@ -509,7 +514,7 @@ mod tests {
             2
         );
         let t4 = a.admit(&u, Some(4), Priority::Interactive).unwrap();
-        assert_eq!(t4.plan.queue_deadline, Some(Duration::from_secs(5)));
+        assert_eq!(t4.plan.queue_deadline, Some(DEFAULT_QUEUE_DEADLINE));
     }
 
     #[test]

@@ -539,7 +539,10 @@ impl Config {
 
     /// Rung 4's wait limit before the first token.
     pub fn queue_deadline(&self) -> Duration {
-        Duration::from_millis(self.queue_deadline_ms.unwrap_or(5000))
+        self.queue_deadline_ms.map_or(
+            crate::admission::DEFAULT_QUEUE_DEADLINE,
+            Duration::from_millis,
+        )
     }
 
     /// `Retry-After` of shed responses.

@@ -41,7 +41,10 @@ impl Default for LadderConfig {
             inflight_full: 16,
             queue_full: 8,
             kv_full: 0.85,
-            wait_full: Duration::from_secs(4),
+            // Above the unloaded TTFT of a full RAG prompt on a small box (a 6-chunk prompt
+            // with SmolLM2 on the 2-core dev box: ~37 s), so one user's answer never reads as
+            // overload; a wait of 4 s sent a single user to rung 4 there.
+            wait_full: Duration::from_secs(60),
             step_down: [1.0, 1.5, 2.0, 3.0, 4.0],
             recover_ratio: 0.6,
             recover_hold: Duration::from_secs(10),

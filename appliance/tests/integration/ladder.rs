@@ -150,7 +150,10 @@ async fn concurrent_holders_drive_admission_down_and_back() {
         .unwrap()
         .plan;
     assert_eq!(plan.rung, 4);
-    assert_eq!(plan.queue_deadline, Some(Duration::from_secs(5)));
+    assert_eq!(
+        plan.queue_deadline,
+        Some(airlock::admission::DEFAULT_QUEUE_DEADLINE)
+    );
     assert!(matches!(
         admission.admit(&u, None, Priority::Batch),
         Err(airlock::ApiError::CapacityUnavailable { .. })
