@@ -22,7 +22,7 @@ if (!token || !question) {
 
 const browser = await launch();
 try {
-  const page = await openPage(browser, url, { width: 1100, height: 900 });
+  const page = await openPage(browser, url, { width: 1100, height: 1500 });
   await signIn(page, token);
   const answer = await ask(page, question);
   await settled(answer, 300_000);
