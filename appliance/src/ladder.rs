@@ -219,13 +219,13 @@ impl Ewma {
         }
     }
 
-    /// Adds a sample.
+    /// Adds a sample. An empty average starts from zero (an idle appliance), not from its first
+    /// sample: one cold or unusually long first request must not read as sustained overload
+    /// (it sent the 2-core demo to rung 4 for ~40 s with a single user).
     pub fn record(&mut self, sample: Duration) {
         let x = sample.as_secs_f64();
-        self.value = Some(match self.value {
-            Some(v) => v + self.alpha * (x - v),
-            None => x,
-        });
+        let v = self.value.unwrap_or(0.0);
+        self.value = Some(v + self.alpha * (x - v));
         self.fresh = true;
     }
 
@@ -319,23 +319,25 @@ mod tests {
     fn ewma_tracks_and_decays_when_idle() {
         let mut e = Ewma::new(0.5);
         assert_eq!(e.get(), None);
+        // Starts from zero: 0 + 0.5·(2 − 0) = 1, then 1 + 0.5·(4 − 1) = 2.5.
         e.record(Duration::from_secs(2));
+        assert_eq!(e.get(), Some(Duration::from_secs(1)));
         e.record(Duration::from_secs(4));
-        assert_eq!(e.get(), Some(Duration::from_secs(3)));
+        assert_eq!(e.get(), Some(Duration::from_secs_f64(2.5)));
         e.tick(true);
         assert_eq!(
             e.get(),
-            Some(Duration::from_secs(3)),
+            Some(Duration::from_secs_f64(2.5)),
             "fresh samples do not decay"
         );
         e.tick(false);
         assert_eq!(
             e.get(),
-            Some(Duration::from_secs(3)),
+            Some(Duration::from_secs_f64(2.5)),
             "work waiting: no decay"
         );
         e.tick(true);
-        assert_eq!(e.get(), Some(Duration::from_secs_f64(1.5)));
+        assert_eq!(e.get(), Some(Duration::from_secs_f64(1.25)));
         for _ in 0..40 {
             e.tick(true);
         }
