@@ -571,14 +571,7 @@ fn serve_owned(
     ready: std::sync::mpsc::Sender<Ready>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) -> anyhow::Result<Drained> {
-    let data = config.data_dir();
-    match crate::sandbox::lock_down_daemon(&data, config.require_sandbox()) {
-        Ok(_) => {}
-        Err(e) if config.require_sandbox() => {
-            return Err(anyhow::Error::new(e).context("refusing to start (require_sandbox = true)"));
-        }
-        Err(e) => tracing::warn!(error = %e, "egress lockdown not applied"),
-    }
+    crate::cli::serve::lock_down(&config)?;
     let services = startup::open(&config)?;
     let admin = services.acl.add_user(
         ACTOR,

@@ -37,20 +37,29 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(config = ?config, "starting");
     // Egress lockdown while the process is still single-threaded: the runtime, the engine
     // threads and the ladder thread created below inherit it.
-    let data = config.data_dir();
-    match crate::sandbox::lock_down_daemon(&data, config.require_sandbox()) {
-        Ok(_) => {}
-        Err(e) if config.require_sandbox() => {
-            return Err(anyhow::Error::new(e).context("refusing to start (require_sandbox = true)"));
-        }
-        Err(e) => tracing::warn!(error = %e, "egress lockdown not applied"),
-    }
+    lock_down(&config)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("airlock-http")
         .build()
         .context("starting the async runtime")?;
     runtime.block_on(serve(config))
+}
+
+/// Applies the egress lockdown to the calling thread and every thread it starts afterwards, as
+/// configured: refuses to start when `require_sandbox` is set and the kernel cannot enforce it,
+/// otherwise warns and goes on.
+pub(crate) fn lock_down(config: &Config) -> anyhow::Result<()> {
+    match crate::sandbox::lock_down_daemon(&config.data_dir(), config.require_sandbox()) {
+        Ok(_) => Ok(()),
+        Err(e) if config.require_sandbox() => {
+            Err(anyhow::Error::new(e).context("refusing to start (require_sandbox = true)"))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "egress lockdown not applied");
+            Ok(())
+        }
+    }
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
