@@ -4,10 +4,17 @@
 //! applies the per-user quotas of [`crate::quota`] (429 `rate-limited`), picks the degradation
 //! rung for the request and turns it into a [`RungPlan`] (what the request path may do at that
 //! rung). The load-driven controller of [`crate::ladder`] runs on a small thread that observes
-//! in-flight work, queue depth, the engines' KV-cache use and an EWMA of the engine wait every
-//! tick, and moves the rung every new request gets; an admin can still force a rung per request.
+//! in-flight work, queue depth, the engines' KV-cache use, an EWMA of the queue wait
+//! (submission → engine admission) and the demand rung 5 shed, every tick, and moves the rung
+//! every new request gets; an admin can still force a rung per request.
+//!
+//! Rung 5 has two meanings. Reached by the load, it sheds only the excess: an interactive
+//! request is still admitted while fewer than `shed_admit_inflight` admitted requests are in
+//! flight (it gets rung 4's plan and reports rung 5). Forced by an admin
+//! (`"airlock": {"rung": 5}`) or pinned by the operator ([`Admission::set_rung`]), it sheds
+//! every request.
 
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -17,21 +24,24 @@ use parking_lot::Mutex;
 use crate::auth::Caller;
 use crate::config::Config;
 use crate::error::ApiError;
-use crate::ladder::{Ewma, Ladder, LadderConfig, Signals, Transition};
+use crate::ladder::{Ewma, Ladder, LadderConfig, ShedDemand, Signals, Transition};
 use crate::metrics::Metrics;
 use crate::quota::{QuotaConfig, Quotas, TokenReservation};
 use crate::services::Services;
 
-/// The highest rung (shed everything).
+/// The highest rung (shed: everything when forced or pinned, the excess when the load put the
+/// ladder there).
 pub const MAX_RUNG: u8 = 5;
 
 /// The request header that marks batch/eval traffic (`batch`) or interactive (`interactive`,
 /// the default).
 pub const PRIORITY_HEADER: &str = "x-airlock-priority";
 
-/// Rung 4's default wait limit before the first token (`queue_deadline_ms`). It must exceed
-/// the unloaded time to first token of a full RAG prompt on the target box (~37 s for a 6-chunk
-/// prompt with SmolLM2 on the 2-core dev box), or a lone user is answered 504.
+/// Rung 4's (and the load-driven rung 5's) default limit on the wait for the engine's first
+/// event (`queue_deadline_ms`). It was sized when that event was the first token: it must then
+/// exceed the unloaded time to first token of a full RAG prompt on the target box (~37 s for a
+/// 6-chunk prompt with SmolLM2 on the 2-core dev box), or a lone user is answered 504. Once the
+/// engine's first event is its admission of the sequence, it bounds the queue wait alone.
 pub const DEFAULT_QUEUE_DEADLINE: Duration = Duration::from_secs(120);
 
 /// What a request may do at its rung.
@@ -45,13 +55,16 @@ pub struct RungPlan {
     pub max_prompt_chunks: Option<usize>,
     /// Whether the small generator replaces the large one (rung ≥ 3).
     pub small_model: bool,
-    /// How long a request may wait for the engine before its first token (rung ≥ 4).
+    /// How long a request may wait for the engine (its first event) before 504 (rung ≥ 4).
     pub queue_deadline: Option<Duration>,
 }
 
 impl RungPlan {
-    /// The plan of `rung` (must be ≤ [`MAX_RUNG`]; rung 5 never gets a plan, it is shed), with
-    /// the default rung-4 deadline ([`DEFAULT_QUEUE_DEADLINE`]).
+    /// The plan of `rung` (must be ≤ [`MAX_RUNG`]), with the default rung-4 deadline
+    /// ([`DEFAULT_QUEUE_DEADLINE`]). Rung 5's plan is rung 4's (no rerank, ≤ 3 chunks, small
+    /// model, bounded queue wait) with `rung` = 5: what the load-driven rung 5 admits below its
+    /// in-flight limit runs like rung 4, so nothing admitted at rung 5 queues without bound, and
+    /// the response reports the rung the controller is at.
     pub fn for_rung(rung: u8) -> Self {
         RungPlan {
             rung,
@@ -120,7 +133,7 @@ pub struct AdmissionConfig {
     /// Period of the controller thread; `None` = no thread (the owner calls
     /// [`Admission::tick`], as tests do with a fake clock).
     pub tick: Option<Duration>,
-    /// Rung 4's wait limit before the first token.
+    /// Rung 4's (and the load-driven rung 5's) limit on the wait for the engine's first event.
     pub queue_deadline: Duration,
     /// `Retry-After` of shed responses.
     pub shed_retry_after: Duration,
@@ -154,6 +167,10 @@ impl Default for AdmissionConfig {
 struct Load {
     inflight: AtomicUsize,
     queued: AtomicUsize,
+    /// Requests admitted since the last tick (for the shed-demand estimate).
+    admitted: AtomicU64,
+    /// Requests the load-driven rung 5 shed as excess since the last tick.
+    shed_excess: AtomicU64,
 }
 
 struct EngineProbe {
@@ -167,6 +184,10 @@ struct Control {
     enabled: bool,
     ladder: Mutex<Ladder>,
     wait: Mutex<Ewma>,
+    demand: Mutex<ShedDemand>,
+    /// The operator pinned rung 5 ([`Admission::set_rung`]): shed everything until the
+    /// controller moves the rung.
+    pinned_shed: AtomicBool,
     engines: Mutex<Vec<EngineProbe>>,
     last_tick: Mutex<Instant>,
     load: Arc<Load>,
@@ -183,6 +204,7 @@ impl Control {
         }
     }
 
+    /// The current signals (no side effect).
     fn signals(&self) -> Signals {
         let (mut engine_queued, mut kv, mut budget) = (0usize, 0usize, 0usize);
         for p in self.engines.lock().iter() {
@@ -191,35 +213,51 @@ impl Control {
             kv += m.kv_bytes;
             budget += p.kv_budget;
         }
-        let queued = self.load.queued.load(Ordering::Relaxed).max(engine_queued);
-        let mut wait = self.wait.lock();
-        wait.tick(queued == 0);
         Signals {
             inflight: self.load.inflight.load(Ordering::Relaxed),
-            queued,
+            queued: self.load.queued.load(Ordering::Relaxed).max(engine_queued),
             kv_fraction: if budget == 0 {
                 0.0
             } else {
                 kv as f64 / budget as f64
             },
-            wait_ewma: wait.get(),
+            wait_ewma: self.wait.lock().get(),
+            shed_ratio: self.demand.lock().ratio(),
         }
     }
 
     fn tick(&self, now: Instant) -> Option<Transition> {
-        let signals = self.signals();
         let mut ladder = self.ladder.lock();
-        {
+        let dt = {
             let mut last = self.last_tick.lock();
             let dt = now.saturating_duration_since(*last);
             *last = now;
-            self.metrics.rung_seconds(ladder.rung(), dt.as_secs_f64());
-        }
+            dt
+        };
+        self.metrics.rung_seconds(ladder.rung(), dt.as_secs_f64());
+        self.demand.lock().update(
+            self.load.admitted.swap(0, Ordering::Relaxed),
+            self.load.shed_excess.swap(0, Ordering::Relaxed),
+            dt,
+        );
+        let before = self.signals();
+        // The wait EWMA decays while nothing waits (an idle appliance forgets old waits).
+        let wait_ewma = {
+            let mut wait = self.wait.lock();
+            wait.tick(before.queued == 0);
+            wait.get()
+        };
+        let signals = Signals {
+            wait_ewma,
+            ..before
+        };
         if !self.enabled {
             return None;
         }
         self.metrics.ladder_pressure.set(ladder.pressure(&signals));
         let step = ladder.observe(&signals, now)?;
+        // The controller moved: an operator's rung-5 pin (shed everything) ends here.
+        self.pinned_shed.store(false, Ordering::Relaxed);
         self.apply(step.to);
         tracing::info!(
             from = step.from,
@@ -229,6 +267,7 @@ impl Control {
             queued = signals.queued,
             kv_fraction = signals.kv_fraction,
             wait_ewma_ms = signals.wait_ewma.map(|w| w.as_millis() as u64),
+            shed_ratio = signals.shed_ratio,
             "ladder rung changed"
         );
         Some(step)
@@ -260,6 +299,9 @@ pub struct Admission {
     queue_deadline: Duration,
     shed_retry_after: Duration,
     batch_shed_rung: u8,
+    /// The load-driven rung 5's in-flight limit (`None`: no load-driven ladder, rung 5 can only
+    /// be forced or pinned and sheds everything).
+    shed_admit_inflight: Option<usize>,
     metrics: Metrics,
 }
 
@@ -279,8 +321,10 @@ impl Drop for Ticket {
     }
 }
 
-/// Marks a request as waiting for the engine; dropping it (at the first token, or when the
-/// request ends before one) ends the wait and feeds its length to the ladder's wait EWMA.
+/// Marks a request as waiting for the engine; dropping it ends the wait and feeds its length to
+/// the ladder's queue-wait EWMA. The request path drops it when the engine admits the sequence
+/// into its running batch (or when the request ends before that), so the signal is pure
+/// queueing, not the prompt's own prefill.
 pub struct QueueSlot {
     control: Arc<Control>,
     since: Instant,
@@ -313,6 +357,8 @@ impl Admission {
         let control = Arc::new(Control {
             enabled: config.ladder.is_some(),
             wait: Mutex::new(Ewma::new(ladder_config.ewma_alpha)),
+            demand: Mutex::new(ShedDemand::new(ladder_config.recover_hold)),
+            pinned_shed: AtomicBool::new(false),
             ladder: Mutex::new(Ladder::new(ladder_config)),
             engines: Mutex::new(Vec::new()),
             last_tick: Mutex::new(Instant::now()),
@@ -331,6 +377,7 @@ impl Admission {
             queue_deadline: config.queue_deadline,
             shed_retry_after: config.shed_retry_after,
             batch_shed_rung: config.batch_shed_rung,
+            shed_admit_inflight: config.ladder.as_ref().map(|l| l.shed_admit_inflight),
             metrics,
         }
     }
@@ -371,17 +418,33 @@ impl Admission {
     }
 
     /// Moves the controller to `rung` (recorded in metrics); with the ladder running it moves
-    /// on from there at the next observation.
+    /// on from there at the next observation. An operator's pin: rung 5 set this way sheds
+    /// every request (as a request forcing `airlock.rung = 5` is shed) until the controller
+    /// moves the rung; only a rung 5 the load put the ladder at sheds just the excess.
     pub fn set_rung(&self, rung: u8) {
         let rung = rung.min(MAX_RUNG);
-        self.control.ladder.lock().force(rung);
+        let mut ladder = self.control.ladder.lock();
+        ladder.force(rung);
+        self.control
+            .pinned_shed
+            .store(rung == MAX_RUNG, Ordering::Relaxed);
         self.control.apply(rung);
     }
 
+    fn shed(&self, priority: Priority) -> ApiError {
+        self.metrics.shed(priority.as_str());
+        ApiError::CapacityUnavailable {
+            retry_after: self.shed_retry_after,
+        }
+    }
+
     /// Admits `caller`'s request at the controller's rung, or at `forced` (admin only, checked
-    /// by the caller). Shed first, at no cost (rung 5, or batch traffic from the batch shedding
-    /// rung on): 503 `capacity-unavailable`. Then the request quota: 429 `rate-limited`. Both
-    /// with `Retry-After`.
+    /// by the caller). Shed first, at no cost: 503 `capacity-unavailable` for every request at
+    /// a forced or pinned rung 5, for batch traffic from the batch shedding rung on (unless the
+    /// rung is forced), and at the load-driven rung 5 for the interactive requests beyond its
+    /// in-flight limit ([`LadderConfig::shed_admit_inflight`]); an interactive request below
+    /// the limit is admitted with rung 5's plan (rung 4's behaviour, [`RungPlan::for_rung`]).
+    /// Then the request quota: 429 `rate-limited`. Both with `Retry-After`.
     pub fn admit(
         &self,
         caller: &Caller,
@@ -394,21 +457,47 @@ impl Admission {
                 "airlock.rung must be between 0 and {MAX_RUNG}"
             )));
         }
-        let shed = rung == MAX_RUNG
-            || (forced.is_none() && priority == Priority::Batch && rung >= self.batch_shed_rung);
-        if shed {
-            self.metrics.shed(priority.as_str());
-            return Err(ApiError::CapacityUnavailable {
-                retry_after: self.shed_retry_after,
-            });
+        let load_driven = forced.is_none();
+        // The load-driven rung 5's limit; `None` where rung 5 sheds everything.
+        let excess_limit = match (rung == MAX_RUNG, load_driven) {
+            (false, _) => None,
+            (true, false) => return Err(self.shed(priority)),
+            (true, true) => match self.shed_admit_inflight {
+                Some(limit) if !self.control.pinned_shed.load(Ordering::Relaxed) => Some(limit),
+                _ => return Err(self.shed(priority)),
+            },
+        };
+        if load_driven && priority == Priority::Batch && rung >= self.batch_shed_rung {
+            return Err(self.shed(priority));
         }
-        self.quotas
-            .take_request(&caller.user_id, caller.admin, Instant::now())
-            .map_err(|retry_after| {
-                self.metrics.rate_limited("requests");
-                ApiError::RateLimited { retry_after }
-            })?;
-        self.load.inflight.fetch_add(1, Ordering::Relaxed);
+        match excess_limit {
+            // Take an in-flight slot only below the limit (one atomic step: concurrent
+            // requests cannot overshoot it).
+            Some(limit) => {
+                let taken =
+                    self.load
+                        .inflight
+                        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                            (n < limit).then_some(n + 1)
+                        });
+                if taken.is_err() {
+                    self.load.shed_excess.fetch_add(1, Ordering::Relaxed);
+                    return Err(self.shed(priority));
+                }
+            }
+            None => {
+                self.load.inflight.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Err(retry_after) =
+            self.quotas
+                .take_request(&caller.user_id, caller.admin, Instant::now())
+        {
+            self.load.inflight.fetch_sub(1, Ordering::Relaxed);
+            self.metrics.rate_limited("requests");
+            return Err(ApiError::RateLimited { retry_after });
+        }
+        self.load.admitted.fetch_add(1, Ordering::Relaxed);
         self.metrics.inflight.inc();
         let mut plan = RungPlan::for_rung(rung);
         plan.queue_deadline = plan.queue_deadline.map(|_| self.queue_deadline);
@@ -440,7 +529,8 @@ impl Admission {
         &self.quotas
     }
 
-    /// Marks one request as queued for the engine until the slot is dropped.
+    /// Marks one request as queued for the engine until the slot is dropped (see [`QueueSlot`]:
+    /// drop it when the engine admits the sequence).
     pub fn enqueue(&self) -> QueueSlot {
         self.load.queued.fetch_add(1, Ordering::Relaxed);
         self.metrics.queue_depth.inc();
@@ -489,6 +579,14 @@ mod tests {
         assert!(!RungPlan::for_rung(2).small_model);
         assert!(RungPlan::for_rung(3).small_model);
         assert!(RungPlan::for_rung(4).queue_deadline.is_some());
+        // What the load-driven rung 5 admits runs like rung 4 and reports rung 5.
+        assert_eq!(
+            RungPlan::for_rung(5),
+            RungPlan {
+                rung: 5,
+                ..RungPlan::for_rung(4)
+            }
+        );
     }
 
     #[test]
@@ -560,6 +658,296 @@ mod tests {
             a.admit(&u, None, Priority::Interactive),
             Err(ApiError::RateLimited { .. })
         ));
+    }
+
+    /// A ladder whose rung 5 admits up to 3 in flight (full at 4 in flight; the queue signal
+    /// far away), driven by hand with a fake clock.
+    fn excess_config() -> AdmissionConfig {
+        AdmissionConfig {
+            ladder: Some(LadderConfig {
+                inflight_full: 4,
+                queue_full: 8,
+                shed_admit_inflight: 3,
+                ..LadderConfig::default()
+            }),
+            tick: None,
+            ..AdmissionConfig::default()
+        }
+    }
+
+    fn is_shed<T: std::fmt::Debug>(r: &Result<T, ApiError>) -> bool {
+        matches!(r, Err(ApiError::CapacityUnavailable { .. }))
+    }
+
+    #[test]
+    fn load_driven_rung_five_sheds_only_the_excess() {
+        let a = Admission::new(Metrics::new(), excess_config());
+        let u = caller("u");
+        let t0 = Instant::now();
+        let slots: Vec<QueueSlot> = (0..40).map(|_| a.enqueue()).collect();
+        assert_eq!(a.tick(t0).unwrap().to, 5, "40 queued / 8 full = 5");
+        drop(slots);
+        let held: Vec<Ticket> = (0..3)
+            .map(|_| a.admit(&u, None, Priority::Interactive).unwrap())
+            .collect();
+        for t in &held {
+            assert_eq!(
+                t.plan,
+                RungPlan {
+                    rung: 5,
+                    queue_deadline: Some(DEFAULT_QUEUE_DEADLINE),
+                    ..RungPlan::for_rung(4)
+                },
+                "rung 4's plan (bounded queue wait), reported as rung 5"
+            );
+        }
+        assert_eq!(a.inflight(), 3);
+        assert!(
+            is_shed(&a.admit(&u, None, Priority::Interactive)),
+            "the excess"
+        );
+        assert!(is_shed(&a.admit(&u, None, Priority::Batch)), "batch always");
+        assert_eq!(a.inflight(), 3, "shed requests hold no slot");
+        // An admin forcing rung 5 is shed below the limit too; forcing a lower rung (evals) is
+        // not limited.
+        drop(held);
+        assert!(is_shed(&a.admit(&u, Some(5), Priority::Interactive)));
+        let forced: Vec<Ticket> = (0..5)
+            .map(|_| a.admit(&u, Some(4), Priority::Batch).unwrap())
+            .collect();
+        assert_eq!(forced[0].plan.rung, 4);
+        assert!(is_shed(&a.admit(&u, None, Priority::Interactive)));
+        drop(forced);
+        let t = a.admit(&u, None, Priority::Interactive).unwrap();
+        assert_eq!(t.plan.rung, 5);
+        // The excess shed here (2 interactive) is counted against what was admitted (3 + 5 + 1):
+        // the next observation sees the demand.
+        a.tick(t0 + Duration::from_millis(250));
+        let ratio = a.signals().shed_ratio;
+        assert!(
+            (ratio - 2.0 / 9.0).abs() < 1e-6,
+            "2 shed / 9 admitted: {ratio}"
+        );
+        let m = a.metrics.encode();
+        assert!(
+            m.contains("airlock_shed_total{priority=\"interactive\"} 3"),
+            "{m}"
+        );
+        assert!(
+            m.contains("airlock_shed_total{priority=\"batch\"} 1"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn concurrent_requests_at_rung_five_never_overshoot_the_limit() {
+        let a = Admission::new(Metrics::new(), excess_config());
+        let slots: Vec<QueueSlot> = (0..40).map(|_| a.enqueue()).collect();
+        a.tick(Instant::now());
+        assert_eq!(a.current_rung(), 5);
+        let barrier = std::sync::Barrier::new(16);
+        let admitted = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..16)
+                .map(|i| {
+                    let (a, barrier) = (&a, &barrier);
+                    s.spawn(move || {
+                        barrier.wait();
+                        a.admit(&caller(&format!("u{i}")), None, Priority::Interactive)
+                            .ok()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .filter_map(|h| h.join().unwrap())
+                .collect::<Vec<Ticket>>()
+        });
+        assert_eq!(admitted.len(), 3, "exactly the limit");
+        assert_eq!(a.inflight(), 3);
+        drop((admitted, slots));
+        assert_eq!(a.inflight(), 0);
+    }
+
+    #[test]
+    fn a_quota_refusal_at_rung_five_gives_its_slot_back() {
+        let a = Admission::new(
+            Metrics::new(),
+            AdmissionConfig {
+                quotas: QuotaConfig {
+                    user: crate::quota::Limits {
+                        requests_per_minute: 1,
+                        tokens_per_minute: 0,
+                    },
+                    ..QuotaConfig::default()
+                },
+                ..excess_config()
+            },
+        );
+        let slots: Vec<QueueSlot> = (0..40).map(|_| a.enqueue()).collect();
+        a.tick(Instant::now());
+        let u = caller("u");
+        let t = a.admit(&u, None, Priority::Interactive).unwrap();
+        assert!(matches!(
+            a.admit(&u, None, Priority::Interactive),
+            Err(ApiError::RateLimited { .. })
+        ));
+        assert_eq!(a.inflight(), 1);
+        drop((t, slots));
+    }
+
+    #[test]
+    fn a_pinned_rung_five_sheds_everything_until_the_controller_moves() {
+        let a = Admission::new(Metrics::new(), excess_config());
+        let u = caller("u");
+        let t0 = Instant::now();
+        a.set_rung(5);
+        assert_eq!(a.inflight(), 0);
+        assert!(is_shed(&a.admit(&u, None, Priority::Interactive)));
+        // Calm: the controller climbs after the hold, and the pin ends with it.
+        assert!(a.tick(t0).is_none());
+        assert_eq!(a.tick(t0 + Duration::from_secs(11)).unwrap().to, 4);
+        let slots: Vec<QueueSlot> = (0..40).map(|_| a.enqueue()).collect();
+        assert_eq!(a.tick(t0 + Duration::from_secs(12)).unwrap().to, 5);
+        assert_eq!(
+            a.admit(&u, None, Priority::Interactive).unwrap().plan.rung,
+            5,
+            "rung 5 from the load admits below the limit"
+        );
+        drop(slots);
+    }
+
+    /// A deterministic load on a fake clock: `rate` arrivals per 250 ms tick (fractions
+    /// accumulate), each admitted request in flight for `hold_ticks` ticks.
+    struct Sim {
+        a: Admission,
+        t0: Instant,
+        tick: u64,
+        owed: f64,
+        running: std::collections::VecDeque<(u64, Ticket)>,
+        admitted: usize,
+        shed: usize,
+    }
+
+    impl Sim {
+        fn new(config: AdmissionConfig) -> Sim {
+            Sim {
+                a: Admission::new(Metrics::new(), config),
+                t0: Instant::now(),
+                tick: 0,
+                owed: 0.0,
+                running: Default::default(),
+                admitted: 0,
+                shed: 0,
+            }
+        }
+
+        /// Runs `ticks` ticks; returns the rung after each.
+        fn run(&mut self, ticks: u64, rate: f64, hold_ticks: u64) -> Vec<u8> {
+            let u = caller("u");
+            (0..ticks)
+                .map(|_| {
+                    self.tick += 1;
+                    while self
+                        .running
+                        .front()
+                        .is_some_and(|(end, _)| *end <= self.tick)
+                    {
+                        self.running.pop_front();
+                    }
+                    self.owed += rate;
+                    while self.owed >= 1.0 {
+                        self.owed -= 1.0;
+                        match self.a.admit(&u, None, Priority::Interactive) {
+                            Ok(t) => {
+                                self.admitted += 1;
+                                self.running.push_back((self.tick + hold_ticks, t));
+                            }
+                            Err(_) => self.shed += 1,
+                        }
+                    }
+                    self.a
+                        .tick(self.t0 + Duration::from_millis(250 * self.tick));
+                    self.a.current_rung()
+                })
+                .collect()
+        }
+    }
+
+    fn changes(rungs: &[u8]) -> usize {
+        rungs.windows(2).filter(|w| w[0] != w[1]).count()
+    }
+
+    /// (tick, new rung) of every change, for failure messages.
+    fn steps(rungs: &[u8]) -> Vec<(usize, u8)> {
+        (1..rungs.len())
+            .filter(|&i| rungs[i] != rungs[i - 1])
+            .map(|i| (i, rungs[i]))
+            .collect()
+    }
+
+    #[test]
+    fn steady_overload_holds_rung_five_without_flapping_and_recovery_follows_the_demand() {
+        // Full at 4 in flight, rung 5 admits 4 (= full, the default rule), the queue signal
+        // out of the way. Requests stay 10 ticks (2.5 s); recovery holds 10 s = 40 ticks.
+        let mut sim = Sim::new(AdmissionConfig {
+            ladder: Some(LadderConfig {
+                inflight_full: 4,
+                queue_full: 1000,
+                shed_admit_inflight: 4,
+                ..LadderConfig::default()
+            }),
+            tick: None,
+            ..AdmissionConfig::default()
+        });
+        // 1. Ten minutes of 5x overload (demand 20 in flight): down to rung 5 within a few
+        //    ticks, then rung 5 for good, the engine kept at its limit, the rest shed.
+        let rungs = sim.run(2400, 2.0, 10);
+        let entered = rungs.iter().position(|r| *r == 5).unwrap();
+        assert!(entered < 10, "entered rung 5 at tick {entered}");
+        assert_eq!(
+            changes(&rungs[entered..]),
+            0,
+            "flapping: {:?}",
+            steps(&rungs)
+        );
+        assert_eq!(sim.a.inflight(), 4);
+        // Served at rung 5: 4 requests per 10 ticks, ~0.4 per tick.
+        let served = sim.admitted;
+        assert!((900..=1000).contains(&served), "admitted {served}");
+        // 2. Demand 12 in flight (pressure 3.0 with it all admitted): above rung 5's recovery
+        //    level (0.6 x 4 = 2.4), so rung 5 holds and keeps shedding the excess.
+        let before = sim.shed;
+        let rungs = sim.run(1200, 1.2, 10);
+        assert!(rungs.iter().all(|r| *r == 5), "{:?}", steps(&rungs));
+        assert!(sim.shed > before);
+        // 3. Demand 8 (pressure 2.0): below rung 5's recovery level but above rung 4's (1.8):
+        //    one climb to rung 4 once the shed demand has decayed, then rung 4 for good (it
+        //    admits everything: 8 in flight, pressure 2.0 < rung 5's 4.0).
+        let rungs = sim.run(2400, 0.8, 10);
+        assert_eq!(changes(&rungs), 1, "{:?}", steps(&rungs));
+        let climbed = rungs.iter().position(|r| *r == 4).unwrap();
+        assert!(
+            (40..400).contains(&climbed),
+            "climbed to rung 4 at tick {climbed}"
+        );
+        assert_eq!(*rungs.last().unwrap(), 4);
+        assert_eq!(sim.a.inflight(), 8);
+        // 4. Back to rung 5 by a burst, then a demand at the limit itself (4 in flight): the
+        //    work admitted at rung 5 does not hold it there; the ladder climbs one rung per
+        //    hold to rung 2, where pressure 1.0 stays above rung 2's recovery level (0.9).
+        sim.run(20, 4.0, 10);
+        assert_eq!(sim.a.current_rung(), 5);
+        let rungs = sim.run(2400, 0.4, 10);
+        assert_eq!(
+            changes(&rungs),
+            3,
+            "5 -> 2 one at a time: {:?}",
+            steps(&rungs)
+        );
+        assert_eq!(*rungs.last().unwrap(), 2);
+        // 5. Idle: back to rung 0.
+        let rungs = sim.run(400, 0.0, 10);
+        assert_eq!(*rungs.last().unwrap(), 0);
     }
 
     #[test]

@@ -152,8 +152,8 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_LADDER_KV_FULL")]
     pub ladder_kv_full: Option<f64>,
 
-    /// Ladder: engine wait (submit to first token) EWMA in ms that counts as full load
-    /// [default: 4000].
+    /// Ladder: queue-wait EWMA in ms (submission to the engine until the engine admits the
+    /// sequence; the prompt's prefill is not included) that counts as full load [default: 2000].
     #[arg(long, env = "AIRLOCK_LADDER_WAIT_FULL_MS")]
     pub ladder_wait_full_ms: Option<u64>,
 
@@ -174,7 +174,15 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_LADDER_TICK_MS")]
     pub ladder_tick_ms: Option<u64>,
 
-    /// Rung 4: milliseconds a request may wait for its first token before 504 [default: 5000].
+    /// Ladder: at rung 5 reached under load, interactive requests are still admitted while
+    /// fewer than this many admitted model-bound requests are in flight (the rest are shed);
+    /// must keep rung 5's admitted work below its recovery level [default: ladder_inflight_full,
+    /// lowered to that level's limit if needed].
+    #[arg(long, env = "AIRLOCK_LADDER_SHED_ADMIT_INFLIGHT")]
+    pub ladder_shed_admit_inflight: Option<usize>,
+
+    /// Rungs 4 and 5: milliseconds a request may wait for the engine (its first event) before
+    /// 504 [default: 120000].
     #[arg(long, env = "AIRLOCK_QUEUE_DEADLINE_MS")]
     pub queue_deadline_ms: Option<u64>,
 
@@ -185,6 +193,25 @@ pub struct Config {
     /// Batch requests (`X-Airlock-Priority: batch`) are shed from this rung on [default: 3].
     #[arg(long, env = "AIRLOCK_BATCH_SHED_RUNG")]
     pub batch_shed_rung: Option<u8>,
+
+    /// Engine: sequences each generator decodes together in one step [default: 16].
+    #[arg(long, env = "AIRLOCK_ENGINE_MAX_BATCH")]
+    pub engine_max_batch: Option<usize>,
+
+    /// Engine: interactive requests that may wait for a generator's admission; more are
+    /// answered 503 [default: 64].
+    #[arg(long, env = "AIRLOCK_ENGINE_QUEUE_CAPACITY")]
+    pub engine_queue_capacity: Option<usize>,
+
+    /// Engine: batch requests that may wait for admission, counted apart from interactive ones;
+    /// at most engine_queue_capacity [default: 16, or engine_queue_capacity if smaller].
+    #[arg(long, env = "AIRLOCK_ENGINE_BATCH_QUEUE_CAPACITY")]
+    pub engine_batch_queue_capacity: Option<usize>,
+
+    /// Engine: a queued batch request that has waited this many engine steps is promoted and
+    /// admitted in arrival order with interactive ones; 0 = plain FIFO [default: 128].
+    #[arg(long, env = "AIRLOCK_ENGINE_BATCH_MAX_WAIT_STEPS")]
+    pub engine_batch_max_wait_steps: Option<u64>,
 
     /// Refuse to start unless the egress lockdown (landlock) is fully enforced [default: false].
     #[arg(long, env = "AIRLOCK_REQUIRE_SANDBOX")]
@@ -234,9 +261,23 @@ impl fmt::Debug for Config {
             .field("ladder_recover_ratio", &self.ladder_recover_ratio)
             .field("ladder_recover_hold_secs", &self.ladder_recover_hold_secs)
             .field("ladder_tick_ms", &self.ladder_tick_ms)
+            .field(
+                "ladder_shed_admit_inflight",
+                &self.ladder_shed_admit_inflight,
+            )
             .field("queue_deadline_ms", &self.queue_deadline_ms)
             .field("shed_retry_after_secs", &self.shed_retry_after_secs)
             .field("batch_shed_rung", &self.batch_shed_rung)
+            .field("engine_max_batch", &self.engine_max_batch)
+            .field("engine_queue_capacity", &self.engine_queue_capacity)
+            .field(
+                "engine_batch_queue_capacity",
+                &self.engine_batch_queue_capacity,
+            )
+            .field(
+                "engine_batch_max_wait_steps",
+                &self.engine_batch_max_wait_steps,
+            )
             .field("require_sandbox", &self.require_sandbox)
             .field("trusted_header", &self.trusted_header)
             .field(
@@ -314,9 +355,20 @@ impl Config {
                 .ladder_recover_hold_secs
                 .or(lower.ladder_recover_hold_secs),
             ladder_tick_ms: self.ladder_tick_ms.or(lower.ladder_tick_ms),
+            ladder_shed_admit_inflight: self
+                .ladder_shed_admit_inflight
+                .or(lower.ladder_shed_admit_inflight),
             queue_deadline_ms: self.queue_deadline_ms.or(lower.queue_deadline_ms),
             shed_retry_after_secs: self.shed_retry_after_secs.or(lower.shed_retry_after_secs),
             batch_shed_rung: self.batch_shed_rung.or(lower.batch_shed_rung),
+            engine_max_batch: self.engine_max_batch.or(lower.engine_max_batch),
+            engine_queue_capacity: self.engine_queue_capacity.or(lower.engine_queue_capacity),
+            engine_batch_queue_capacity: self
+                .engine_batch_queue_capacity
+                .or(lower.engine_batch_queue_capacity),
+            engine_batch_max_wait_steps: self
+                .engine_batch_max_wait_steps
+                .or(lower.engine_batch_max_wait_steps),
             require_sandbox: self.require_sandbox.or(lower.require_sandbox),
             trusted_header: self.trusted_header.or(lower.trusted_header),
             trusted_header_secret: self.trusted_header_secret.or(lower.trusted_header_secret),
@@ -389,13 +441,44 @@ impl Config {
             }
             (None, None) => {}
         }
-        self.ladder_config()
-            .check()
-            .map_err(|reason| invalid("ladder", reason))?;
         if self.ladder_step_down.as_ref().is_some_and(|v| v.len() != 5) {
             return Err(invalid(
                 "ladder_step_down",
                 "needs exactly five thresholds (rungs 1 to 5)",
+            ));
+        }
+        // The other ladder settings first (with the rung-5 limit they would default to), then
+        // the limit as given, so the error names the setting at fault.
+        let ladder = self.ladder_config();
+        crate::ladder::LadderConfig {
+            shed_admit_inflight: ladder.default_shed_admit_inflight(),
+            ..ladder.clone()
+        }
+        .check()
+        .map_err(|reason| invalid("ladder", reason))?;
+        ladder
+            .check()
+            .map_err(|reason| invalid("ladder_shed_admit_inflight", reason))?;
+        let engine = self.engine_config();
+        if !(1..engine.step_token_budget).contains(&engine.max_batch) {
+            return Err(invalid(
+                "engine_max_batch",
+                format!(
+                    "must be between 1 and {} (below the engine's step token budget)",
+                    engine.step_token_budget - 1
+                ),
+            ));
+        }
+        if !(1..=1 << 16).contains(&engine.queue_capacity) {
+            return Err(invalid(
+                "engine_queue_capacity",
+                "must be between 1 and 65536",
+            ));
+        }
+        if !(1..=engine.queue_capacity).contains(&engine.batch_queue_capacity) {
+            return Err(invalid(
+                "engine_batch_queue_capacity",
+                "must be between 1 and engine_queue_capacity",
             ));
         }
         for (field, v) in [
@@ -512,7 +595,7 @@ impl Config {
     /// refused by [`Config::validate`] and replaced by the default here).
     pub fn ladder_config(&self) -> crate::ladder::LadderConfig {
         let d = crate::ladder::LadderConfig::default();
-        crate::ladder::LadderConfig {
+        let c = crate::ladder::LadderConfig {
             inflight_full: self.ladder_inflight_full.unwrap_or(d.inflight_full),
             queue_full: self.ladder_queue_full.unwrap_or(d.queue_full),
             kv_full: self.ladder_kv_full.unwrap_or(d.kv_full),
@@ -529,6 +612,33 @@ impl Config {
                 .ladder_recover_hold_secs
                 .map_or(d.recover_hold, Duration::from_secs),
             ewma_alpha: d.ewma_alpha,
+            shed_admit_inflight: d.shed_admit_inflight,
+        };
+        crate::ladder::LadderConfig {
+            shed_admit_inflight: self
+                .ladder_shed_admit_inflight
+                .unwrap_or_else(|| c.default_shed_admit_inflight()),
+            ..c
+        }
+    }
+
+    /// The generation engines' settings: the defaults of [`EngineConfig`] with the `engine_*`
+    /// settings over them (the batch queue defaults to at most the interactive one).
+    ///
+    /// [`EngineConfig`]: airlock_inference::generate::EngineConfig
+    pub fn engine_config(&self) -> airlock_inference::generate::EngineConfig {
+        let d = airlock_inference::generate::EngineConfig::default();
+        let queue_capacity = self.engine_queue_capacity.unwrap_or(d.queue_capacity);
+        airlock_inference::generate::EngineConfig {
+            max_batch: self.engine_max_batch.unwrap_or(d.max_batch),
+            queue_capacity,
+            batch_queue_capacity: self
+                .engine_batch_queue_capacity
+                .unwrap_or(d.batch_queue_capacity.min(queue_capacity)),
+            batch_max_wait_steps: self
+                .engine_batch_max_wait_steps
+                .unwrap_or(d.batch_max_wait_steps),
+            ..d
         }
     }
 
@@ -537,7 +647,7 @@ impl Config {
         Duration::from_millis(self.ladder_tick_ms.unwrap_or(250))
     }
 
-    /// Rung 4's wait limit before the first token.
+    /// Rung 4's (and the load-driven rung 5's) limit on the wait for the engine's first event.
     pub fn queue_deadline(&self) -> Duration {
         self.queue_deadline_ms.map_or(
             crate::admission::DEFAULT_QUEUE_DEADLINE,
@@ -644,6 +754,135 @@ mod tests {
         assert!(c.ladder_enabled());
         assert!(!c.require_sandbox());
         assert_eq!(c.batch_shed_rung(), 3);
+    }
+
+    #[test]
+    fn the_rung_five_limit_defaults_from_the_full_level_and_is_validated() {
+        let c = Config::default();
+        assert_eq!(c.ladder_config().shed_admit_inflight, 16);
+        assert_eq!(c.ladder_config().wait_full, Duration::from_secs(2));
+        // Unset: follows ladder_inflight_full (and stays below rung 5's recovery level).
+        let small = Config {
+            ladder_inflight_full: Some(1),
+            ..Config::default()
+        };
+        small.validate().unwrap();
+        assert_eq!(small.ladder_config().shed_admit_inflight, 1);
+        let tight_queue = Config {
+            ladder_queue_full: Some(2),
+            ..Config::default()
+        };
+        tight_queue.validate().unwrap();
+        assert_eq!(
+            tight_queue.ladder_config().shed_admit_inflight,
+            4,
+            "5 queued / 2 full = 2.5 would hold rung 5"
+        );
+        let toml = Config::from_toml(
+            "ladder_inflight_full = 1
+ladder_shed_admit_inflight = 2
+",
+            Path::new("a.toml"),
+        )
+        .unwrap();
+        toml.validate().unwrap();
+        assert_eq!(toml.ladder_config().shed_admit_inflight, 2);
+        let field = |c: Config| match c.validate() {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        for bad in [0, 3] {
+            let c = Config {
+                ladder_shed_admit_inflight: Some(bad),
+                ..toml.clone()
+            };
+            assert_eq!(field(c), "ladder_shed_admit_inflight", "limit {bad}");
+        }
+        // Thresholds where one request already holds rung 5 are the ladder's fault.
+        let hopeless = Config {
+            ladder_inflight_full: Some(1),
+            ladder_step_down: Some(vec![0.1, 0.2, 0.3, 0.4, 0.5]),
+            ..Config::default()
+        };
+        assert_eq!(field(hopeless), "ladder");
+    }
+
+    #[test]
+    fn engine_priority_settings_reach_the_engine_config() {
+        use airlock_inference::generate::EngineConfig;
+        assert_eq!(Config::default().engine_config(), EngineConfig::default());
+        let c = Config::from_toml(
+            "engine_max_batch = 2
+engine_queue_capacity = 8
+engine_batch_max_wait_steps = 0
+",
+            Path::new("a.toml"),
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let e = c.engine_config();
+        assert_eq!(
+            (
+                e.max_batch,
+                e.queue_capacity,
+                e.batch_queue_capacity,
+                e.batch_max_wait_steps
+            ),
+            (2, 8, 8, 0),
+            "the batch queue defaults to at most the interactive one"
+        );
+        assert_eq!(e.kv_budget_bytes, EngineConfig::default().kv_budget_bytes);
+        // Flags over the file, as for every other setting.
+        #[derive(clap::Parser)]
+        struct Wrap {
+            #[command(flatten)]
+            config: Config,
+        }
+        let cli = <Wrap as clap::Parser>::try_parse_from([
+            "airlock",
+            "--engine-batch-queue-capacity",
+            "4",
+            "--engine-batch-max-wait-steps",
+            "32",
+            "--ladder-shed-admit-inflight",
+            "12",
+        ])
+        .unwrap()
+        .config;
+        let merged = cli.over(c);
+        merged.validate().unwrap();
+        let e = merged.engine_config();
+        assert_eq!(
+            (e.max_batch, e.batch_queue_capacity, e.batch_max_wait_steps),
+            (2, 4, 32)
+        );
+        assert_eq!(merged.ladder_config().shed_admit_inflight, 12);
+        let field = |c: Config| match c.validate() {
+            Err(ConfigError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        let bad = |f: fn(&mut Config)| {
+            let mut c = Config::default();
+            f(&mut c);
+            field(c)
+        };
+        assert_eq!(bad(|c| c.engine_max_batch = Some(0)), "engine_max_batch");
+        assert_eq!(bad(|c| c.engine_max_batch = Some(256)), "engine_max_batch");
+        assert_eq!(
+            bad(|c| c.engine_queue_capacity = Some(0)),
+            "engine_queue_capacity"
+        );
+        assert_eq!(
+            bad(|c| c.engine_batch_queue_capacity = Some(0)),
+            "engine_batch_queue_capacity"
+        );
+        assert_eq!(
+            bad(|c| {
+                c.engine_queue_capacity = Some(4);
+                c.engine_batch_queue_capacity = Some(5);
+            }),
+            "engine_batch_queue_capacity"
+        );
     }
 
     #[test]

@@ -2,13 +2,25 @@
 //! by a clock the caller passes in (so tests replay synthetic load with a fake clock).
 //!
 //! Every observation folds the load signals into one *pressure* number: the largest of
-//! in-flight work, queue depth, KV-cache use and the engine-wait EWMA, each divided by its
+//! in-flight work, queue depth, KV-cache use and the queue-wait EWMA, each divided by its
 //! configured "full" level (pressure 1.0 = one signal at its full level). Rung `r` (1..=5) is
 //! entered as soon as one observation reaches `step_down[r - 1]` (down fast, possibly several
 //! rungs at once). The controller climbs back one rung at a time, and only after the pressure
 //! has stayed below `recover_ratio × step_down[rung - 1]` for `recover_hold` without a break
 //! (up slowly). The gap between the two thresholds is the hysteresis: a steady load sitting at a
 //! threshold moves the ladder once and then holds it there.
+//!
+//! Rung 5 sheds only the excess: admission still admits interactive requests while fewer than
+//! [`LadderConfig::shed_admit_inflight`] are in flight. Two rules keep that from fighting the
+//! recovery logic:
+//!
+//! - the limit is below rung 5's recovery level ([`LadderConfig::check`]), so the work admitted
+//!   at rung 5 cannot by itself hold the ladder at rung 5 once the demand is gone;
+//! - the in-flight signal counts the demand that was shed ([`Signals::shed_ratio`], from
+//!   [`ShedDemand`]): by Little's law, `inflight × (1 + shed/admitted)` is what would be in
+//!   flight had the shed requests been admitted. A steady overload therefore keeps rung 5 (the
+//!   ladder does not climb to rung 4, admit the excess and fall back to 5 every hold period),
+//!   and a demand that rung 4 can carry lets it climb once and stay.
 
 use std::time::{Duration, Instant};
 
@@ -23,16 +35,23 @@ pub struct LadderConfig {
     pub queue_full: usize,
     /// Fraction of the engines' KV-cache budget in use that counts as full load.
     pub kv_full: f64,
-    /// Engine wait (submit → first token) EWMA that counts as full load.
+    /// Queue-wait EWMA that counts as full load. The wait is pure queueing: from the submission
+    /// to the engine until the engine admits the sequence into its running batch (the prompt's
+    /// own prefill is not part of it), so an unloaded appliance waits ~0.
     pub wait_full: Duration,
     /// Pressure at which rungs 1, 2, 3, 4 and 5 are entered (strictly increasing).
     pub step_down: [f64; MAX_RUNG as usize],
     /// The ladder climbs from rung `r` when pressure stays below `recover_ratio × step_down[r-1]`.
     pub recover_ratio: f64,
-    /// How long the pressure must stay below the recovery threshold before climbing one rung.
+    /// How long the pressure must stay below the recovery threshold before climbing one rung;
+    /// also the time constant of the shed-demand estimate ([`ShedDemand`]).
     pub recover_hold: Duration,
-    /// Weight of the newest engine-wait sample in the EWMA (0 < alpha ≤ 1).
+    /// Weight of the newest queue-wait sample in the EWMA (0 < alpha ≤ 1).
     pub ewma_alpha: f64,
+    /// Rung 5 (when the load put the ladder there) still admits an interactive request while
+    /// fewer than this many admitted model-bound requests are in flight, and sheds the rest.
+    /// Must stay below rung 5's recovery level ([`LadderConfig::max_shed_admit_inflight`]).
+    pub shed_admit_inflight: usize,
 }
 
 impl Default for LadderConfig {
@@ -41,19 +60,54 @@ impl Default for LadderConfig {
             inflight_full: 16,
             queue_full: 8,
             kv_full: 0.85,
-            // Above the unloaded TTFT of a full RAG prompt on a small box (a 6-chunk prompt
-            // with SmolLM2 on the 2-core dev box: ~37 s), so one user's answer never reads as
-            // overload; a wait of 4 s sent a single user to rung 4 there.
-            wait_full: Duration::from_secs(60),
+            // Pure queueing before the engine starts a prompt: an idle appliance waits ~0 (the
+            // ~37 s a lone RAG answer takes to its first token on the 2-core box is prefill,
+            // not queueing, and no longer counts), so 2 s of queueing already means overload;
+            // rung 5 is entered at an EWMA of 8 s.
+            wait_full: Duration::from_secs(2),
             step_down: [1.0, 1.5, 2.0, 3.0, 4.0],
             recover_ratio: 0.6,
             recover_hold: Duration::from_secs(10),
             ewma_alpha: 0.3,
+            // = inflight_full: rung 5 keeps the engine at its full level and sheds the rest.
+            shed_admit_inflight: 16,
         }
     }
 }
 
+/// The largest `n` with `n / full < bound`.
+fn largest_below(full: usize, bound: f64) -> usize {
+    let ratio = |n: usize| n as f64 / full as f64;
+    let mut n = (bound * full as f64).ceil().max(0.0) as usize;
+    while n > 0 && ratio(n) >= bound {
+        n -= 1;
+    }
+    n
+}
+
 impl LadderConfig {
+    /// The pressure below which rung 5 starts its calm period.
+    pub fn rung5_recover_level(&self) -> f64 {
+        self.recover_ratio * self.step_down[usize::from(MAX_RUNG) - 1]
+    }
+
+    /// The largest rung-5 in-flight limit whose admitted work stays below rung 5's recovery
+    /// level on both the in-flight and the queue signal (every admitted request may be waiting
+    /// for the engine), so that the work rung 5 admits cannot by itself hold rung 5. 0 when even
+    /// one request would.
+    pub fn max_shed_admit_inflight(&self) -> usize {
+        let level = self.rung5_recover_level();
+        largest_below(self.inflight_full.max(1), level)
+            .min(largest_below(self.queue_full.max(1), level))
+    }
+
+    /// The default rung-5 in-flight limit for these levels: `inflight_full` (rung 5 keeps the
+    /// engine at its full level), lowered to [`LadderConfig::max_shed_admit_inflight`] if the
+    /// thresholds need it.
+    pub fn default_shed_admit_inflight(&self) -> usize {
+        self.inflight_full.min(self.max_shed_admit_inflight())
+    }
+
     /// Checks the ranges; the message names what is wrong.
     pub fn check(&self) -> Result<(), String> {
         if self.inflight_full == 0 || self.queue_full == 0 {
@@ -76,6 +130,24 @@ impl LadderConfig {
         if !(self.ewma_alpha > 0.0 && self.ewma_alpha <= 1.0) {
             return Err("ladder EWMA alpha must be in (0, 1]".into());
         }
+        let max = self.max_shed_admit_inflight();
+        if max == 0 {
+            return Err(format!(
+                "one request in flight already holds rung 5 (its recovery level is {:.2} x the \
+                 full levels): raise the last step-down threshold or the recover ratio",
+                self.rung5_recover_level()
+            ));
+        }
+        if !(1..=max).contains(&self.shed_admit_inflight) {
+            return Err(format!(
+                "the rung-5 in-flight limit (ladder_shed_admit_inflight) is {}, it must be \
+                 between 1 and {max}: above that, the work admitted at rung 5 alone reaches \
+                 rung 5's recovery level ({:.2} x ladder_inflight_full or ladder_queue_full) \
+                 and the ladder never leaves rung 5",
+                self.shed_admit_inflight,
+                self.rung5_recover_level()
+            ));
+        }
         Ok(())
     }
 }
@@ -89,8 +161,13 @@ pub struct Signals {
     pub queued: usize,
     /// KV-cache bytes in use over the engines' KV budget (0..=1).
     pub kv_fraction: f64,
-    /// EWMA of the engine wait (submit → first token), if any sample exists.
+    /// EWMA of the queue wait (submission → engine admission), if any sample exists.
     pub wait_ewma: Option<Duration>,
+    /// Requests the load-driven rung 5 shed as excess per request admitted, over about the last
+    /// `recover_hold` ([`ShedDemand::ratio`]; 0 when nothing was shed). The in-flight signal
+    /// counts `inflight × (1 + shed_ratio)`: the work that would be in flight had the shed
+    /// requests been admitted.
+    pub shed_ratio: f64,
 }
 
 /// A rung change.
@@ -138,14 +215,16 @@ impl Ladder {
         self.calm_since = None;
     }
 
-    /// The pressure of `s`: the largest signal relative to its full level.
+    /// The pressure of `s`: the largest signal relative to its full level. The in-flight
+    /// signal includes the demand rung 5 shed (`inflight × (1 + shed_ratio)`).
     pub fn pressure(&self, s: &Signals) -> f64 {
         let c = &self.config;
         let wait = s
             .wait_ewma
             .map_or(0.0, |w| w.as_secs_f64() / c.wait_full.as_secs_f64());
+        let demand = s.inflight as f64 * (1.0 + s.shed_ratio.max(0.0));
         [
-            s.inflight as f64 / c.inflight_full as f64,
+            demand / c.inflight_full as f64,
             s.queued as f64 / c.queue_full as f64,
             s.kv_fraction / c.kv_full,
             wait,
@@ -198,6 +277,55 @@ impl Ladder {
             });
         }
         None
+    }
+}
+
+/// How much demand the load-driven rung 5 turned away, relative to what it admitted: two
+/// exponentially decaying counts (time constant `tau`, the ladder's `recover_hold`) of admitted
+/// requests and of requests shed as excess. Their ratio scales the in-flight signal
+/// ([`Signals::shed_ratio`]): with the same mean time in flight, admitted work `a` per second
+/// keeps `inflight` requests in flight, so `a + s` per second would keep
+/// `inflight × (a + s) / a` (Little's law). The counts decay when nothing happens, so a
+/// finished overload is forgotten within a few `tau`.
+#[derive(Debug, Clone)]
+pub struct ShedDemand {
+    tau: f64,
+    admitted: f64,
+    shed: f64,
+}
+
+impl ShedDemand {
+    /// Empty counts decaying with time constant `tau` (at least 1 ms).
+    pub fn new(tau: Duration) -> Self {
+        ShedDemand {
+            tau: tau.as_secs_f64().max(1e-3),
+            admitted: 0.0,
+            shed: 0.0,
+        }
+    }
+
+    /// Adds what happened during the last `dt`: `admitted` requests admitted (at any rung) and
+    /// `shed` requests shed as excess by the load-driven rung 5.
+    pub fn update(&mut self, admitted: u64, shed: u64, dt: Duration) {
+        let keep = (-dt.as_secs_f64() / self.tau).exp();
+        self.admitted = self.admitted * keep + admitted as f64;
+        self.shed = self.shed * keep + shed as f64;
+        for v in [&mut self.admitted, &mut self.shed] {
+            if *v < 1e-3 {
+                *v = 0.0;
+            }
+        }
+    }
+
+    /// Shed requests per admitted request in the recent past (0 when none were shed). Fewer
+    /// than one admission in the window counts as one, so the ratio stays finite while the
+    /// engine admits nothing (it is still large: rung 5 holds).
+    pub fn ratio(&self) -> f64 {
+        if self.shed == 0.0 {
+            0.0
+        } else {
+            self.shed / self.admitted.max(1.0)
+        }
     }
 }
 
@@ -266,6 +394,7 @@ mod tests {
             queued: 4,
             kv_fraction: 0.85 * 1.2,
             wait_ewma: Some(Duration::from_secs(2)),
+            shed_ratio: 0.0,
         };
         assert!((l.pressure(&s) - 1.2).abs() < 1e-9);
         assert_eq!(l.target(0.99), 0);
@@ -342,6 +471,84 @@ mod tests {
             e.tick(true);
         }
         assert_eq!(e.get(), None);
+    }
+
+    #[test]
+    fn shed_demand_scales_the_inflight_signal() {
+        let l = Ladder::new(LadderConfig::default());
+        let s = Signals {
+            inflight: 16,
+            shed_ratio: 3.0,
+            ..Signals::default()
+        };
+        // 16 in flight while three times as many were shed as admitted: 64 would be in flight.
+        assert!((l.pressure(&s) - 4.0).abs() < 1e-9);
+        assert_eq!(l.target(l.pressure(&s)), 5);
+        let idle = Signals {
+            shed_ratio: 3.0,
+            ..Signals::default()
+        };
+        assert_eq!(l.pressure(&idle), 0.0, "nothing in flight: no demand left");
+    }
+
+    #[test]
+    fn shed_demand_is_a_ratio_that_decays() {
+        let mut d = ShedDemand::new(Duration::from_secs(10));
+        assert_eq!(d.ratio(), 0.0);
+        d.update(4, 12, Duration::ZERO);
+        assert!((d.ratio() - 3.0).abs() < 1e-9);
+        // One time constant later the old counts weigh e^-1; new admissions dilute the sheds.
+        d.update(4, 0, Duration::from_secs(10));
+        let e = (-1.0f64).exp();
+        assert!((d.ratio() - 12.0 * e / (4.0 * e + 4.0)).abs() < 1e-9);
+        // Nothing admitted for long: the ratio stays finite (fewer than one admission counts
+        // as one) and large.
+        let mut stuck = ShedDemand::new(Duration::from_secs(10));
+        stuck.update(0, 20, Duration::from_millis(250));
+        assert_eq!(stuck.ratio(), 20.0);
+        for _ in 0..1000 {
+            d.update(0, 0, Duration::from_secs(1));
+        }
+        assert_eq!(d.ratio(), 0.0, "a finished overload is forgotten");
+    }
+
+    #[test]
+    fn the_rung_five_limit_stays_below_the_recovery_level() {
+        let c = LadderConfig::default();
+        // Recovery from rung 5 below 0.6 x 4 = 2.4 x full: 38 of 16 in flight, 19 of 8 queued.
+        assert_eq!(c.max_shed_admit_inflight(), 19);
+        assert_eq!(c.default_shed_admit_inflight(), 16);
+        assert_eq!(c.shed_admit_inflight, c.default_shed_admit_inflight());
+        let small = LadderConfig {
+            inflight_full: 1,
+            ..LadderConfig::default()
+        };
+        assert_eq!(small.max_shed_admit_inflight(), 2, "2/1 < 2.4 <= 3/1");
+        assert_eq!(small.default_shed_admit_inflight(), 1);
+        // Exactly at the level is not below it: 0.5 x 4 = 2.0 x 5 full = 10 is refused.
+        let exact = LadderConfig {
+            inflight_full: 5,
+            queue_full: 100,
+            recover_ratio: 0.5,
+            ..LadderConfig::default()
+        };
+        assert_eq!(exact.max_shed_admit_inflight(), 9);
+        for (n, ok) in [(0, false), (1, true), (19, true), (20, false)] {
+            let c = LadderConfig {
+                shed_admit_inflight: n,
+                ..LadderConfig::default()
+            };
+            assert_eq!(c.check().is_ok(), ok, "limit {n}: {:?}", c.check());
+        }
+        let hopeless = LadderConfig {
+            inflight_full: 1,
+            step_down: [0.1, 0.2, 0.3, 0.4, 0.5],
+            recover_ratio: 0.5,
+            shed_admit_inflight: 1,
+            ..LadderConfig::default()
+        };
+        assert_eq!(hopeless.max_shed_admit_inflight(), 0);
+        assert!(hopeless.check().unwrap_err().contains("one request"));
     }
 
     #[test]

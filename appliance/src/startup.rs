@@ -13,7 +13,6 @@ use airlock_acl::Acl;
 use airlock_bundle::{NoProgress, Store};
 use airlock_inference::Embedder;
 use airlock_inference::catalogue::{Catalogue, Role};
-use airlock_inference::generate::EngineConfig;
 use airlock_retrieval::{Retrieval, RetrievalConfig};
 use airlock_signing::Keyring;
 
@@ -229,7 +228,7 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
             source: Box::new(source),
         };
         let files = catalogue.generator_files(entry).map_err(model_err)?;
-        let g = Generator::load(&entry.alias, &entry.id, &files, EngineConfig::default())
+        let g = Generator::load(&entry.alias, &entry.id, &files, config.engine_config())
             .map_err(model_err)?;
         tracing::info!(model = %entry.id, alias = %entry.alias, n_ctx = g.engine().n_ctx(),
             "generator loaded");
