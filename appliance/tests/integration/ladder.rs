@@ -2,7 +2,9 @@
 //! with a fake clock (descends under load, recovers after, no flapping at a threshold), real
 //! concurrent holders drive admission's own bookkeeping, and requests through `app()` check the
 //! wire behaviour: shed = 503 problem with `Retry-After` that never reaches the engine, batch shed
-//! first, rung-4 deadline = 504, RPM and TPM quotas = 429 with reservation and refund.
+//! first, the load-driven rung 5 sheds only the excess (below its in-flight limit a chat is
+//! served, reporting rung 5), rung-4 deadline = 504, RPM and TPM quotas = 429 with reservation
+//! and refund.
 
 use std::time::{Duration, Instant};
 
@@ -220,6 +222,7 @@ async fn shed_requests_are_503_problems_that_never_reach_the_engine() {
         let s = t.state.services().unwrap();
         s.generators[0].engine().metrics()
     };
+    // An operator's pin at rung 5 sheds everything, nothing in flight or not.
     t.state.admission().set_rung(5);
     for _ in 0..5 {
         let r = t.send(chat_req(&user, plain_question(8), false)).await;
@@ -269,18 +272,34 @@ async fn shed_requests_are_503_problems_that_never_reach_the_engine() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_running_ladder_sheds_under_load_and_recovers() {
+async fn the_running_ladder_sheds_the_excess_under_load_and_recovers() {
     let config = Config {
         ladder: Some(true),
         ladder_tick_ms: Some(20),
         ladder_recover_hold_secs: Some(1),
+        // Full at 2 in flight, so rung 5 admits up to 2 (the default limit = the full level).
+        ladder_inflight_full: Some(2),
         ..test_config()
     };
+    assert_eq!(config.ladder_config().shed_admit_inflight, 2);
     // Its own engine: the controller reads the engine's queue, which other tests must not fill.
     let t = TestApp::with_generator(config, load_smollm2());
     let user = t.user("ursula", &[]);
     let admission = t.state.admission().clone();
-    // 40 requests waiting for the engine (5 x the queue's full level): the thread sheds.
+    let engine = t.state.services().unwrap().generators[0].clone();
+    // Two admitted requests hold the rung-5 limit; 40 requests waiting for the engine (5 x the
+    // queue's full level) put the thread at rung 5.
+    let holder = Caller {
+        user_id: "holder".into(),
+        admin: false,
+    };
+    let mut held: Vec<_> = (0..2)
+        .map(|_| {
+            admission
+                .admit(&holder, None, Priority::Interactive)
+                .unwrap()
+        })
+        .collect();
     let slots: Vec<_> = (0..40).map(|_| admission.enqueue()).collect();
     let deadline = Instant::now() + Duration::from_secs(10);
     while admission.current_rung() < 5 {
@@ -290,8 +309,33 @@ async fn the_running_ladder_sheds_under_load_and_recovers() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // At the limit: the excess is a 503 answered before retrieval or the engine.
+    let before = engine.engine().metrics();
     let r = t.send(chat_req(&user, plain_question(8), false)).await;
     assert_shed(&r, "5");
+    let r = t.send(chat_req(&user, plain_question(8), true)).await;
+    assert_shed(&r, "5");
+    let after = engine.engine().metrics();
+    assert_eq!(
+        (after.steps, after.prompt_tokens_processed),
+        (before.steps, before.prompt_tokens_processed),
+        "shed requests must not touch the engine"
+    );
+    // Below the limit, rung 5 still serves an interactive chat (rung 4's plan), and says rung 5.
+    held.pop();
+    let r = t.send(chat_req(&user, plain_question(8), false)).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.headers.get("x-airlock-rung").unwrap(), "5");
+    assert_eq!(r.json["airlock"]["rung"], 5);
+    assert!(engine.engine().metrics().steps > after.steps);
+    assert_eq!(admission.current_rung(), 5, "the queue still holds rung 5");
+    let metrics = t.state.metrics().encode();
+    assert!(
+        metrics.contains("airlock_shed_total{priority=\"interactive\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("airlock_shed_total{priority=\"batch\"} 1"));
+    drop(held);
     drop(slots);
     let t_release = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(30);
