@@ -14,9 +14,10 @@
 //!
 //! Per phase: offered/completed/503/504/429 counts, goodput (completed with TTFT ≤ SLO, per second
 //! of the arrival window), TTFT and TPOT p50/p99, 503 latency p99, the `X-Airlock-Rung`
-//! histogram, the share of time the controller spent at each rung, the largest admission
-//! queue, and the peak RSS of the process (VmRSS sampled every 100 ms; the clients are threads
-//! of the same process, their share is small).
+//! histogram, the completions served at rung 5 (the load-driven rung 5 sheds only the excess
+//! over `ladder_shed_admit_inflight` and serves the rest), the share of time the controller
+//! spent at each rung, the largest admission queue, and the peak RSS of the process (VmRSS
+//! sampled every 100 ms; the clients are threads of the same process, their share is small).
 //!
 //! `cargo bench -p airlock --bench load` (≈ 10 min on the 2-core box; results and why the
 //! defaults use a plain chat turn in `docs/benchmarks/ladder.md`). Env: `AIRLOCK_LOAD_DOCS`
@@ -26,7 +27,8 @@
 //! `AIRLOCK_LOAD_CAPACITY` (req/s: use instead of the measured capacity), `AIRLOCK_LOAD_SLO_MS`,
 //! `AIRLOCK_LOAD_CLIENT_TIMEOUT_SECS` (30), `AIRLOCK_LOAD_MULTIPLES` (0.5,1,2,4),
 //! `AIRLOCK_LOAD_MODES` (on,off), `AIRLOCK_LOAD_CONFIG` (a daemon TOML file, e.g.
-//! `appliance/benches/load-2core.toml`; the off mode sets `ladder = false` over it),
+//! `appliance/benches/load-2core.toml`; the off mode sets `ladder = false` over it; `engine_*`
+//! settings are refused: the bench loads its generator once, with the engine defaults),
 //! `AIRLOCK_LOAD_SEED` (7, + the multiple's index); `AIRLOCK_MODELS_DIR`, `AIRLOCK_SHARED_DIR`.
 
 use std::collections::BTreeMap;
@@ -114,6 +116,13 @@ impl Knobs {
 
     /// The daemon's configuration for one mode.
     fn daemon_config(&self, ladder: bool) -> Config {
+        // The generator is loaded once for every phase (support/bank.rs), with the engine's
+        // defaults: an `engine_*` setting in the file would silently not apply.
+        assert_eq!(
+            self.config.engine_config(),
+            airlock_inference::generate::EngineConfig::default(),
+            "AIRLOCK_LOAD_CONFIG sets engine_* settings, which this bench does not apply"
+        );
         let c = Config {
             ladder: Some(ladder),
             // Quotas stay off (the default, 0 = unlimited) unless the TOML file sets them: this
@@ -455,6 +464,8 @@ struct Row {
     sent: usize,
     completed: usize,
     good: usize,
+    /// Completions served at rung 5 (below its in-flight limit).
+    ok_at_5: usize,
     s503: usize,
     s504: usize,
     s429: usize,
@@ -478,6 +489,7 @@ impl Row {
             sent: samples.len(),
             completed: 0,
             good: 0,
+            ok_at_5: 0,
             s503: 0,
             s504: 0,
             s429: 0,
@@ -497,6 +509,7 @@ impl Row {
                 Outcome::Completed { ttft_ms, tpot_ms } => {
                     r.completed += 1;
                     r.good += usize::from(ttft_ms <= slo_ms);
+                    r.ok_at_5 += usize::from(s.rung == Some(MAX_RUNG));
                     ttft.push(ttft_ms);
                     tpot.extend(tpot_ms);
                 }
@@ -522,12 +535,12 @@ impl Row {
 
     fn header() {
         println!(
-            "| phase | offered r/s | sent | ok | ok ≤ SLO | goodput r/s | 503 | 504 | 429 | \
-             gave up | other | TTFT p50 / p99 ms | TPOT p50 / p99 ms | 503 p99 ms | \
+            "| phase | offered r/s | sent | ok | ok ≤ SLO | ok at rung 5 | goodput r/s | 503 | \
+             504 | 429 | gave up | other | TTFT p50 / p99 ms | TPOT p50 / p99 ms | 503 p99 ms | \
              X-Airlock-Rung | time at rung | max queued | peak RSS MiB |"
         );
         println!(
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"
         );
     }
 
@@ -543,13 +556,14 @@ impl Row {
             .map(|(r, t)| format!("{r}:{:.0}%", 100.0 * *t as f64 / ticks.max(1) as f64))
             .collect();
         println!(
-            "| {} | {:.2} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {:.0} / {:.0} | \
+            "| {} | {:.2} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {:.0} / {:.0} | \
              {:.1} / {:.1} | {} | {} | {} | {} | {:.0} |",
             self.label,
             self.offered,
             self.sent,
             self.completed,
             self.good,
+            self.ok_at_5,
             self.goodput(),
             self.s503,
             self.s504,

@@ -808,6 +808,19 @@ ladder_shed_admit_inflight = 2
     }
 
     #[test]
+    fn the_2core_bench_profile_is_valid() {
+        let c = Config::from_toml(
+            include_str!("../benches/load-2core.toml"),
+            Path::new("load-2core.toml"),
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let l = c.ladder_config();
+        assert_eq!((l.inflight_full, l.shed_admit_inflight), (1, 2));
+        assert_eq!(l.shed_admit_inflight, l.max_shed_admit_inflight());
+    }
+
+    #[test]
     fn engine_priority_settings_reach_the_engine_config() {
         use airlock_inference::generate::EngineConfig;
         assert_eq!(Config::default().engine_config(), EngineConfig::default());
