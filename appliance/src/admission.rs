@@ -37,11 +37,10 @@ pub const MAX_RUNG: u8 = 5;
 /// the default).
 pub const PRIORITY_HEADER: &str = "x-airlock-priority";
 
-/// Rung 4's (and the load-driven rung 5's) default limit on the wait for the engine's first
-/// event (`queue_deadline_ms`). It was sized when that event was the first token: it must then
-/// exceed the unloaded time to first token of a full RAG prompt on the target box (~37 s for a
-/// 6-chunk prompt with SmolLM2 on the 2-core dev box), or a lone user is answered 504. Once the
-/// engine's first event is its admission of the sequence, it bounds the queue wait alone.
+/// Rung 4's (and the load-driven rung 5's) default wait limit before the first token
+/// (`queue_deadline_ms`). It must exceed the unloaded time to first token of a full RAG prompt
+/// on the target box (~37 s for a 6-chunk prompt with SmolLM2 on the 2-core dev box), or a lone
+/// user is answered 504.
 pub const DEFAULT_QUEUE_DEADLINE: Duration = Duration::from_secs(120);
 
 /// What a request may do at its rung.
@@ -55,14 +54,14 @@ pub struct RungPlan {
     pub max_prompt_chunks: Option<usize>,
     /// Whether the small generator replaces the large one (rung ≥ 3).
     pub small_model: bool,
-    /// How long a request may wait for the engine (its first event) before 504 (rung ≥ 4).
+    /// How long a request may wait for its first token before 504 (rung ≥ 4).
     pub queue_deadline: Option<Duration>,
 }
 
 impl RungPlan {
     /// The plan of `rung` (must be ≤ [`MAX_RUNG`]), with the default rung-4 deadline
     /// ([`DEFAULT_QUEUE_DEADLINE`]). Rung 5's plan is rung 4's (no rerank, ≤ 3 chunks, small
-    /// model, bounded queue wait) with `rung` = 5: what the load-driven rung 5 admits below its
+    /// model, bounded wait for the first token) with `rung` = 5: what the load-driven rung 5 admits below its
     /// in-flight limit runs like rung 4, so nothing admitted at rung 5 queues without bound, and
     /// the response reports the rung the controller is at.
     pub fn for_rung(rung: u8) -> Self {
@@ -133,7 +132,7 @@ pub struct AdmissionConfig {
     /// Period of the controller thread; `None` = no thread (the owner calls
     /// [`Admission::tick`], as tests do with a fake clock).
     pub tick: Option<Duration>,
-    /// Rung 4's (and the load-driven rung 5's) limit on the wait for the engine's first event.
+    /// Rung 4's (and the load-driven rung 5's) wait limit before the first token.
     pub queue_deadline: Duration,
     /// `Retry-After` of shed responses.
     pub shed_retry_after: Duration,
@@ -698,7 +697,7 @@ mod tests {
                     queue_deadline: Some(DEFAULT_QUEUE_DEADLINE),
                     ..RungPlan::for_rung(4)
                 },
-                "rung 4's plan (bounded queue wait), reported as rung 5"
+                "rung 4's plan (bounded wait), reported as rung 5"
             );
         }
         assert_eq!(a.inflight(), 3);

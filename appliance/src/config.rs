@@ -181,8 +181,8 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_LADDER_SHED_ADMIT_INFLIGHT")]
     pub ladder_shed_admit_inflight: Option<usize>,
 
-    /// Rungs 4 and 5: milliseconds a request may wait for the engine (its first event) before
-    /// 504 [default: 120000].
+    /// Rungs 4 and 5: milliseconds a request may wait for its first token before 504
+    /// [default: 120000].
     #[arg(long, env = "AIRLOCK_QUEUE_DEADLINE_MS")]
     pub queue_deadline_ms: Option<u64>,
 
@@ -647,7 +647,7 @@ impl Config {
         Duration::from_millis(self.ladder_tick_ms.unwrap_or(250))
     }
 
-    /// Rung 4's (and the load-driven rung 5's) limit on the wait for the engine's first event.
+    /// Rung 4's (and the load-driven rung 5's) wait limit before the first token.
     pub fn queue_deadline(&self) -> Duration {
         self.queue_deadline_ms.map_or(
             crate::admission::DEFAULT_QUEUE_DEADLINE,
