@@ -123,6 +123,14 @@ pub struct Usage {
 /// What a stream receives.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
+    /// The request left the admission queue: the engine admitted it into the running batch and
+    /// starts its prefill at `step`. Sent once, before any token (a preempted sequence that is
+    /// re-admitted does not get a second one). Queue wait = submit → this event; prefill = this
+    /// event → the first token.
+    Admitted {
+        /// The first engine step that processes the sequence (steps are numbered from 1).
+        step: u64,
+    },
     /// One generated token.
     Token {
         /// Token id.
@@ -750,6 +758,10 @@ impl Scheduler {
                 .detok
                 .clone()
                 .map(|d| TextStream::new(d, p.req.params.stop_strings.clone()));
+            // A receiver gone since the check above is dropped at the next step.
+            let _ = p.tx.send(Event::Admitted {
+                step: self.step + 1,
+            });
             self.active.push(Seq {
                 id: p.id,
                 prompt_len: p.req.prompt.len(),

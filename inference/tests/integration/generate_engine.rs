@@ -20,6 +20,8 @@ struct Collected {
     tokens: Vec<u32>,
     steps: Vec<u64>,
     preempted: bool,
+    /// The step of the `Admitted` event.
+    admitted: Option<u64>,
     reason: Option<FinishReason>,
     usage: Usage,
 }
@@ -29,8 +31,18 @@ fn collect(mut s: Stream) -> Collected {
     while let Some(ev) = s.blocking_recv() {
         match ev {
             Event::Token { id, step, .. } => {
+                assert!(
+                    c.admitted.is_some_and(|a| a <= step),
+                    "token at step {step} before admission ({:?})",
+                    c.admitted
+                );
                 c.tokens.push(id);
                 c.steps.push(step);
+            }
+            Event::Admitted { step } => {
+                assert!(c.admitted.is_none(), "admitted twice");
+                assert!(c.tokens.is_empty(), "admitted after a token");
+                c.admitted = Some(step);
             }
             Event::Preempted { .. } => c.preempted = true,
             Event::Done { reason, usage, .. } => {
