@@ -114,7 +114,7 @@ pub struct Metrics {
 
 /// The stages reported in `airlock_retrieval_stage_seconds` (created at start so every scrape
 /// lists them).
-pub const STAGES: [&str; 12] = [
+pub const STAGES: [&str; 13] = [
     "auth",
     "embed",
     "bm25",
@@ -127,6 +127,7 @@ pub const STAGES: [&str; 12] = [
     "retrieval_total",
     "prefill",
     "first_token",
+    "queue_wait",
 ];
 
 fn latency_histogram() -> Histogram {

@@ -162,6 +162,11 @@ pub struct ChatTimings {
     pub prompt: f64,
     /// From submission to the engine until the first generated token (queue + prefill).
     pub first_token: f64,
+    /// From submission until the engine admitted the sequence (waiting for a batch slot).
+    pub queue_wait: f64,
+    /// From the engine's admission until the first generated token (the prompt's prefill,
+    /// shared with whatever else the engine runs).
+    pub prefill: f64,
     /// From the first token to the last.
     pub decode: f64,
     /// Whole handler after authentication.

@@ -11,11 +11,11 @@ use airlock_inference::generate::{
     EngineCounters, Event as GenEvent, FinishReason, GenerateRequest, SamplingParams, Stream,
     Usage as GenUsage,
 };
-use axum::Json;
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::HeaderValue;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use futures::StreamExt;
 
 use crate::admission::{Priority, QueueSlot, Ticket};
@@ -29,6 +29,7 @@ use crate::openai::{
     AirlockResponse, AssistantMessage, ChatChunk, ChatRequest, ChatResponse, ChatTimings, Choice,
     ChunkChoice, Citation, Delta, Usage, unix_now,
 };
+use crate::peer::{self, Peer};
 use crate::prompt::{self, Role, Source};
 use crate::quota::TokenReservation;
 use crate::rag::{self, RetrieveParams, StageTimings};
@@ -136,12 +137,16 @@ fn pick_generator(
 /// `POST /v1/chat/completions`.
 pub async fn completions(
     State(state): State<AppState>,
+    peer: Option<Extension<ConnectInfo<Peer>>>,
     caller: Caller,
     priority: Priority,
     RequestId(request_id): RequestId,
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     let t0 = Instant::now();
+    // The connection, watched for the client going away (absent when the router is driven
+    // without a socket, as in tests through `oneshot`).
+    let peer = peer.map(|Extension(ConnectInfo(p))| p);
     let ext = req.airlock.clone().unwrap_or_default();
     if ext.rung.is_some() && !caller.admin {
         return Err(ApiError::Forbidden("forcing a rung needs the admin role"));
@@ -264,19 +269,42 @@ pub async fn completions(
         "generation queued"
     );
 
-    // Rung 4: a bounded wait for the first event, else 504.
+    // Rung 4: a bounded wait for the first output (token or end), else 504. The engine's
+    // admission event on the way ends the queue wait but not the deadline.
+    let mut queue = Some(queue);
+    let mut admitted_at = None;
     let first = match plan.queue_deadline {
-        Some(deadline) => match tokio::time::timeout(deadline, stream.recv()).await {
-            Ok(ev) => ev,
-            Err(_) => {
-                // Nothing was generated: the reservation goes back in full.
-                reservation.settle(0);
-                return Ok(with_rung(
-                    ApiError::DeadlineExceeded.into_response(),
-                    plan.rung,
-                ));
+        Some(deadline) => {
+            let until = tokio::time::Instant::from_std(submitted + deadline);
+            loop {
+                let waited = peer::unless_closed(
+                    peer.as_ref(),
+                    tokio::time::timeout_at(until, stream.recv()),
+                )
+                .await;
+                match waited {
+                    Some(Ok(Some(GenEvent::Admitted { .. }))) => {
+                        admitted_at = Some(Instant::now());
+                        queue = None;
+                    }
+                    Some(Ok(ev)) => break ev,
+                    Some(Err(_)) => {
+                        // Nothing was generated: the reservation goes back in full.
+                        reservation.settle(0);
+                        return Ok(with_rung(
+                            ApiError::DeadlineExceeded.into_response(),
+                            plan.rung,
+                        ));
+                    }
+                    None => {
+                        // The client left while queued: dropping the stream withdraws it.
+                        reservation.settle(0);
+                        state.metrics().cancelled.inc();
+                        return Ok(client_closed());
+                    }
+                }
             }
-        },
+        }
         None => None,
     };
 
@@ -311,7 +339,10 @@ pub async fn completions(
         idle_timeout: state.config().stream_idle_timeout(),
         first,
         ticket,
-        queue: Some(queue),
+        queue,
+        admitted_at,
+        peer: peer.clone(),
+        client_gone: false,
         reservation: Some(reservation),
         prompt_tokens,
         used: None,
@@ -345,14 +376,30 @@ pub async fn completions(
             )
             .into_response()
     } else {
-        complete(generation, id, model_alias, airlock)
-            .await?
-            .into_response()
+        // The client leaving drops the whole completion, and with it the engine stream.
+        match peer::unless_closed(
+            peer.as_ref(),
+            complete(generation, id, model_alias, airlock),
+        )
+        .await
+        {
+            Some(done) => done?.into_response(),
+            None => return Ok(client_closed()),
+        }
     };
     if let Some(v) = id_header {
         resp.headers_mut().insert(REQUEST_ID, v);
     }
     Ok(with_rung(resp, plan.rung))
+}
+
+/// What a request whose client went away "answers" (nobody reads it): 499, the status proxies
+/// log for a client that closed the request, so `/metrics` and the access log tell these
+/// apart from errors.
+fn client_closed() -> Response {
+    axum::http::StatusCode::from_u16(499)
+        .unwrap_or(axum::http::StatusCode::BAD_REQUEST)
+        .into_response()
 }
 
 /// Adds `X-Airlock-Rung` (also on shed and deadline problems, so clients see why).
@@ -373,7 +420,15 @@ struct Generation {
     idle_timeout: Duration,
     first: Option<GenEvent>,
     ticket: Ticket,
+    /// Held from submission until the engine admits the sequence (the ladder's queue-wait
+    /// signal and queue depth).
     queue: Option<QueueSlot>,
+    /// When the engine admitted the sequence (its prefill started).
+    admitted_at: Option<Instant>,
+    /// The client's connection, watched while waiting for the engine.
+    peer: Option<Peer>,
+    /// The client closed its connection: the stream ends without a last event.
+    client_gone: bool,
     reservation: Option<TokenReservation>,
     prompt_tokens: usize,
     /// Prompt + completion tokens as the engine reported them at the end.
@@ -387,21 +442,63 @@ struct Generation {
 }
 
 impl Generation {
+    /// The next event for the client: tokens, preemptions and the end. The engine's admission
+    /// event is consumed here (it ends the queue wait).
     async fn next(&mut self) -> Option<GenEvent> {
-        let ev = match self.first.take() {
-            Some(ev) => Some(ev),
-            None => self.recv_watched().await,
-        };
-        match &ev {
+        loop {
+            let ev = match self.first.take() {
+                Some(ev) => Some(ev),
+                None => {
+                    let peer = self.peer.clone();
+                    match peer::unless_closed(peer.as_ref(), self.recv_watched()).await {
+                        Some(ev) => ev,
+                        None => {
+                            // Not `finished`: dropping the generation counts the cancellation.
+                            self.client_gone = true;
+                            return None;
+                        }
+                    }
+                }
+            };
+            if let Some(GenEvent::Admitted { .. }) = ev {
+                self.admitted(Instant::now());
+                continue;
+            }
+            self.account(&ev);
+            return ev;
+        }
+    }
+
+    /// The engine admitted the sequence at `at`: the queue wait ends.
+    fn admitted(&mut self, at: Instant) {
+        if self.admitted_at.is_none() {
+            self.admitted_at = Some(at);
+        }
+        self.queue = None;
+    }
+
+    /// When the engine admitted the sequence; the first token's time when the engine's event
+    /// was not seen (the wait was cut short by a deadline path, or an engine without it).
+    fn admission_time(&self, first_token: Instant) -> Instant {
+        self.admitted_at.unwrap_or(first_token)
+    }
+
+    fn account(&mut self, ev: &Option<GenEvent>) {
+        match ev {
             Some(GenEvent::Token { .. }) => {
                 self.tokens += 1;
                 if self.first_token_at.is_none() {
                     let now = Instant::now();
                     self.first_token_at = Some(now);
                     self.queue = None;
+                    let admitted = self.admission_time(now);
                     self.metrics.ttft.observe((now - self.t0).as_secs_f64());
                     self.metrics
                         .observe_stage("first_token", (now - self.submitted).as_secs_f64());
+                    self.metrics
+                        .observe_stage("queue_wait", (admitted - self.submitted).as_secs_f64());
+                    self.metrics
+                        .observe_stage("prefill", (now - admitted).as_secs_f64());
                 }
             }
             Some(GenEvent::Done { usage, .. }) => {
@@ -421,10 +518,9 @@ impl Generation {
                     .prompt_tokens
                     .inc_by(usage.prompt_tokens as u64);
             }
-            Some(GenEvent::Preempted { .. }) => {}
+            Some(GenEvent::Preempted { .. } | GenEvent::Admitted { .. }) => {}
             None => self.finished = true,
         }
-        ev
     }
 }
 
@@ -531,7 +627,7 @@ async fn complete(
             Some(GenEvent::Token { text: piece, .. }) => {
                 text.push_str(piece.as_deref().unwrap_or(""))
             }
-            Some(GenEvent::Preempted { .. }) => {}
+            Some(GenEvent::Preempted { .. } | GenEvent::Admitted { .. }) => {}
             Some(GenEvent::Done {
                 reason,
                 usage,
@@ -543,7 +639,10 @@ async fn complete(
                 if let Some(t) = airlock.timings_ms.as_mut() {
                     let now = Instant::now();
                     let first = generation.first_token_at.unwrap_or(now);
+                    let admitted = generation.admission_time(first);
                     t.first_token = (first - generation.submitted).as_secs_f64() * 1e3;
+                    t.queue_wait = (admitted - generation.submitted).as_secs_f64() * 1e3;
+                    t.prefill = (first - admitted).as_secs_f64() * 1e3;
                     t.decode = (now - first).as_secs_f64() * 1e3;
                     t.total = (now - generation.t0).as_secs_f64() * 1e3;
                 }
@@ -662,7 +761,7 @@ fn sse(
                         );
                         return Some((vec![Ok(data(&c))], st));
                     }
-                    Some(GenEvent::Preempted { .. }) => continue,
+                    Some(GenEvent::Preempted { .. } | GenEvent::Admitted { .. }) => continue,
                     Some(GenEvent::Done {
                         reason,
                         usage,
@@ -711,6 +810,9 @@ fn sse(
                         out.push(Ok(SseEvent::default().data("[DONE]")));
                         return Some((out, st));
                     }
+                    // The client is gone: end the body now, which drops the generation and
+                    // cancels the sequence at the engine's next step.
+                    None if st.generation.client_gone => return None,
                     None => {
                         st.done = true;
                         return Some((vec![Ok(SseEvent::default().data("[DONE]"))], st));
