@@ -40,8 +40,9 @@ pub struct RunOptions {
     pub mode: String,
     /// Ask for answers (chat completions) as well as retrieval.
     pub answers: bool,
-    /// With `answers`, ask for answers on at most this many cases per phase (the first ones in
-    /// set order); the others are scored on retrieval and leaks only. `None`: every case.
+    /// With `answers`, ask for answers on at most this many cases per phase, spread evenly over
+    /// the phase in set order; the others are scored on retrieval and leaks only. `None`: every
+    /// case.
     pub answer_cases: Option<usize>,
     /// `max_tokens` for answers.
     pub max_tokens: u32,
@@ -256,7 +257,7 @@ fn run_cases(
         let Some(token) = tokens.get(&case.user) else {
             return Err(RunError::MissingToken(case.user.clone()));
         };
-        let answer = opts.answers && opts.answer_cases.is_none_or(|n| i < n);
+        let answer = opts.answers && opts.answer_cases.is_none_or(|n| sampled(i, n, cases.len()));
         let (obs, latency, bundle_version) = observe(client, token, &case.query, answer, opts)
             .map_err(api(format!("case {}", case.id)))?;
         Ok(CaseRun {
@@ -267,6 +268,13 @@ fn run_cases(
     })
     .into_iter()
     .collect()
+}
+
+/// Whether case `i` of `len` is among `n` cases spread evenly over the phase (every
+/// `len / n`-th case, starting with the first), so a sampled run sees every kind in about its
+/// share rather than only the set's first cases.
+fn sampled(i: usize, n: usize, len: usize) -> bool {
+    n >= len || (i * n) % len < n
 }
 
 /// The files of an end-to-end set directory.
@@ -329,8 +337,9 @@ pub fn run_golden(
         client
             .acl_sync(&admin, &set.iam_v1)
             .map_err(api("sync iam_v1"))?;
-        issue_tokens(client, &admin, &snapshot_users(&set.iam_v1), tokens)?;
     }
+    // Users the caller has no token for (all of them on prepared state) get one now.
+    issue_tokens(client, &admin, &snapshot_users(&set.iam_v1), tokens)?;
     let mut runs = Vec::new();
     for phase in Phase::ALL {
         match phase {
@@ -505,4 +514,30 @@ pub fn case_doc_ids(cases: &[GoldenCase]) -> HashSet<String> {
         .flat_map(|c| c.relevant_doc_ids.iter().chain(&c.forbidden_doc_ids))
         .cloned()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sampled;
+
+    #[test]
+    fn sampling_picks_exactly_n_cases_spread_over_the_phase() {
+        for len in 1..60 {
+            for n in 0..=len + 2 {
+                let picked: Vec<usize> = (0..len).filter(|&i| sampled(i, n, len)).collect();
+                assert_eq!(picked.len(), n.min(len), "len {len} n {n}");
+                if n > 0 {
+                    assert_eq!(picked[0], 0);
+                }
+                // No gap between picks is more than one case longer than the even spacing.
+                if n >= 2 && n < len {
+                    let step = len.div_ceil(n);
+                    assert!(picked.windows(2).all(|w| w[1] - w[0] <= step), "{picked:?}");
+                }
+            }
+        }
+        // 10 cases, 3 picked: the first, one near a third and one near two thirds.
+        let picked: Vec<usize> = (0..10).filter(|&i| sampled(i, 3, 10)).collect();
+        assert_eq!(picked, [0, 4, 7]);
+    }
 }

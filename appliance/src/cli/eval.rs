@@ -96,8 +96,9 @@ pub struct RunArgs {
     /// not measured; leaks still are.
     #[arg(long)]
     pub no_answers: bool,
-    /// Ask for answers on at most N cases per phase (the first in set order), retrieval only
-    /// for the rest: a quick smoke run.
+    /// Ask for answers on at most N cases per phase, spread evenly over the phase (every
+    /// len/N-th case in set order, so each kind appears in about its share); retrieval only
+    /// for the rest: a sampled run when every answer costs a long prefill.
     #[arg(long, value_name = "N")]
     pub answer_cases: Option<usize>,
     /// With --against: the corpus and the `iam_v1` permissions are already in place (as after
@@ -106,6 +107,13 @@ pub struct RunArgs {
     /// set's final state.
     #[arg(long, requires = "against")]
     pub no_setup: bool,
+    /// Owned daemon: start from a copy of the document store and indexes of this data
+    /// directory (`airlock.db` and `index/`; no daemon may be serving it) instead of ingesting
+    /// the set: it must already hold the set's corpus with the `iam_v1` permissions, e.g. a copy
+    /// of the demo's data dir taken after `airlock demo --setup-only`. Like --no-setup, the
+    /// set's later phases (`iam_v2`, deletions) are applied to the copy only; DIR is not changed.
+    #[arg(long, value_name = "DIR", conflicts_with = "against")]
+    pub from_state: Option<PathBuf>,
     /// qrels split of a BEIR set.
     #[arg(long, default_value = "dev")]
     pub split: String,
@@ -264,7 +272,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         answer_cases: a.answer_cases,
         max_tokens: a.max_tokens,
         model: a.model.clone(),
-        setup: !a.no_setup,
+        setup: !a.no_setup && a.from_state.is_none(),
     };
     let golden = runner::is_golden_set(&a.set);
     let set = if golden {
@@ -372,15 +380,21 @@ fn operator_config(a: &RunArgs) -> anyhow::Result<Config> {
 
 /// Hard-links (or, across file systems, copies) the tree `from` to `to`.
 fn link_tree(from: &Path, to: &Path) -> anyhow::Result<()> {
+    mirror_tree(from, to, true)
+}
+
+/// Recreates the tree `from` under `to`: files hard-linked when `link` (copied where linking
+/// fails), copied otherwise (state the daemon will write to must not be shared).
+fn mirror_tree(from: &Path, to: &Path, link: bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(to).with_context(|| format!("creating {}", to.display()))?;
     for entry in std::fs::read_dir(from).with_context(|| format!("reading {}", from.display()))? {
         let entry = entry?;
         let (src, dst) = (entry.path(), to.join(entry.file_name()));
         let kind = entry.file_type()?;
         if kind.is_dir() {
-            link_tree(&src, &dst)?;
+            mirror_tree(&src, &dst, link)?;
         } else if kind.is_file() {
-            if std::fs::hard_link(&src, &dst).is_err() {
+            if !link || std::fs::hard_link(&src, &dst).is_err() {
                 std::fs::copy(&src, &dst)
                     .with_context(|| format!("copying {} to {}", src.display(), dst.display()))?;
             }
@@ -439,6 +453,26 @@ fn prepare_scratch(source: &Path, scratch: &Path) -> anyhow::Result<String> {
     Ok(version.to_string())
 }
 
+/// Copies the document store (with its write-ahead log) and the indexes of the data directory
+/// `from` into the scratch directory `to`.
+fn copy_state(from: &Path, to: &Path) -> anyhow::Result<()> {
+    let db = from.join("airlock.db");
+    if !db.is_file() || !from.join("index").is_dir() {
+        bail!(
+            "{} holds no document store and indexes (airlock.db and index/)",
+            from.display()
+        );
+    }
+    for name in ["airlock.db", "airlock.db-wal", "airlock.db-shm"] {
+        let src = from.join(name);
+        if src.is_file() {
+            std::fs::copy(&src, to.join(name))
+                .with_context(|| format!("copying {}", src.display()))?;
+        }
+    }
+    mirror_tree(&from.join("index"), &to.join("index"), false)
+}
+
 /// Logs warnings only (the progress bar owns the terminal), unless `AIRLOCK_LOG` says otherwise.
 fn init_quiet_tracing(json: bool) {
     if std::env::var_os("AIRLOCK_LOG").is_none() {
@@ -466,6 +500,13 @@ impl OwnedDaemon {
             .clone()
             .unwrap_or_else(|| a.out.join("scratch-data"));
         let version = prepare_scratch(&source, &scratch)?;
+        if let Some(state) = &a.from_state {
+            copy_state(state, &scratch)?;
+            eprintln!(
+                "==> owned daemon: documents, indexes and permissions copied from {}",
+                state.display()
+            );
+        }
         eprintln!(
             "==> owned daemon: bundle {version} from {} linked into the scratch data dir {}",
             source.display(),
@@ -715,5 +756,37 @@ mod tests {
             );
             assert_eq!((x.dev(), x.ino()), (y.dev(), y.ino()), "{f}");
         }
+    }
+
+    #[test]
+    fn copy_state_copies_the_store_and_indexes_and_shares_nothing() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let from = tmp.path().join("data");
+        let to = tmp.path().join("scratch");
+        std::fs::create_dir_all(&to).unwrap();
+        // Not a data dir with state: refused.
+        std::fs::create_dir_all(&from).unwrap();
+        let e = copy_state(&from, &to).unwrap_err().to_string();
+        assert!(e.contains("no document store"), "{e}");
+        std::fs::create_dir_all(from.join("index/0/bm25")).unwrap();
+        std::fs::write(from.join("airlock.db"), b"db").unwrap();
+        std::fs::write(from.join("airlock.db-wal"), b"wal").unwrap();
+        std::fs::write(from.join("index/0/bm25/seg"), b"seg").unwrap();
+        std::fs::write(from.join("unrelated.txt"), b"x").unwrap();
+        copy_state(&from, &to).unwrap();
+        for f in ["airlock.db", "airlock.db-wal", "index/0/bm25/seg"] {
+            let (x, y) = (
+                std::fs::metadata(from.join(f)).unwrap(),
+                std::fs::metadata(to.join(f)).unwrap(),
+            );
+            assert_ne!((x.dev(), x.ino()), (y.dev(), y.ino()), "{f} is shared");
+            assert_eq!(
+                std::fs::read(from.join(f)).unwrap(),
+                std::fs::read(to.join(f)).unwrap()
+            );
+        }
+        assert!(!to.join("airlock.db-shm").exists());
+        assert!(!to.join("unrelated.txt").exists());
     }
 }
