@@ -18,7 +18,6 @@ pub mod ladder;
 pub mod metrics;
 pub mod models;
 pub mod openai;
-pub mod peer;
 pub mod prompt;
 pub mod quota;
 pub mod rag;

@@ -8,7 +8,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::peer::Peer;
 use crate::routes::app;
 use crate::state::AppState;
 
@@ -34,9 +33,7 @@ pub async fn serve(
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let router = app(state.clone());
     let server =
-        // Connect info: each connection is watched for its client going away (crate::peer).
-        axum::serve(listener, router.into_make_service_with_connect_info::<Peer>())
-            .with_graceful_shutdown(async move {
+        axum::serve(listener, router.into_make_service()).with_graceful_shutdown(async move {
             let _ = stop_rx.wait_for(|s| *s).await;
         });
     let mut handle = tokio::spawn(async move { server.await });

@@ -1,7 +1,8 @@
 //! `POST /v1/chat/completions`: the RAG request path of DESIGN.md §4, OpenAI shapes, non-streaming
 //! and SSE. Retrieval and prompt building run on the blocking pool, generation on the engine
 //! thread; a client that goes away drops the stream, which cancels the sequence at the engine's
-//! next step.
+//! next step (hyper notices the closed connection while the answer is pending or streaming and
+//! drops the handler or the body, and with it the engine stream).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -11,11 +12,11 @@ use airlock_inference::generate::{
     EngineCounters, Event as GenEvent, FinishReason, GenerateRequest, SamplingParams, Stream,
     Usage as GenUsage,
 };
-use axum::extract::{ConnectInfo, State};
+use axum::Json;
+use axum::extract::State;
 use axum::http::HeaderValue;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
 use futures::StreamExt;
 
 use crate::admission::{Priority, QueueSlot, Ticket};
@@ -29,7 +30,6 @@ use crate::openai::{
     AirlockResponse, AssistantMessage, ChatChunk, ChatRequest, ChatResponse, ChatTimings, Choice,
     ChunkChoice, Citation, Delta, Usage, unix_now,
 };
-use crate::peer::{self, Peer};
 use crate::prompt::{self, Role, Source};
 use crate::quota::TokenReservation;
 use crate::rag::{self, RetrieveParams, StageTimings};
@@ -137,16 +137,12 @@ fn pick_generator(
 /// `POST /v1/chat/completions`.
 pub async fn completions(
     State(state): State<AppState>,
-    peer: Option<Extension<ConnectInfo<Peer>>>,
     caller: Caller,
     priority: Priority,
     RequestId(request_id): RequestId,
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     let t0 = Instant::now();
-    // The connection, watched for the client going away (absent when the router is driven
-    // without a socket, as in tests through `oneshot`).
-    let peer = peer.map(|Extension(ConnectInfo(p))| p);
     let ext = req.airlock.clone().unwrap_or_default();
     if ext.rung.is_some() && !caller.admin {
         return Err(ApiError::Forbidden("forcing a rung needs the admin role"));
@@ -277,30 +273,19 @@ pub async fn completions(
         Some(deadline) => {
             let until = tokio::time::Instant::from_std(submitted + deadline);
             loop {
-                let waited = peer::unless_closed(
-                    peer.as_ref(),
-                    tokio::time::timeout_at(until, stream.recv()),
-                )
-                .await;
-                match waited {
-                    Some(Ok(Some(GenEvent::Admitted { .. }))) => {
+                match tokio::time::timeout_at(until, stream.recv()).await {
+                    Ok(Some(GenEvent::Admitted { .. })) => {
                         admitted_at = Some(Instant::now());
                         queue = None;
                     }
-                    Some(Ok(ev)) => break ev,
-                    Some(Err(_)) => {
+                    Ok(ev) => break ev,
+                    Err(_) => {
                         // Nothing was generated: the reservation goes back in full.
                         reservation.settle(0);
                         return Ok(with_rung(
                             ApiError::DeadlineExceeded.into_response(),
                             plan.rung,
                         ));
-                    }
-                    None => {
-                        // The client left while queued: dropping the stream withdraws it.
-                        reservation.settle(0);
-                        state.metrics().cancelled.inc();
-                        return Ok(client_closed());
                     }
                 }
             }
@@ -341,8 +326,6 @@ pub async fn completions(
         ticket,
         queue,
         admitted_at,
-        peer: peer.clone(),
-        client_gone: false,
         reservation: Some(reservation),
         prompt_tokens,
         used: None,
@@ -376,30 +359,14 @@ pub async fn completions(
             )
             .into_response()
     } else {
-        // The client leaving drops the whole completion, and with it the engine stream.
-        match peer::unless_closed(
-            peer.as_ref(),
-            complete(generation, id, model_alias, airlock),
-        )
-        .await
-        {
-            Some(done) => done?.into_response(),
-            None => return Ok(client_closed()),
-        }
+        complete(generation, id, model_alias, airlock)
+            .await?
+            .into_response()
     };
     if let Some(v) = id_header {
         resp.headers_mut().insert(REQUEST_ID, v);
     }
     Ok(with_rung(resp, plan.rung))
-}
-
-/// What a request whose client went away "answers" (nobody reads it): 499, the status proxies
-/// log for a client that closed the request, so `/metrics` and the access log tell these
-/// apart from errors.
-fn client_closed() -> Response {
-    axum::http::StatusCode::from_u16(499)
-        .unwrap_or(axum::http::StatusCode::BAD_REQUEST)
-        .into_response()
 }
 
 /// Adds `X-Airlock-Rung` (also on shed and deadline problems, so clients see why).
@@ -425,10 +392,6 @@ struct Generation {
     queue: Option<QueueSlot>,
     /// When the engine admitted the sequence (its prefill started).
     admitted_at: Option<Instant>,
-    /// The client's connection, watched while waiting for the engine.
-    peer: Option<Peer>,
-    /// The client closed its connection: the stream ends without a last event.
-    client_gone: bool,
     reservation: Option<TokenReservation>,
     prompt_tokens: usize,
     /// Prompt + completion tokens as the engine reported them at the end.
@@ -448,17 +411,7 @@ impl Generation {
         loop {
             let ev = match self.first.take() {
                 Some(ev) => Some(ev),
-                None => {
-                    let peer = self.peer.clone();
-                    match peer::unless_closed(peer.as_ref(), self.recv_watched()).await {
-                        Some(ev) => ev,
-                        None => {
-                            // Not `finished`: dropping the generation counts the cancellation.
-                            self.client_gone = true;
-                            return None;
-                        }
-                    }
-                }
+                None => self.recv_watched().await,
             };
             if let Some(GenEvent::Admitted { .. }) = ev {
                 self.admitted(Instant::now());
@@ -478,7 +431,7 @@ impl Generation {
     }
 
     /// When the engine admitted the sequence; the first token's time when the engine's event
-    /// was not seen (the wait was cut short by a deadline path, or an engine without it).
+    /// was not seen.
     fn admission_time(&self, first_token: Instant) -> Instant {
         self.admitted_at.unwrap_or(first_token)
     }
@@ -810,9 +763,6 @@ fn sse(
                         out.push(Ok(SseEvent::default().data("[DONE]")));
                         return Some((out, st));
                     }
-                    // The client is gone: end the body now, which drops the generation and
-                    // cancels the sequence at the engine's next step.
-                    None if st.generation.client_gone => return None,
                     None => {
                         st.done = true;
                         return Some((vec![Ok(SseEvent::default().data("[DONE]"))], st));

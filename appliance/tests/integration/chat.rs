@@ -293,9 +293,10 @@ async fn read_events(sock: &mut tokio::net::TcpStream, n: usize) -> String {
     String::from_utf8_lossy(&buf).into_owned()
 }
 
-/// A client that closes its socket mid-answer: the daemon notices the close itself (it does
-/// not wait for a write to fail) and the engine stops the sequence at the step after the one
-/// running when the socket closed. Streaming and non-streaming alike.
+/// A client that closes its socket mid-answer: hyper notices the closed connection while the
+/// answer is pending or streaming (it does not wait for a write to fail) and drops the
+/// handler or the body, and the engine stops the sequence at the step after the one running
+/// when the socket closed. Streaming and non-streaming alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_disconnect_cancels_within_one_engine_step() {
     // Its own engine, so its step counter sees only these requests.
