@@ -262,6 +262,64 @@ fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
     );
 }
 
+/// `--rung all`: the phased run at rung 0, then every rung 0-3 scored on the same final-state
+/// cases, one report per rung and a table whose rows all cover the same cases.
+#[test]
+fn rung_sweep_scores_every_rung_on_the_same_cases() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = installed_appliance(tmp.path());
+    let out_dir = tmp.path().join("sweep");
+    let config = tmp.path().join("airlock.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "data = {:?}\nrequest_timeout_secs = 900\n",
+            data.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = airlock(&[
+        "eval",
+        "run",
+        "--set",
+        mini_set().to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--rung",
+        "all",
+        "--no-answers",
+    ]);
+    assert!(out.status.success());
+    let read =
+        |p: PathBuf| -> Report { serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap() };
+    let phased = read(out_dir.join("rung-0/report.json"));
+    assert_eq!(phased.overall.cases, 19, "rung 0 walks every phase");
+    let rows: Vec<Report> = std::iter::once(read(out_dir.join("rung-0/final-state/report.json")))
+        .chain((1..=3).map(|r| read(out_dir.join(format!("rung-{r}/report.json")))))
+        .collect();
+    let ids = |r: &Report| -> Vec<String> { r.cases.iter().map(|c| c.id.clone()).collect() };
+    for (rung, r) in rows.iter().enumerate() {
+        assert_eq!(r.rung, Some(rung as u8));
+        assert_eq!(r.leaks(), 0, "rung {rung}");
+        assert_eq!(ids(r), ids(&rows[0]), "rung {rung} scored other cases");
+        assert!(r.overall.cases > 0 && r.overall.cases < 19);
+    }
+    let table = std::fs::read_to_string(out_dir.join("rungs.md")).unwrap();
+    assert!(
+        table.starts_with("Cases valid in the set's final state"),
+        "{table}"
+    );
+    for rung in 0..=3 {
+        assert!(
+            table.contains(&format!("\n| {rung} | {} | 0 |", rows[0].overall.cases)),
+            "{table}"
+        );
+    }
+    assert!(out_dir.join("rungs.html").is_file());
+}
+
 #[test]
 fn owned_daemon_refuses_a_data_dir_without_a_bundle_and_leaves_it_alone() {
     let tmp = tempfile::tempdir().unwrap();
