@@ -123,6 +123,12 @@ pub struct RunArgs {
     /// Answer length limit.
     #[arg(long, default_value_t = 160)]
     pub max_tokens: u32,
+    /// How long one request may take before the run fails, in seconds. An answer from the
+    /// large model on a 2-core appliance takes minutes (a ~1,400-token prefill at a few tokens
+    /// per second, more with --concurrency above 1). An owned daemon's own request timeout is
+    /// raised to match.
+    #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub request_timeout_secs: u64,
 }
 
 /// `airlock eval gate`.
@@ -211,7 +217,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         (Some(url), Some(path)) => {
             let tokens: Tokens = gate::read_json(path)
                 .with_context(|| format!("reading tokens from {}", path.display()))?;
-            let client = Client::new(url, Duration::from_secs(600));
+            let client = Client::new(url, Duration::from_secs(a.request_timeout_secs));
             if !client.ready() {
                 bail!("{url} is not ready (GET /readyz did not return 200)");
             }
@@ -219,7 +225,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         }
         _ => {
             let daemon = OwnedDaemon::start(&a)?;
-            let client = Client::new(&daemon.base, Duration::from_secs(600));
+            let client = Client::new(&daemon.base, Duration::from_secs(a.request_timeout_secs));
             if !client.ready() {
                 bail!("the owned daemon on {} is not ready", daemon.base);
             }
@@ -555,6 +561,13 @@ impl OwnedDaemon {
             admin_tokens_per_minute: Some(0),
             trusted_header: None,
             trusted_header_secret: None,
+            // The daemon must not cut an answer the runner is still willing to wait for.
+            request_timeout_secs: Some(
+                operator
+                    .request_timeout()
+                    .as_secs()
+                    .max(a.request_timeout_secs),
+            ),
             ..operator
         };
         config.validate()?;
