@@ -151,8 +151,15 @@ pub struct Problem {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (_, status) = self.slug_status();
-        if status.is_server_error() {
-            tracing::error!(error = %self, "request failed");
+        match &self {
+            // Overload answers are the ladder working as designed: counted in /metrics
+            // (`airlock_shed_total`, requests by status), not errors of the appliance; at
+            // ERROR they would flood the log exactly when an operator reads it.
+            ApiError::CapacityUnavailable { .. } | ApiError::DeadlineExceeded => {
+                tracing::debug!(error = %self, "request not served (overload)");
+            }
+            _ if status.is_server_error() => tracing::error!(error = %self, "request failed"),
+            _ => {}
         }
         let body = serde_json::to_vec(&self.problem()).unwrap_or_default();
         let mut resp = (status, body).into_response();

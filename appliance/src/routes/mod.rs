@@ -11,7 +11,7 @@ use axum::routing::{get, post, put};
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::ResponseBodyTimeoutLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 use crate::error::ApiError;
 use crate::metrics::RouteStatus;
@@ -67,16 +67,23 @@ pub fn app(state: AppState) -> Router {
     api.layer(
         ServiceBuilder::new()
             .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-            .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-                let id = req
-                    .headers()
-                    .get(REQUEST_ID)
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("");
-                // Method and path only: no query strings, bodies or tokens.
-                tracing::info_span!("http.request", http.request.method = %req.method(),
-                    url.path = %req.uri().path(), request_id = %id)
-            }))
+            .layer(
+                TraceLayer::new_for_http()
+                    .make_span_with(|req: &Request| {
+                        let id = req
+                            .headers()
+                            .get(REQUEST_ID)
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or("");
+                        // Method and path only: no query strings, bodies or tokens.
+                        tracing::info_span!("http.request", http.request.method = %req.method(),
+                            url.path = %req.uri().path(), request_id = %id)
+                    })
+                    // Server errors are logged once, at ERROR, where they arise (ApiError);
+                    // shed and deadline answers under load at DEBUG. tower-http's own line for
+                    // every 5xx would repeat them (and flood the log during an overload).
+                    .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
+            )
             .layer(PropagateRequestIdLayer::new(REQUEST_ID))
             .layer(ResponseBodyTimeoutLayer::new(stream_idle)),
     )
