@@ -563,7 +563,7 @@ mod tests {
 
     fn manual(ladder: bool) -> AdmissionConfig {
         AdmissionConfig {
-            ladder: ladder.then(LadderConfig::default),
+            ladder: ladder.then(crate::ladder::wide),
             tick: None,
             ..AdmissionConfig::default()
         }
@@ -667,7 +667,7 @@ mod tests {
                 inflight_full: 4,
                 queue_full: 8,
                 shed_admit_inflight: 3,
-                ..LadderConfig::default()
+                ..crate::ladder::wide()
             }),
             tick: None,
             ..AdmissionConfig::default()
@@ -893,7 +893,7 @@ mod tests {
                 inflight_full: 4,
                 queue_full: 1000,
                 shed_admit_inflight: 4,
-                ..LadderConfig::default()
+                ..crate::ladder::wide()
             }),
             tick: None,
             ..AdmissionConfig::default()

@@ -140,7 +140,9 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_LADDER")]
     pub ladder: Option<bool>,
 
-    /// Ladder: in-flight model-bound requests that count as full load [default: 16].
+    /// Ladder: in-flight model-bound requests that count as full load [default: 2, sized by the
+    /// load bench on the 2-core reference box; about the requests your engine serves at once
+    /// within the TTFT objective].
     #[arg(long, env = "AIRLOCK_LADDER_INFLIGHT_FULL")]
     pub ladder_inflight_full: Option<usize>,
 
@@ -166,7 +168,7 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_LADDER_RECOVER_RATIO")]
     pub ladder_recover_ratio: Option<f64>,
 
-    /// Ladder: seconds the pressure must stay low before climbing one rung [default: 10].
+    /// Ladder: seconds the pressure must stay low before climbing one rung [default: 5].
     #[arg(long, env = "AIRLOCK_LADDER_RECOVER_HOLD_SECS")]
     pub ladder_recover_hold_secs: Option<u64>,
 
@@ -176,8 +178,8 @@ pub struct Config {
 
     /// Ladder: at rung 5 reached under load, interactive requests are still admitted while
     /// fewer than this many admitted model-bound requests are in flight (the rest are shed);
-    /// must keep rung 5's admitted work below its recovery level [default: ladder_inflight_full,
-    /// lowered to that level's limit if needed].
+    /// must keep rung 5's admitted work below its recovery level [default: 1.5 x
+    /// ladder_inflight_full rounded up (3), lowered to that level's limit if needed].
     #[arg(long, env = "AIRLOCK_LADDER_SHED_ADMIT_INFLIGHT")]
     pub ladder_shed_admit_inflight: Option<usize>,
 
@@ -745,7 +747,7 @@ mod tests {
         let l = c.ladder_config();
         assert_eq!(l.step_down, [1.0, 2.0, 3.0, 4.0, 5.0]);
         assert_eq!(l.recover_hold, Duration::from_secs(30));
-        assert_eq!(l.inflight_full, 16, "unset fields keep their defaults");
+        assert_eq!(l.inflight_full, 2, "unset fields keep their defaults");
         let q = c.quotas();
         assert_eq!(q.user.tokens_per_minute, 6000);
         assert_eq!(q.user.requests_per_minute, 0);
@@ -759,16 +761,23 @@ mod tests {
     #[test]
     fn the_rung_five_limit_defaults_from_the_full_level_and_is_validated() {
         let c = Config::default();
-        assert_eq!(c.ladder_config().shed_admit_inflight, 16);
+        assert_eq!(c.ladder_config().shed_admit_inflight, 3);
         assert_eq!(c.ladder_config().wait_full, Duration::from_secs(2));
-        // Unset: follows ladder_inflight_full (and stays below rung 5's recovery level).
+        // Unset: 1.5 x ladder_inflight_full (and stays below rung 5's recovery level).
         let small = Config {
             ladder_inflight_full: Some(1),
             ..Config::default()
         };
         small.validate().unwrap();
-        assert_eq!(small.ladder_config().shed_admit_inflight, 1);
+        assert_eq!(small.ladder_config().shed_admit_inflight, 2);
+        let wide = Config {
+            ladder_inflight_full: Some(10),
+            ..Config::default()
+        };
+        wide.validate().unwrap();
+        assert_eq!(wide.ladder_config().shed_admit_inflight, 15);
         let tight_queue = Config {
+            ladder_inflight_full: Some(16),
             ladder_queue_full: Some(2),
             ..Config::default()
         };
@@ -816,8 +825,8 @@ ladder_shed_admit_inflight = 2
         .unwrap();
         c.validate().unwrap();
         let l = c.ladder_config();
-        assert_eq!((l.inflight_full, l.shed_admit_inflight), (1, 2));
-        assert_eq!(l.shed_admit_inflight, l.max_shed_admit_inflight());
+        assert_eq!((l.inflight_full, l.shed_admit_inflight), (2, 3));
+        assert!(l.shed_admit_inflight <= l.max_shed_admit_inflight());
     }
 
     #[test]
@@ -858,7 +867,7 @@ engine_batch_max_wait_steps = 0
             "--engine-batch-max-wait-steps",
             "32",
             "--ladder-shed-admit-inflight",
-            "12",
+            "4",
         ])
         .unwrap()
         .config;
@@ -869,7 +878,7 @@ engine_batch_max_wait_steps = 0
             (e.max_batch, e.batch_queue_capacity, e.batch_max_wait_steps),
             (2, 4, 32)
         );
-        assert_eq!(merged.ladder_config().shed_admit_inflight, 12);
+        assert_eq!(merged.ladder_config().shed_admit_inflight, 4);
         let field = |c: Config| match c.validate() {
             Err(ConfigError::Invalid { field, .. }) => field,
             other => panic!("{other:?}"),

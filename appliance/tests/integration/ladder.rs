@@ -40,13 +40,25 @@ fn replay(ladder: &mut Ladder, t0: Instant, pattern: &[Signals]) -> Vec<u8> {
         .collect()
 }
 
+/// The thresholds these tests were written against (an engine that serves 16 requests at once
+/// within the objective), independent of the shipped defaults, which are sized for the 2-core
+/// reference box.
+fn wide() -> LadderConfig {
+    LadderConfig {
+        inflight_full: 16,
+        shed_admit_inflight: 16,
+        recover_hold: Duration::from_secs(10),
+        ..LadderConfig::default()
+    }
+}
+
 fn transitions(rungs: &[u8]) -> usize {
     rungs.windows(2).filter(|w| w[0] != w[1]).count()
 }
 
 #[test]
 fn harness_descends_under_load_and_recovers_after() {
-    let cfg = LadderConfig::default();
+    let cfg = wide();
     let mut ladder = Ladder::new(cfg.clone());
     let t0 = Instant::now();
     // 20 s idle, a 60 s ramp to 5x the queue's full level, 60 s at it, then 120 s idle.
@@ -91,7 +103,7 @@ fn harness_descends_under_load_and_recovers_after() {
 
 #[test]
 fn harness_does_not_flap_on_a_steady_load_at_a_threshold() {
-    let cfg = LadderConfig::default();
+    let cfg = wide();
     let mut ladder = Ladder::new(cfg.clone());
     let t0 = Instant::now();
     // A load that hovers around rung 2's threshold (1.5 x full: 12 of 8) with ±1 noise for
@@ -113,7 +125,7 @@ fn harness_does_not_flap_on_a_steady_load_at_a_threshold() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_holders_drive_admission_down_and_back() {
     let cfg = AdmissionConfig {
-        ladder: Some(LadderConfig::default()),
+        ladder: Some(wide()),
         tick: None,
         ..AdmissionConfig::default()
     };
@@ -277,8 +289,9 @@ async fn the_running_ladder_sheds_the_excess_under_load_and_recovers() {
         ladder: Some(true),
         ladder_tick_ms: Some(20),
         ladder_recover_hold_secs: Some(1),
-        // Full at 2 in flight, so rung 5 admits up to 2 (the default limit = the full level).
+        // Full at 2 in flight, and rung 5 admits up to 2.
         ladder_inflight_full: Some(2),
+        ladder_shed_admit_inflight: Some(2),
         ..test_config()
     };
     assert_eq!(config.ladder_config().shed_admit_inflight, 2);
