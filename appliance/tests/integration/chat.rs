@@ -163,10 +163,11 @@ async fn streaming_sends_citations_first_and_done_last() {
         "text/event-stream"
     );
     assert_eq!(r.headers.get("x-airlock-rung").unwrap(), "0");
+    // SSE comments (`: keep-alive`, sent while a slow machine prefills) are not events.
     let events: Vec<&str> = r
         .text
         .split("\n\n")
-        .filter(|e| !e.trim().is_empty())
+        .filter(|e| !e.trim().is_empty() && !e.starts_with(':'))
         .map(|e| e.strip_prefix("data: ").unwrap_or(e))
         .collect();
     assert_eq!(*events.last().unwrap(), "[DONE]");
