@@ -90,7 +90,9 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_UPLOAD_LIMIT")]
     pub upload_limit: Option<usize>,
 
-    /// Seconds a non-streaming request may take [default: 120].
+    /// Seconds a non-streaming request may take [default: 600: a non-streaming RAG answer from
+    /// the large model takes ~3 minutes on the 2-core reference box (streaming requests are
+    /// bounded by the stream idle timeout instead)].
     #[arg(long, env = "AIRLOCK_REQUEST_TIMEOUT_SECS")]
     pub request_timeout_secs: Option<u64>,
 
@@ -535,7 +537,7 @@ impl Config {
 
     /// Time limit of a non-streaming request.
     pub fn request_timeout(&self) -> Duration {
-        Duration::from_secs(self.request_timeout_secs.unwrap_or(120))
+        Duration::from_secs(self.request_timeout_secs.unwrap_or(600))
     }
 
     /// Longest silence between two chunks of a stream.
