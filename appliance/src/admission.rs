@@ -633,21 +633,23 @@ mod tests {
         assert_eq!(a.inflight(), 0);
     }
 
+    /// `base` with ordinary users limited to one request per minute.
+    fn one_request_per_minute(base: AdmissionConfig) -> AdmissionConfig {
+        AdmissionConfig {
+            quotas: QuotaConfig {
+                user: crate::quota::Limits {
+                    requests_per_minute: 1,
+                    tokens_per_minute: 0,
+                },
+                ..QuotaConfig::default()
+            },
+            ..base
+        }
+    }
+
     #[test]
     fn shed_requests_cost_no_quota() {
-        let a = Admission::new(
-            Metrics::new(),
-            AdmissionConfig {
-                quotas: QuotaConfig {
-                    user: crate::quota::Limits {
-                        requests_per_minute: 1,
-                        tokens_per_minute: 0,
-                    },
-                    ..QuotaConfig::default()
-                },
-                ..manual(false)
-            },
-        );
+        let a = Admission::new(Metrics::new(), one_request_per_minute(manual(false)));
         let u = caller("u");
         a.set_rung(5);
         assert!(a.admit(&u, None, Priority::Interactive).is_err());
@@ -769,19 +771,7 @@ mod tests {
 
     #[test]
     fn a_quota_refusal_at_rung_five_gives_its_slot_back() {
-        let a = Admission::new(
-            Metrics::new(),
-            AdmissionConfig {
-                quotas: QuotaConfig {
-                    user: crate::quota::Limits {
-                        requests_per_minute: 1,
-                        tokens_per_minute: 0,
-                    },
-                    ..QuotaConfig::default()
-                },
-                ..excess_config()
-            },
-        );
+        let a = Admission::new(Metrics::new(), one_request_per_minute(excess_config()));
         let slots: Vec<QueueSlot> = (0..40).map(|_| a.enqueue()).collect();
         a.tick(Instant::now());
         let u = caller("u");
