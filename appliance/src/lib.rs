@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod cite;
 pub mod cli;
 pub mod config;
 pub mod error;

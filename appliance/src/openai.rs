@@ -150,6 +150,29 @@ pub struct AirlockResponse {
     /// Milliseconds per stage (non-streaming responses only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timings_ms: Option<ChatTimings>,
+    /// The source numbers (`n`) the answer used (non-streaming responses with retrieval; a
+    /// stream sends them on its last event): see [`crate::cite`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cited: Option<Vec<usize>>,
+    /// How `cited` was found: `markers` (the answer's `[n]`) or `support` (word overlap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cited_by: Option<crate::cite::CitedBy>,
+}
+
+/// The `airlock` extension of an SSE event: the citations and rung on the first event, the
+/// sources the answer used on the last one.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum ChunkAirlock {
+    /// First event.
+    Start(AirlockResponse),
+    /// Last event (the one with the finish reason), with retrieval.
+    End {
+        /// The source numbers the answer used.
+        cited: Vec<usize>,
+        /// How they were found.
+        cited_by: crate::cite::CitedBy,
+    },
 }
 
 /// Per-stage milliseconds of one chat completion.
@@ -258,9 +281,9 @@ pub struct ChatChunk {
     pub model: String,
     /// One choice.
     pub choices: Vec<ChunkChoice>,
-    /// Only on the first event.
+    /// On the first event (citations, rung) and, with retrieval, the last (cited sources).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub airlock: Option<AirlockResponse>,
+    pub airlock: Option<ChunkAirlock>,
     /// Only on the last event.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,

@@ -82,6 +82,9 @@ pub struct ChatOutcome {
     pub answer: String,
     /// Citations (`doc_id`, `title`, `snippet`).
     pub citations: Vec<RetrievedChunk>,
+    /// The source numbers (`n`, 1-based into `citations`) the answer used, when the daemon
+    /// reports them (`airlock.cited`).
+    pub cited: Option<Vec<usize>>,
     /// The rung the daemon served at.
     pub rung: Option<u8>,
     /// Bundle version reported by the daemon.
@@ -306,6 +309,7 @@ impl Client {
                 .unwrap_or("")
                 .to_owned(),
             citations,
+            cited: serde_json::from_value(v["airlock"]["cited"].clone()).ok(),
             rung: v["airlock"]["rung"].as_u64().map(|r| r as u8),
             bundle_version: v["airlock"]["bundle_version"].as_str().map(str::to_owned),
             latency_ms,

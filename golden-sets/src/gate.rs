@@ -25,6 +25,9 @@ pub struct Summary {
     pub cases: usize,
     /// Cases with at least one leak.
     pub leaking_cases: usize,
+    /// Cases whose requests failed (no metrics; any fails the gate).
+    #[serde(default)]
+    pub failed_cases: usize,
     /// Headline metrics by name (`ndcg_10`, `recall_10`, `mrr_10`, `answer_hit_rate`,
     /// `citation_precision`, `citation_recall`, `abstention_rate`): mean with a 95% interval.
     pub metrics: BTreeMap<String, Estimate>,
@@ -76,6 +79,7 @@ pub fn summarize(cases: &[&CaseScore]) -> Summary {
     Summary {
         cases: cases.len(),
         leaking_cases: cases.iter().filter(|c| !c.leaks.is_empty()).count(),
+        failed_cases: cases.iter().filter(|c| c.error.is_some()).count(),
         metrics,
     }
 }
@@ -83,7 +87,10 @@ pub fn summarize(cases: &[&CaseScore]) -> Summary {
 /// Whether a case passes on its own terms: no leak, the expected answer found, an abstention
 /// where nothing readable answers.
 pub fn case_passes(c: &CaseScore) -> bool {
-    c.leaks.is_empty() && c.answer_hit != Some(false) && c.abstained != Some(false)
+    c.error.is_none()
+        && c.leaks.is_empty()
+        && c.answer_hit != Some(false)
+        && c.abstained != Some(false)
 }
 
 /// A full evaluation report.
@@ -154,17 +161,23 @@ impl Report {
         self.overall.leaking_cases
     }
 
+    /// Cases whose requests failed.
+    pub fn failed(&self) -> usize {
+        self.overall.failed_cases
+    }
+
     /// A one-screen Markdown rendering.
     pub fn to_markdown(&self) -> String {
         let mut s = String::new();
         let _ = writeln!(s, "# Eval report: {}\n", self.set);
         let _ = writeln!(
             s,
-            "bundle `{}`, rung {}, {} cases, **{} leaking**\n",
+            "bundle `{}`, rung {}, {} cases, **{} leaking**, {} failed\n",
             self.bundle_version.as_deref().unwrap_or("?"),
             self.rung.map_or("auto".into(), |r| r.to_string()),
             self.overall.cases,
-            self.overall.leaking_cases
+            self.overall.leaking_cases,
+            self.overall.failed_cases
         );
         let _ = writeln!(s, "| group | cases | leaks | {} |", HEADLINE.join(" | "));
         let _ = writeln!(s, "|---|---|---|{}", "---|".repeat(HEADLINE.len()));
@@ -240,6 +253,8 @@ impl Baseline {
 pub enum GateFailure {
     /// Cases leaked forbidden material.
     Leaks(usize),
+    /// Cases could not be observed (failed requests).
+    FailedCases(usize),
     /// A headline metric fell below baseline − ε.
     MetricDrop {
         /// Metric name.
@@ -296,6 +311,9 @@ impl Verdict {
                 GateFailure::Leaks(n) => {
                     format!("{n} case(s) leaked forbidden documents or strings")
                 }
+                GateFailure::FailedCases(n) => {
+                    format!("{n} case(s) failed (their requests got no answer)")
+                }
                 GateFailure::MetricDrop {
                     metric,
                     baseline,
@@ -316,6 +334,9 @@ pub fn gate(report: &Report, baseline: &Baseline, epsilon: f64, regressions: &[S
     let mut failures = Vec::new();
     if report.leaks() > 0 {
         failures.push(GateFailure::Leaks(report.leaks()));
+    }
+    if report.failed() > 0 {
+        failures.push(GateFailure::FailedCases(report.failed()));
     }
     for (metric, &base) in &baseline.metrics {
         match report.overall.metrics.get(metric) {
@@ -390,6 +411,7 @@ mod tests {
             } else {
                 vec![]
             },
+            error: None,
         }
     }
 
@@ -441,6 +463,22 @@ mod tests {
         assert!(v.render(&regressed, &base).starts_with("FAIL"));
         // A regression case missing from the report fails too.
         assert!(!gate(&base_r, &base, 0.01, &["zz".into()]).passed());
+
+        // A case whose request failed fails the gate (even with metrics above the baseline)
+        // and fails as a regression case.
+        let mut b_failed = score("b", true, 0.6, false);
+        b_failed.error = Some("case b: 504".into());
+        let failed = report(vec![score("a", true, 0.9, false), b_failed]);
+        assert_eq!(failed.failed(), 1);
+        let v = gate(&failed, &base, 1.0, &["b".into()]);
+        assert_eq!(
+            v.failures,
+            vec![
+                GateFailure::FailedCases(1),
+                GateFailure::Regression("b".into())
+            ]
+        );
+        assert!(v.render(&failed, &base).contains("1 case(s) failed"));
     }
 
     #[test]

@@ -251,6 +251,7 @@ mod tests {
                 kind: "string_in_answer".into(),
                 what: "<b>".into(),
             }],
+            error: None,
         };
         let lat = BTreeMap::from([("chat.total".to_owned(), vec![10.0, 20.0, 30.0])]);
         let r = Report::new("t", None, Some(1), vec![case], &lat);

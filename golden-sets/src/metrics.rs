@@ -204,8 +204,13 @@ pub struct Observation {
     pub retrieved_doc_ids: Vec<String>,
     /// Every snippet returned to the user (retrieval results and citations).
     pub snippets: Vec<String>,
-    /// Cited document ids, in citation order.
+    /// Cited document ids, in citation order: every source listed with the answer (the chunks
+    /// placed in the prompt). Leaks are checked over all of them.
     pub cited_doc_ids: Vec<String>,
+    /// The documents the answer used (the daemon's `airlock.cited`), when it reported them;
+    /// citation precision and recall score these, else every listed citation.
+    #[serde(default)]
+    pub used_doc_ids: Option<Vec<String>>,
     /// Titles shown with the citations and results.
     pub titles: Vec<String>,
     /// The generated answer (empty when none was asked for or the request was refused).
@@ -289,6 +294,31 @@ pub struct CaseScore {
     pub abstained: Option<bool>,
     /// Leaks found (any fails the run).
     pub leaks: Vec<Leak>,
+    /// Why the case could not be observed (a failed request): it has no metrics and fails
+    /// the gate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl CaseScore {
+    /// A case whose requests failed: no metric applies, the error is recorded.
+    pub fn failed(case: &GoldenCase, error: String) -> Self {
+        CaseScore {
+            id: case.id.clone(),
+            kind: case.kind.as_str().into(),
+            phase: case.phase.as_str().into(),
+            ndcg_10: None,
+            recall_10: None,
+            recall_100: None,
+            mrr_10: None,
+            answer_hit: None,
+            citation_precision: None,
+            citation_recall: None,
+            abstained: None,
+            leaks: Vec::new(),
+            error: Some(error),
+        }
+    }
 }
 
 /// Scores one case from what the system returned.
@@ -300,7 +330,7 @@ pub fn score_case(case: &GoldenCase, obs: &Observation) -> CaseScore {
         .collect();
     let ranked = dedup_docs(&obs.retrieved_doc_ids);
     let has_relevant = !judged.is_empty();
-    let cited = dedup_docs(&obs.cited_doc_ids);
+    let cited = dedup_docs(obs.used_doc_ids.as_deref().unwrap_or(&obs.cited_doc_ids));
     let relevant_cited = cited.iter().filter(|d| judged.contains_key(**d)).count();
     // A refused request answers nothing, so its abstention counts even in retrieval-only runs.
     let answered = !obs.retrieval_only || obs.refused;
@@ -323,6 +353,7 @@ pub fn score_case(case: &GoldenCase, obs: &Observation) -> CaseScore {
             .then(|| relevant_cited as f64 / judged.len() as f64),
         abstained: (answered && !has_relevant).then(|| obs.refused || is_abstention(&obs.answer)),
         leaks: leaks(case, obs),
+        error: None,
     }
 }
 
@@ -464,6 +495,33 @@ mod tests {
         assert_eq!(s.abstained, Some(true));
         let kinds: Vec<&str> = s.leaks.iter().map(|l| l.kind.as_str()).collect();
         assert_eq!(kinds, ["doc_in_results", "string_in_snippet"]);
+    }
+
+    #[test]
+    fn citation_metrics_score_the_used_sources_and_leaks_every_listed_one() {
+        let c = case(&["d1", "d2"], &[], &["d9"], &[]);
+        let obs = Observation {
+            cited_doc_ids: vec!["d1".into(), "d3".into(), "d9".into(), "d1".into()],
+            used_doc_ids: Some(vec!["d1".into()]),
+            answer: "Forty-two.".into(),
+            ..Default::default()
+        };
+        let s = score_case(&c, &obs);
+        assert_eq!(s.citation_precision, Some(1.0));
+        assert_eq!(s.citation_recall, Some(0.5));
+        let kinds: Vec<&str> = s.leaks.iter().map(|l| l.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["doc_in_citations"],
+            "a listed source leaks even if unused"
+        );
+        // An answer that used no source: precision does not apply, recall is 0.
+        let none = Observation {
+            used_doc_ids: Some(Vec::new()),
+            ..obs
+        };
+        let s = score_case(&c, &none);
+        assert_eq!((s.citation_precision, s.citation_recall), (None, Some(0.0)));
     }
 
     #[test]

@@ -8,8 +8,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
@@ -52,6 +52,9 @@ pub struct RunOptions {
     /// already hold the corpus in its `iam_v1` state; the phase transitions (`iam_v2`, the
     /// deletions) are applied either way.
     pub setup: bool,
+    /// Set (e.g. by a signal handler) to stop the run: no further case starts, and the run
+    /// ends with [`RunError::Interrupted`] instead of a report.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl Default for RunOptions {
@@ -67,6 +70,7 @@ impl Default for RunOptions {
             max_tokens: 160,
             model: None,
             setup: true,
+            stop: None,
         }
     }
 }
@@ -91,6 +95,9 @@ pub enum RunError {
     /// A case's user has no token.
     #[error("no token for user {0:?} (pass it in the tokens file or let the runner set up)")]
     MissingToken(String),
+    /// The run was stopped (`RunOptions::stop`) before every case ran.
+    #[error("interrupted: the run was stopped before every case ran (no report)")]
+    Interrupted,
 }
 
 fn api(step: impl Into<String>) -> impl FnOnce(ApiError) -> RunError {
@@ -222,6 +229,7 @@ fn observe(
         let ChatOutcome {
             answer,
             citations,
+            cited,
             bundle_version,
             latency_ms,
             ..
@@ -234,6 +242,12 @@ fn observe(
         )?;
         lat.push(("chat.total".into(), latency_ms));
         obs.answer = answer;
+        obs.used_doc_ids = cited.map(|ns| {
+            ns.iter()
+                .filter_map(|&n| n.checked_sub(1).and_then(|i| citations.get(i)))
+                .map(|c| c.doc_id.clone())
+                .collect()
+        });
         for c in citations {
             obs.cited_doc_ids.push(c.doc_id);
             obs.snippets.push(c.snippet);
@@ -253,21 +267,40 @@ fn run_cases(
     progress: Progress<'_>,
 ) -> Result<Vec<CaseRun>, RunError> {
     let numbered: Vec<(usize, &GoldenCase)> = cases.iter().copied().enumerate().collect();
-    parallel(&numbered, opts.concurrency, what, progress, |&(i, case)| {
+    let stopped = || {
+        opts.stop
+            .as_ref()
+            .is_some_and(|s| s.load(Ordering::Relaxed))
+    };
+    let runs = parallel(&numbered, opts.concurrency, what, progress, |&(i, case)| {
+        if stopped() {
+            return Err(RunError::Interrupted);
+        }
         let Some(token) = tokens.get(&case.user) else {
             return Err(RunError::MissingToken(case.user.clone()));
         };
         let answer = opts.answers && opts.answer_cases.is_none_or(|n| sampled(i, n, cases.len()));
-        let (obs, latency, bundle_version) = observe(client, token, &case.query, answer, opts)
-            .map_err(api(format!("case {}", case.id)))?;
-        Ok(CaseRun {
-            score: metrics::score_case(case, &obs),
-            latency,
-            bundle_version,
+        // A failed request fails its case, not the run: the report keeps every other case
+        // and the gate refuses a run with failed cases.
+        Ok(match observe(client, token, &case.query, answer, opts) {
+            Ok((obs, latency, bundle_version)) => CaseRun {
+                score: metrics::score_case(case, &obs),
+                latency,
+                bundle_version,
+            },
+            Err(e) => CaseRun {
+                score: metrics::CaseScore::failed(case, format!("case {}: {e}", case.id)),
+                latency: Vec::new(),
+                bundle_version: None,
+            },
         })
-    })
-    .into_iter()
-    .collect()
+    });
+    // A request cut by the stop (the daemon going away) is not a failed case: the run as a
+    // whole is interrupted.
+    if stopped() {
+        return Err(RunError::Interrupted);
+    }
+    runs.into_iter().collect()
 }
 
 /// Whether case `i` of `len` is among `n` cases spread evenly over the phase (every
@@ -485,6 +518,7 @@ pub fn run_beir(
                 citation_recall: None,
                 abstained: None,
                 leaks: Vec::new(),
+                error: None,
             },
             latency,
             bundle_version: None,

@@ -11,6 +11,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use airlock_acl::{NewUser, Role};
@@ -212,6 +214,9 @@ fn parse_rungs(rung: Option<&str>) -> anyhow::Result<Vec<Option<u8>>> {
 
 fn run_set(a: RunArgs) -> anyhow::Result<()> {
     let rungs = parse_rungs(a.rung.as_deref())?;
+    // Set when Ctrl-C or SIGTERM stops an owned daemon: the runner starts no further case and
+    // ends without a report.
+    let interrupted = Arc::new(AtomicBool::new(false));
     // The daemon: an operator's, or one this process owns on a scratch data directory.
     let (client, mut tokens, owned) = match (&a.against, &a.tokens) {
         (Some(url), Some(path)) => {
@@ -224,7 +229,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             (client, tokens, None)
         }
         _ => {
-            let daemon = OwnedDaemon::start(&a)?;
+            let daemon = OwnedDaemon::start(&a, interrupted.clone())?;
             let client = Client::new(&daemon.base, Duration::from_secs(a.request_timeout_secs));
             if !client.ready() {
                 bail!("the owned daemon on {} is not ready", daemon.base);
@@ -279,6 +284,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         max_tokens: a.max_tokens,
         model: a.model.clone(),
         setup: !a.no_setup && a.from_state.is_none(),
+        stop: Some(interrupted.clone()),
     };
     let golden = runner::is_golden_set(&a.set);
     let set = if golden {
@@ -287,7 +293,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         None
     };
     let mut per_rung = Vec::new();
-    let mut leaks = 0;
+    let (mut leaks, mut failed) = (0, 0);
     for (i, rung) in rungs.iter().enumerate() {
         opts.rung = *rung;
         if let Some(d) = &owned {
@@ -310,15 +316,17 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         };
         write_reports(&dir, &report)?;
         let line = format!(
-            "{}: {} cases, {} leaking -> {}",
+            "{}: {} cases, {} leaking, {} failed -> {}",
             opts.rung
                 .map_or("auto rung".into(), |r| format!("rung {r}")),
             report.overall.cases,
             report.leaks(),
+            report.failed(),
             dir.display()
         );
         bar.suspend(|| eprintln!("{line}"));
         leaks += report.leaks();
+        failed += report.failed();
         // A golden set's first pass walks the phases, the later rungs can only be scored on the
         // state the phases leave: the first rung gets a final-state pass too, so every row of
         // the rung table covers the same cases (and, sampled, the same answered cases).
@@ -327,13 +335,15 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             let fs_dir = dir.join("final-state");
             write_reports(&fs_dir, &same)?;
             leaks += same.leaks();
+            failed += same.failed();
             bar.suspend(|| {
                 eprintln!(
-                    "{}: final state, {} cases, {} leaking -> {}",
+                    "{}: final state, {} cases, {} leaking, {} failed -> {}",
                     opts.rung
                         .map_or("auto rung".into(), |r| format!("rung {r}")),
                     same.overall.cases,
                     same.leaks(),
+                    same.failed(),
                     fs_dir.display()
                 )
             });
@@ -363,6 +373,9 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
     }
     if leaks > 0 {
         bail!("{leaks} case(s) leaked forbidden material (see the reports)");
+    }
+    if failed > 0 {
+        bail!("{failed} case(s) failed: their requests got no answer (see `error` in report.json)");
     }
     Ok(())
 }
@@ -525,7 +538,7 @@ fn init_quiet_tracing(json: bool) {
 
 impl OwnedDaemon {
     /// Prepares the scratch data directory and starts the daemon on `127.0.0.1:0`.
-    fn start(a: &RunArgs) -> anyhow::Result<Self> {
+    fn start(a: &RunArgs, interrupted: Arc<AtomicBool>) -> anyhow::Result<Self> {
         let operator = operator_config(a)?;
         init_quiet_tracing(operator.json_logs());
         let source = operator.data_dir();
@@ -586,7 +599,7 @@ impl OwnedDaemon {
         daemon.stop = Some(stop_tx);
         let thread = std::thread::Builder::new()
             .name("airlock-eval-daemon".into())
-            .spawn(move || serve_owned(config, ready_tx, stop_rx))
+            .spawn(move || serve_owned(config, ready_tx, stop_rx, interrupted))
             .context("starting the daemon thread")?;
         daemon.thread = Some(thread);
         eprintln!("==> verifying the bundle and loading the models");
@@ -652,6 +665,7 @@ fn serve_owned(
     config: Config,
     ready: std::sync::mpsc::Sender<Ready>,
     stop: tokio::sync::oneshot::Receiver<()>,
+    interrupted: Arc<AtomicBool>,
 ) -> anyhow::Result<Drained> {
     crate::cli::serve::lock_down(&config)?;
     let services = startup::open(&config)?;
@@ -683,11 +697,13 @@ fn serve_owned(
         listener,
         state,
         async move {
-            // Ctrl-C or SIGTERM also drains the daemon: the runner's next request fails, and the
-            // scratch directory is removed on the way out.
+            // Ctrl-C or SIGTERM also drains the daemon and stops the runner (no further case
+            // starts; the run ends without a report), and the scratch directory is removed on
+            // the way out.
             tokio::select! {
                 _ = stop => {}
                 () = server::shutdown_signal() => {
+                    interrupted.store(true, Ordering::Relaxed);
                     tracing::warn!("interrupted: stopping the owned daemon");
                 }
             }

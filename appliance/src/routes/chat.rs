@@ -28,7 +28,7 @@ use crate::generator::{Generator, submit_error};
 use crate::metrics::Metrics;
 use crate::openai::{
     AirlockResponse, AssistantMessage, ChatChunk, ChatRequest, ChatResponse, ChatTimings, Choice,
-    ChunkChoice, Citation, Delta, Usage, unix_now,
+    ChunkAirlock, ChunkChoice, Citation, Delta, Usage, unix_now,
 };
 use crate::prompt::{self, Role, Source};
 use crate::quota::TokenReservation;
@@ -49,8 +49,23 @@ struct Prepared {
     generator: Arc<Generator>,
     prompt: Vec<u32>,
     citations: Vec<Citation>,
+    /// The question and the sources' texts, to find which sources the answer used.
+    cite: Option<CiteInput>,
     retrieval: Option<StageTimings>,
     prompt_ms: f64,
+}
+
+/// What [`crate::cite::cited`] needs once the answer is complete.
+struct CiteInput {
+    question: String,
+    sources: Vec<String>,
+}
+
+impl CiteInput {
+    fn cited(&self, answer: &str) -> crate::cite::Cited {
+        let sources: Vec<&str> = self.sources.iter().map(String::as_str).collect();
+        crate::cite::cited(answer, &self.question, &sources)
+    }
 }
 
 fn validate(req: &ChatRequest, default_max: u32) -> Result<SamplingParams, ApiError> {
@@ -180,7 +195,7 @@ pub async fn completions(
         let user = caller.user_id.clone();
         let rid = request_id.clone();
         blocking(move || {
-            let (sources_owned, citations, retrieval_timings) = if ext.retrieval {
+            let (sources_owned, citations, retrieval_timings, cite) = if ext.retrieval {
                 let query = prompt::last_user_text(&conversation).unwrap_or_default();
                 let retrieved = rag::retrieve(
                     &services,
@@ -211,9 +226,18 @@ pub async fn completions(
                     let ids: Vec<&str> = citations.iter().map(|c| c.doc_id.as_str()).collect();
                     services.acl.audit_shown(&rid, &user, &ids)?;
                 }
-                (Some(retrieved.chunks), citations, Some(retrieved.timings))
+                let cite = CiteInput {
+                    question: query.to_string(),
+                    sources: retrieved.chunks.iter().map(|c| c.text.clone()).collect(),
+                };
+                (
+                    Some(retrieved.chunks),
+                    citations,
+                    Some(retrieved.timings),
+                    Some(cite),
+                )
             } else {
-                (None, Vec::new(), None)
+                (None, Vec::new(), None, None)
             };
             let tp = Instant::now();
             let sources: Option<Vec<Source<'_>>> = sources_owned.as_ref().map(|v| {
@@ -230,6 +254,7 @@ pub async fn completions(
                 generator,
                 prompt,
                 citations,
+                cite,
                 retrieval: retrieval_timings,
                 prompt_ms: crate::routes::ms_since(tp),
             })
@@ -345,13 +370,16 @@ pub async fn completions(
             prompt: prepared.prompt_ms,
             ..ChatTimings::default()
         }),
+        cited: None,
+        cited_by: None,
     };
+    let cite = prepared.cite;
     let id = request_id;
     // The completion id and `X-Request-Id` are the same value (the web UI rates answers by
     // either): set it here, since an unusable client id was replaced by a fresh one.
     let id_header = HeaderValue::from_str(&id).ok();
     let mut resp = if req.stream {
-        sse(generation, id, model_alias, airlock)
+        sse(generation, id, model_alias, airlock, cite)
             .keep_alive(
                 KeepAlive::new()
                     .interval(state.config().sse_keep_alive())
@@ -359,7 +387,7 @@ pub async fn completions(
             )
             .into_response()
     } else {
-        complete(generation, id, model_alias, airlock)
+        complete(generation, id, model_alias, airlock, cite)
             .await?
             .into_response()
     };
@@ -573,6 +601,7 @@ async fn complete(
     id: String,
     model: String,
     airlock: AirlockResponse,
+    cite: Option<CiteInput>,
 ) -> Result<Json<ChatResponse>, ApiError> {
     let mut text = String::new();
     loop {
@@ -589,6 +618,11 @@ async fn complete(
                 text.push_str(tail.as_deref().unwrap_or(""));
                 let finish = finish_reason(&reason)?;
                 let mut airlock = airlock;
+                if let Some(cite) = &cite {
+                    let c = cite.cited(&text);
+                    airlock.cited = Some(c.sources);
+                    airlock.cited_by = Some(c.by);
+                }
                 if let Some(t) = airlock.timings_ms.as_mut() {
                     let now = Instant::now();
                     let first = generation.first_token_at.unwrap_or(now);
@@ -659,6 +693,7 @@ fn sse(
     id: String,
     model: String,
     airlock: AirlockResponse,
+    cite: Option<CiteInput>,
 ) -> Sse<impl futures::Stream<Item = Result<SseEvent, Infallible>>> {
     let created = unix_now();
     let mut first = chunk(
@@ -671,10 +706,10 @@ fn sse(
         },
         None,
     );
-    first.airlock = Some(AirlockResponse {
+    first.airlock = Some(ChunkAirlock::Start(AirlockResponse {
         timings_ms: None,
         ..airlock
-    });
+    }));
     let head = futures::stream::once(async move { Ok(data(&first)) });
     struct St {
         generation: Generation,
@@ -682,6 +717,9 @@ fn sse(
         model: String,
         created: u64,
         done: bool,
+        /// The answer so far, kept only to find the cited sources at the end.
+        text: String,
+        cite: Option<CiteInput>,
     }
     let body = futures::stream::unfold(
         St {
@@ -690,6 +728,8 @@ fn sse(
             model,
             created,
             done: false,
+            text: String::new(),
+            cite,
         },
         |mut st| async move {
             if st.done {
@@ -701,6 +741,9 @@ fn sse(
                         let piece = text.unwrap_or_default();
                         if piece.is_empty() {
                             continue;
+                        }
+                        if st.cite.is_some() {
+                            st.text.push_str(&piece);
                         }
                         let c = chunk(
                             &st.id,
@@ -723,6 +766,9 @@ fn sse(
                         st.done = true;
                         let mut out = Vec::new();
                         if let Some(t) = text.filter(|t| !t.is_empty()) {
+                            if st.cite.is_some() {
+                                st.text.push_str(&t);
+                            }
                             let c = chunk(
                                 &st.id,
                                 &st.model,
@@ -744,6 +790,13 @@ fn sse(
                                     Delta::default(),
                                     Some(finish),
                                 );
+                                if let Some(cite) = &st.cite {
+                                    let cited = cite.cited(&st.text);
+                                    c.airlock = Some(ChunkAirlock::End {
+                                        cited: cited.sources,
+                                        cited_by: cited.by,
+                                    });
+                                }
                                 c.usage = Some(Usage {
                                     prompt_tokens: usage.prompt_tokens,
                                     completion_tokens: usage.completion_tokens,

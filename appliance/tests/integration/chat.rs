@@ -106,6 +106,7 @@ async fn non_streaming_answer_cites_only_readable_chunks() {
         "{}",
         r.text
     );
+    assert_cited(&r.json["airlock"], cites.len());
     assert_eq!(r.json["airlock"]["rung"], 0);
     assert_eq!(r.json["airlock"]["bundle_version"], "1.0.0-test");
     assert_eq!(
@@ -143,6 +144,26 @@ async fn non_streaming_answer_cites_only_readable_chunks() {
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json["airlock"]["citations"], json!([]));
+    assert!(r.json["airlock"].get("cited").is_none(), "{}", r.text);
+}
+
+/// `cited` names sources by their `n` (1..=listed), ascending, with how they were found.
+fn assert_cited(airlock: &Value, listed: usize) {
+    let cited: Vec<u64> = airlock["cited"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no cited in {airlock}"))
+        .iter()
+        .map(|n| n.as_u64().unwrap())
+        .collect();
+    assert!(
+        cited.iter().all(|&n| (1..=listed as u64).contains(&n)),
+        "{airlock}"
+    );
+    assert!(cited.windows(2).all(|w| w[0] < w[1]), "{airlock}");
+    assert!(
+        ["markers", "support"].contains(&airlock["cited_by"].as_str().unwrap()),
+        "{airlock}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,11 +201,19 @@ async fn streaming_sends_citations_first_and_done_last() {
         .iter()
         .map(|e| serde_json::from_str(e).unwrap())
         .collect();
+    // Only the last event (with the finish reason) carries `airlock` again: the cited sources.
+    let (last, middle) = chunks.split_last().unwrap();
     assert!(
-        chunks
+        middle
             .iter()
             .all(|c| c["id"] == first["id"] && c.get("airlock").is_none())
     );
+    assert_eq!(last["id"], first["id"]);
+    assert_cited(
+        &last["airlock"],
+        first["airlock"]["citations"].as_array().unwrap().len(),
+    );
+    assert!(last["airlock"].get("citations").is_none());
     let text: String = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())

@@ -406,3 +406,77 @@ async fn against_an_operators_daemon_with_given_tokens() {
     assert!(acl.user("u5").is_none(), "u5 is not in iam_v2");
     served.shutdown().await;
 }
+
+#[test]
+fn sigterm_stops_an_owned_run_without_a_report_and_cleans_up() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::time::Duration;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let data = installed_appliance(tmp.path());
+    let out_dir = tmp.path().join("eval-out");
+    let scratch = tmp.path().join("scratch");
+    // Every case answered with long answers: the run would take many minutes.
+    let mut child = Command::new(BIN)
+        .args(["eval", "run", "--set"])
+        .arg(mini_set())
+        .arg("--data")
+        .arg(&data)
+        .arg("--scratch")
+        .arg(&scratch)
+        .arg("--out")
+        .arg(&out_dir)
+        .args(["--max-tokens", "256"])
+        .env_remove("AIRLOCK_DATA")
+        .env_remove("AIRLOCK_CONFIG")
+        .env_remove("AIRLOCK_LOG")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in stderr.lines().map_while(Result::ok) {
+            if line.contains("owned daemon ready") {
+                let _ = tx.send(());
+            }
+            all.push_str(&line);
+            all.push('\n');
+        }
+        all
+    });
+    rx.recv_timeout(Duration::from_secs(600))
+        .expect("the owned daemon became ready");
+    // Let the runner get into the cases (ingest, first answers), then stop it.
+    std::thread::sleep(Duration::from_secs(3));
+    let t = Instant::now();
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(120),
+            "SIGTERM must stop the run (drain grace 30 s)"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stderr = reader.join().unwrap();
+    eprintln!("{stderr}");
+    assert!(!status.success(), "an interrupted run is not a pass");
+    assert!(
+        stderr.contains("the run was stopped before every case ran"),
+        "the error says the run was interrupted"
+    );
+    assert!(
+        !out_dir.join("report.json").exists(),
+        "no report for a run that did not finish"
+    );
+    assert!(!scratch.exists(), "the scratch data directory is removed");
+}

@@ -1,0 +1,423 @@
+//! Which sources an answer actually used.
+//!
+//! Every chunk placed in the prompt is listed in `airlock.citations` (the user was shown it, and
+//! the stream must send it before the answer exists). Once the answer is complete, `cited`
+//! names the sources it rests on:
+//!
+//! 1. **Markers**: the source numbers the answer writes as `[n]`, `[n][m]` or `[n, m]` (the
+//!    system prompt asks for them), when at least one is a valid source number.
+//! 2. **Support**, when the answer carries no valid marker (small models often omit them): the
+//!    smallest set of sources that covers the answer's own content words. Content words are
+//!    the answer's words minus stop words, minus generic answer vocabulary ("document",
+//!    "information", …) and minus the question's words (every retrieved source shares those,
+//!    so they say nothing about which one was used); each is weighted by how rare it is among
+//!    the sources (`ln(1 + S/df)`). Sources are picked greedily by the weight they cover that
+//!    no earlier pick covered; a source is cited only while it adds at least
+//!    [`MIN_NEW_SHARE`] of the supported weight and [`MIN_TERMS`] new words. A near-duplicate
+//!    of a cited source adds nothing new and is not cited; an answer that abstains shares no
+//!    content with the sources and cites nothing.
+//!
+//! The text is compared as lower-case alphanumeric words with a plural `s` removed; nothing is
+//! logged.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// A cited source must add this share of the answer's supported weight that earlier picks did
+/// not cover.
+pub const MIN_NEW_SHARE: f64 = 0.2;
+/// A cited source must add at least this many content words (a number counts double: figures
+/// are what answers are made of).
+pub const MIN_TERMS: f64 = 2.0;
+
+/// How the cited sources were found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CitedBy {
+    /// The answer's own `[n]` markers.
+    Markers,
+    /// Word support (the answer had no valid marker).
+    Support,
+}
+
+/// The sources an answer used: 1-based source numbers, ascending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cited {
+    /// Source numbers (`n` of the citations).
+    pub sources: Vec<usize>,
+    /// How they were found.
+    pub by: CitedBy,
+}
+
+/// The sources `answer` used among `sources` (chunk texts in prompt order, source `n` is
+/// `sources[n - 1]`), for a `question`.
+pub fn cited(answer: &str, question: &str, sources: &[&str]) -> Cited {
+    let markers = markers(answer, sources.len());
+    if !markers.is_empty() {
+        return Cited {
+            sources: markers,
+            by: CitedBy::Markers,
+        };
+    }
+    Cited {
+        sources: support(answer, question, sources),
+        by: CitedBy::Support,
+    }
+}
+
+/// Valid `[n]` / `[n, m]` markers in `answer`, ascending and unique.
+fn markers(answer: &str, n_sources: usize) -> Vec<usize> {
+    let mut out = BTreeSet::new();
+    let mut rest = answer;
+    while let Some(open) = rest.find('[') {
+        let after = &rest[open + 1..];
+        let Some(close) = after.find(']') else { break };
+        let inner = &after[..close];
+        let nums: Option<Vec<usize>> = inner
+            .split([',', ';'])
+            .map(|p| {
+                let p = p.trim().to_ascii_lowercase();
+                p.trim_start_matches("source").trim().parse().ok()
+            })
+            .collect();
+        if let Some(nums) = nums {
+            out.extend(nums.into_iter().filter(|&n| (1..=n_sources).contains(&n)));
+        }
+        rest = &after[close..];
+    }
+    out.into_iter().collect()
+}
+
+/// The greedy cover of the answer's content words (see the module doc).
+fn support(answer: &str, question: &str, sources: &[&str]) -> Vec<usize> {
+    let question: HashSet<String> = words(question).collect();
+    let content: HashSet<String> = words(&strip_markers(answer))
+        .filter(|w| !question.contains(w) && !is_noise(w))
+        .collect();
+    if content.is_empty() || sources.is_empty() {
+        return Vec::new();
+    }
+    let per_source: Vec<HashSet<String>> = sources
+        .iter()
+        .map(|s| words(s).filter(|w| content.contains(w)).collect())
+        .collect();
+    let mut df: HashMap<&str, usize> = HashMap::new();
+    for set in &per_source {
+        for w in set {
+            *df.entry(w.as_str()).or_default() += 1;
+        }
+    }
+    let n = sources.len() as f64;
+    let weight = |w: &str| -> f64 {
+        let idf = (1.0 + n / df[w] as f64).ln();
+        if w.bytes().all(|b| b.is_ascii_digit()) {
+            2.0 * idf
+        } else {
+            idf
+        }
+    };
+    let count = |w: &str| -> f64 {
+        if w.bytes().all(|b| b.is_ascii_digit()) {
+            2.0
+        } else {
+            1.0
+        }
+    };
+    let supported: f64 = df.keys().map(|w| weight(w)).sum();
+    let mut covered: HashSet<&str> = HashSet::new();
+    let mut picked = Vec::new();
+    loop {
+        // The source adding the most uncovered weight; ties go to the better-ranked source.
+        let best = per_source
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !picked.contains(&(i + 1)))
+            .map(|(i, set)| {
+                let new: Vec<&str> = set
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|w| !covered.contains(w))
+                    .collect();
+                let gain: f64 = new.iter().map(|w| weight(w)).sum();
+                let terms: f64 = new.iter().map(|w| count(w)).sum();
+                (i, gain, terms, new)
+            })
+            .fold(None::<(usize, f64, f64, Vec<&str>)>, |acc, c| match acc {
+                Some(a) if a.1 >= c.1 => Some(a),
+                _ => Some(c),
+            });
+        let Some((i, gain, terms, new)) = best else {
+            break;
+        };
+        if gain < MIN_NEW_SHARE * supported || terms < MIN_TERMS {
+            break;
+        }
+        picked.push(i + 1);
+        covered.extend(new);
+    }
+    picked.sort_unstable();
+    picked
+}
+
+/// `answer` without its bracketed source numbers (so "[2]" is not read as the number 2).
+fn strip_markers(answer: &str) -> String {
+    let mut out = String::with_capacity(answer.len());
+    let mut rest = answer;
+    while let Some(open) = rest.find('[') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find(']') {
+            Some(close)
+                if after[..close]
+                    .chars()
+                    .all(|c| c.is_ascii_digit() || matches!(c, ',' | ';' | ' ')) =>
+            {
+                rest = &after[close + 1..];
+            }
+            _ => {
+                out.push('[');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Lower-case alphanumeric words, a plural `s` removed from words longer than three letters.
+fn words(text: &str) -> impl Iterator<Item = String> + '_ {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let w = w.to_lowercase();
+            match w.strip_suffix('s') {
+                Some(stem) if stem.chars().count() > 3 && !stem.ends_with('s') => stem.to_string(),
+                _ => w,
+            }
+        })
+}
+
+/// Stop words, single letters and the vocabulary every answer uses about itself.
+fn is_noise(w: &str) -> bool {
+    const NOISE: &[&str] = &[
+        "a",
+        "about",
+        "above",
+        "according",
+        "after",
+        "again",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "as",
+        "at",
+        "available",
+        "based",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "cannot",
+        "context",
+        "could",
+        "did",
+        "do",
+        "doe",
+        "does",
+        "document",
+        "during",
+        "each",
+        "find",
+        "for",
+        "found",
+        "from",
+        "further",
+        "given",
+        "had",
+        "has",
+        "have",
+        "having",
+        "he",
+        "her",
+        "here",
+        "him",
+        "his",
+        "how",
+        "i",
+        "if",
+        "in",
+        "information",
+        "into",
+        "is",
+        "it",
+        "its",
+        "itself",
+        "me",
+        "mention",
+        "mentioned",
+        "more",
+        "most",
+        "must",
+        "my",
+        "no",
+        "nor",
+        "not",
+        "of",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "our",
+        "out",
+        "over",
+        "own",
+        "provide",
+        "provided",
+        "question",
+        "same",
+        "she",
+        "should",
+        "so",
+        "some",
+        "sorry",
+        "source",
+        "such",
+        "than",
+        "that",
+        "the",
+        "their",
+        "them",
+        "then",
+        "there",
+        "these",
+        "they",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "us",
+        "very",
+        "was",
+        "we",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "while",
+        "who",
+        "whom",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+    ];
+    (w.chars().count() == 1 && !w.chars().all(|c| c.is_ascii_digit())) || NOISE.contains(&w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S1: &str = "Wire transfers above 10,000 EUR need a second approver from Treasury \
+                      operations before release.";
+    const S2: &str = "The travel policy reimburses economy class flights booked through the \
+                      corporate portal.";
+    const S3: &str = "Card disputes must be filed within 60 days of the statement date through \
+                      the disputes desk.";
+
+    #[test]
+    fn markers_win_and_are_validated() {
+        let c = cited(
+            "Use the portal [2]; disputes within 60 days [3][9] [1, 3].",
+            "q",
+            &[S1, S2, S3],
+        );
+        assert_eq!(c.by, CitedBy::Markers);
+        assert_eq!(c.sources, vec![1, 2, 3]);
+        // Only out-of-range markers: none valid, so support decides.
+        let c = cited(
+            "A second approver from Treasury operations is needed [7].",
+            "q",
+            &[S1, S2],
+        );
+        assert_eq!(c.by, CitedBy::Support);
+        assert_eq!(c.sources, vec![1]);
+    }
+
+    #[test]
+    fn support_cites_the_source_the_answer_rests_on() {
+        let c = cited(
+            "Disputes must be filed within 60 days of the statement date.",
+            "How long do I have to dispute a card payment?",
+            &[S1, S2, S3],
+        );
+        assert_eq!(c.sources, vec![3]);
+    }
+
+    #[test]
+    fn an_answer_drawing_on_two_sources_cites_both() {
+        let c = cited(
+            "Transfers above 10,000 EUR need a second approver from Treasury; flights are \
+             reimbursed in economy class when booked through the corporate portal.",
+            "what are the rules",
+            &[S1, S2, S3],
+        );
+        assert_eq!(c.sources, vec![1, 2]);
+    }
+
+    #[test]
+    fn a_near_duplicate_adds_nothing_and_is_not_cited() {
+        let dup = format!("{S3} (archived copy)");
+        let c = cited(
+            "File disputes within 60 days of the statement date via the disputes desk.",
+            "card disputes",
+            &[S1, &dup, S3],
+        );
+        assert_eq!(c.sources, vec![2]);
+    }
+
+    #[test]
+    fn abstentions_and_question_echoes_cite_nothing() {
+        let sources = [S1, S2, S3];
+        let c = cited(
+            "I cannot find this information in the documents available to you.",
+            "What is the travel policy for flights?",
+            &sources,
+        );
+        assert!(c.sources.is_empty(), "{c:?}");
+        // Repeating the question's words is not support.
+        let c = cited(
+            "The travel policy for flights.",
+            "What is the travel policy for flights?",
+            &sources,
+        );
+        assert!(c.sources.is_empty(), "{c:?}");
+        assert!(cited("", "q", &sources).sources.is_empty());
+        assert!(cited("Anything at all.", "q", &[]).sources.is_empty());
+    }
+
+    #[test]
+    fn marker_digits_are_not_read_as_figures() {
+        assert_eq!(strip_markers("see [2] and [1, 3]. [x]"), "see  and . [x]");
+        let c = cited("Yes [60].", "q", &[S3]);
+        assert!(c.sources.is_empty(), "{c:?}");
+    }
+}
