@@ -97,6 +97,14 @@ describe('web UI against the real daemon', { skip, timeout: 60 * 60_000 }, () =>
     assert.equal(right.title, title);
     assert.ok(right.snippet.length > 0, 'snippet shown');
     assert.match(right.score, /^relevance -?\d/, 'score shown');
+    // The daemon's last event says which sources the answer used: the panel counts and marks
+    // exactly those (any number, 0 included, of the listed ones).
+    const used = await answer.locator('.source.used').count();
+    assert.ok(used <= src.length);
+    assert.equal(
+      await answer.locator('.sources-title').textContent(),
+      `Sources (${src.length}, ${used} used by the answer)`,
+    );
     assertClean(page, { allowConsole: INFO_404 });
     await page.context().close();
   });

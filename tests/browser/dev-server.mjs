@@ -311,7 +311,10 @@ export async function startDevServer(opts = {}) {
       await sleep(delay);
     }
     if (closed) return;
-    send(chunk({}, 'stop'));
+    // The daemon names the sources the answer used on the last event (API.md): the default
+    // answer cites [1] and [2] with markers; the others use none.
+    const cited = text === DEFAULT_ANSWER ? [1, 2].filter((n) => n <= citations.length) : [];
+    send(chunk({}, 'stop', { airlock: { cited, cited_by: 'markers' } }));
     res.write('data: [DONE]\n\n');
     finished = true;
     state.completed += 1;

@@ -79,6 +79,11 @@ describe('web UI against the dev server (fake API)', { skip: missing || false },
     assert.equal(src[0].doc, 'doc-00128');
     assert.equal(src[0].score, 'relevance 0.87');
     assert.match(src[0].snippet, /7,250,000/);
+    // The last event named sources 1 and 2 as used by the answer: they are marked, 3 is not.
+    assert.match(await answer.locator('.sources-title').textContent(), /Sources \(3, 2 used by the answer\)/);
+    assert.equal(await answer.locator('.source.used').count(), 2);
+    assert.match(await answer.locator('.source.used').nth(1).textContent(), /used by the answer/);
+    assert.equal(await answer.locator(`#${src[2].id}.used`).count(), 0);
 
     const cite = answer.locator('a.cite').first();
     assert.equal(await cite.getAttribute('aria-label'), 'Source 1: Enhanced Due Diligence Thresholds — Institutional Clients (Ireland)');

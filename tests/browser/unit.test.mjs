@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 
 import { SseEvent, SseParser } from '../../appliance/ui/js/sse.js';
 import { parseMarkdown, parseInline, inlineText } from '../../appliance/ui/js/markdown.js';
-import { parseRetryAfter, problemSlug, cleanCitations, rungOf, errorFromResponse } from '../../appliance/ui/js/api.js';
+import { parseRetryAfter, problemSlug, cleanCitations, cleanCited, rungOf, errorFromResponse } from '../../appliance/ui/js/api.js';
 import { fnv1a64 } from '../../appliance/ui/js/store.js';
 
 describe('SseParser', () => {
@@ -216,6 +216,13 @@ describe('api helpers', () => {
       { n: 2, doc_id: 'b', chunk_id: 3, title: 'B', snippet: 's', score: 0.5 },
     ]);
     assert.deepEqual(cleanCitations(undefined), []);
+  });
+
+  test('cleanCited keeps unique positive integers, sorted; not a list is null', () => {
+    assert.deepEqual(cleanCited([3, 1, 3, 0, -2, 1.5, '2', null, 1000, 2]), [1, 2, 3]);
+    assert.deepEqual(cleanCited([]), []);
+    assert.equal(cleanCited(undefined), null);
+    assert.equal(cleanCited({ 0: 1 }), null);
   });
 
   test('rungOf', () => {

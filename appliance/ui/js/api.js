@@ -114,6 +114,18 @@ export function cleanCitations(list) {
   return out.sort((a, b) => a.n - b.n);
 }
 
+/**
+ * The source numbers an answer used (`airlock.cited` on the stream's last event): positive
+ * integers, unique, ascending; anything else is dropped. `null` when the value is not a list.
+ * @param {unknown} list
+ * @returns {number[] | null}
+ */
+export function cleanCited(list) {
+  if (!Array.isArray(list)) return null;
+  const ns = list.filter((n) => Number.isInteger(n) && n >= 1 && n <= 999);
+  return [...new Set(ns)].sort((a, b) => a - b);
+}
+
 /** A client bound to one bearer token. */
 export class Api {
   /**
@@ -255,6 +267,8 @@ export class Api {
           const ext = chunk?.airlock;
           if (ext && typeof ext === 'object') {
             if ('citations' in ext) meta.citations = cleanCitations(ext.citations);
+            const cited = cleanCited(ext.cited);
+            if (cited) meta.cited = cited;
             const r = rungOf(ext.rung);
             if (r !== null) meta.rung = r;
             if (typeof ext.bundle_version === 'string') meta.bundleVersion = ext.bundle_version;

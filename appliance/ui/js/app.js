@@ -1,7 +1,7 @@
 // The Airlock chat page: sign-in, the conversation, streaming, stop/retry/copy, feedback and
 // the footer. Talks to the daemon only through api.js (the public API in API.md).
 
-import { Api, ApiError, cleanCitations, isAbort, rungOf } from './api.js';
+import { Api, ApiError, cleanCitations, cleanCited, isAbort, rungOf } from './api.js';
 import * as store from './store.js';
 import { TurnView } from './view.js';
 
@@ -55,6 +55,8 @@ function emptyAnswer() {
     text: '',
     citations: [],
     citationsReceived: false,
+    /** Source numbers the answer used (`null` until the daemon says). */
+    cited: null,
     rung: null,
     requestId: '',
     status: 'waiting',
@@ -241,6 +243,7 @@ function serializeTurn(t) {
       text: a.text,
       citations: a.citations,
       citationsReceived: a.citationsReceived,
+      cited: a.cited,
       rung: a.rung,
       requestId: a.requestId,
       status: a.status === 'waiting' || a.status === 'streaming' ? 'stopped' : a.status,
@@ -264,6 +267,7 @@ function restoreTurn(raw) {
       text: typeof a.text === 'string' ? a.text : '',
       citations: cleanCitations(a.citations),
       citationsReceived: Boolean(a.citationsReceived),
+      cited: cleanCited(a.cited),
       rung: rungOf(a.rung),
       requestId: typeof a.requestId === 'string' ? a.requestId : '',
       status,
@@ -412,6 +416,7 @@ async function run(turn, view) {
           turn.answer.citations = m.citations;
           turn.answer.citationsReceived = true;
         }
+        if (m.cited) turn.answer.cited = m.cited;
         if (m.rung !== undefined && m.rung !== null) turn.answer.rung = m.rung;
         if (m.requestId) turn.answer.requestId = m.requestId;
         if (m.bundleVersion) setBundleVersion(m.bundleVersion);

@@ -309,14 +309,20 @@ export class TurnView {
 
   renderSources() {
     const a = this.turn.answer;
-    const key = `${a.citationsReceived ? 1 : 0}${JSON.stringify(a.citations)}`;
+    const key = `${a.citationsReceived ? 1 : 0}${JSON.stringify(a.citations)}${JSON.stringify(a.cited)}`;
     if (this.sourcesKey === key) return;
     this.sourcesKey = key;
     const doc = this.doc;
     const hasMeta = a.citationsReceived || a.citations.length > 0;
     this.sources.hidden = !hasMeta;
     if (!hasMeta) return;
-    const title = el(doc, 'h3', 'sources-title', a.citations.length ? `Sources (${a.citations.length})` : 'Sources');
+    const cited = new Set((a.cited || []).filter((n) => a.citations.some((c) => c.n === n)));
+    const count = a.citations.length
+      ? a.cited
+        ? `Sources (${a.citations.length}, ${cited.size} used by the answer)`
+        : `Sources (${a.citations.length})`
+      : 'Sources';
+    const title = el(doc, 'h3', 'sources-title', count);
     title.id = this.sourcesTitleId;
     const parts = [title];
     if (a.citations.length === 0) {
@@ -324,7 +330,7 @@ export class TurnView {
     } else {
       const list = el(doc, 'ol', 'source-list');
       for (const c of a.citations) {
-        const li = el(doc, 'li', 'source');
+        const li = el(doc, 'li', a.cited && cited.has(c.n) ? 'source used' : 'source');
         li.id = this.sourceId(c.n);
         li.tabIndex = -1;
         li.appendChild(el(doc, 'span', 'source-n', String(c.n)));
@@ -335,6 +341,7 @@ export class TurnView {
         if (c.doc_id) meta.appendChild(el(doc, 'span', 'source-doc', c.doc_id));
         const score = formatScore(c.score);
         if (score) meta.appendChild(el(doc, 'span', 'source-score', `relevance ${score}`));
+        if (a.cited && cited.has(c.n)) meta.appendChild(el(doc, 'span', 'source-used', 'used by the answer'));
         main.appendChild(meta);
         if (c.snippet) main.appendChild(el(doc, 'p', 'source-snippet', c.snippet));
         li.appendChild(main);
