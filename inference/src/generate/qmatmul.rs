@@ -1,17 +1,34 @@
 //! Quantized weight matrices: `y = x · Wᵀ` for a stack of activation rows.
 //!
 //! K-quants go through candle's `QMatMul` (AVX-512-VNNI repacked kernels, activations in Q8_K
-//! as in ggml). `Q4_1` and `Q8_0` get their own kernels here because candle's differ from ggml
-//! in ways that change greedy tokens:
+//! as in ggml). `Q4_1`, `Q5_0` and `Q8_0` get their own kernels here because candle's differ
+//! from ggml in ways that change greedy tokens, or are slow:
 //! - its Q8_1 activation blocks store the block sum as `f16(sum) * f16(d)` (two roundings, in
 //!   half precision) where ggml stores `f16(d * sum)`, and every Q4_1 block's min term is
 //!   multiplied by that sum: on SmolLM2 (all Q4_1) this flipped a token with a 0.33 margin;
 //! - its repacked Q8_0 kernel quantizes activations in 256-wide Q8_K blocks where ggml uses
-//!   32-wide Q8_0 blocks (SmolLM2's tied lm_head is Q8_0).
+//!   32-wide Q8_0 blocks (SmolLM2's tied lm_head is Q8_0);
+//! - its `Q5_0` dot product has no SIMD path at all (scalar), and Q5_0 is what llama.cpp's
+//!   Q4_K_M falls back to for every tensor whose rows are not a multiple of 256 wide (all of
+//!   Qwen2.5-0.5B's 896-wide Q/K/V/O/gate/up matrices and its token embedding).
 //!
 //! These kernels quantize activations exactly as ggml's x86 `quantize_row_q8_1`/`_q8_0`
-//! (d = max/127, scale 127/max, round half to even, s = f16(d·Σq)) and accumulate
-//! `(d_w·d_a)·Σq_w·q_a (+ m_w·s_a)` per block like `ggml_vec_dot_q4_1_q8_1`/`_q8_0_q8_0`.
+//! (d = max/127, scale 127/max, round half to even, s = f16(d·Σq)). Each 32-value block's
+//! integer products are summed exactly (`vpmaddubsw` + `vpmaddwd`: eight i32 lanes of four
+//! products each), then accumulated in one of two float orders:
+//! - **lanes** (Q5_0, Q8_0): ggml's AVX2 `ggml_vec_dot_q5_0_q8_0` / `_q8_0_q8_0` and llamafile's
+//!   tinyBLAS (llama.cpp's prefill path for these types): the lanes are converted to f32 and
+//!   accumulated with one fused multiply-add each, `acc = fma(d_w·d_a, lane, acc)`, and summed at
+//!   the end of the row in `hsum_float_8`'s order;
+//! - **per block** (Q4_1): the block's eight lanes are summed as integers and accumulated as
+//!   `acc += (d_w·d_a)·Σq_w·q_a` (ggml's scalar reference order), plus `Σ m_w·s_a` at the end.
+//!   ggml's AVX2 Q4_1 kernel uses the lanes order too, but with it SmolLM2's greedy output leaves
+//!   llama.cpp's fixture at a 0.19-margin step, while the per-block order matches it (the
+//!   remaining difference from llama.cpp's logits, ~0.07 on average per step, is the same in
+//!   both orders and comes from elsewhere; see `docs/benchmarks/inference-generate.md`).
+//!
+//! The portable tier does the same operations lane by lane (`f32::mul_add` is a correctly
+//! rounded FMA everywhere), so every tier gives bit-identical results.
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
@@ -22,8 +39,33 @@ use rayon::prelude::*;
 const QK: usize = 32;
 /// Bytes of one Q4_1 block in GGUF: f16 d, f16 m, 16 bytes of nibbles.
 const Q4_1_BYTES: usize = 20;
+/// Bytes of one Q5_0 block in GGUF: f16 d, 4 bytes of fifth bits, 16 bytes of nibbles.
+const Q5_0_BYTES: usize = 22;
 /// Bytes of one Q8_0 block: f16 d, 32 signed bytes.
 const Q8_0_BYTES: usize = 34;
+/// Float lanes of one accumulator (one `__m256`, as ggml's AVX2 kernels).
+const LANES: usize = 8;
+
+/// Eight f32 accumulators; lane `j` accumulates the products of values `4j..4j+4` of each block.
+type Lanes = [f32; LANES];
+
+/// `HBIT[b]` spreads the 8 bits of `b` into 8 bytes, `0x10` for a set bit, `0` otherwise (byte
+/// `i` of the little-endian `u64` for bit `i`): Q5_0's fifth bits, ready to OR onto nibbles.
+const HBIT: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut i = 0;
+        while i < 8 {
+            if b >> i & 1 == 1 {
+                t[b] |= 0x10 << (8 * i);
+            }
+            i += 1;
+        }
+        b += 1;
+    }
+    t
+};
 /// Output columns per parallel work item.
 const COL_TILE: usize = 16;
 /// Activation rows accumulated together in one pass over a weight row.
@@ -38,7 +80,9 @@ pub(crate) enum Weight {
 impl Weight {
     pub(crate) fn new(t: QTensor) -> candle_core::Result<Self> {
         match t.dtype() {
-            GgmlDType::Q4_1 | GgmlDType::Q8_0 => Ok(Self::Own(OwnWeight::from_qtensor(&t)?)),
+            GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => {
+                Ok(Self::Own(OwnWeight::from_qtensor(&t)?))
+            }
             _ => Ok(Self::Candle(QMatMul::from_qtensor(t)?)),
         }
     }
@@ -46,7 +90,9 @@ impl Weight {
     /// A weight shared with the token embedding (tied lm_head).
     pub(crate) fn shared(t: &std::sync::Arc<QTensor>) -> candle_core::Result<Self> {
         match t.dtype() {
-            GgmlDType::Q4_1 | GgmlDType::Q8_0 => Ok(Self::Own(OwnWeight::from_qtensor(t)?)),
+            GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => {
+                Ok(Self::Own(OwnWeight::from_qtensor(t)?))
+            }
             _ => Ok(Self::Candle(QMatMul::from_arc(t.clone())?)),
         }
     }
@@ -64,7 +110,8 @@ impl Weight {
     }
 }
 
-/// A Q4_1 or Q8_0 matrix unpacked into struct-of-arrays form, multiplied by our own kernels.
+/// A Q4_1, Q5_0 or Q8_0 matrix in struct-of-arrays form (still packed: Q4_1/Q5_0 keep their
+/// nibbles and fifth bits), multiplied by our own kernels.
 pub(crate) struct OwnWeight {
     n: usize,
     k: usize,
@@ -76,6 +123,13 @@ enum Kind {
     Q4_1 {
         d: Vec<f32>,
         m: Vec<f32>,
+        qs: Vec<u8>,
+    },
+    /// Per block: scale `d`, fifth bits `qh` (bit `j` for value `j`), 16 bytes of nibbles
+    /// (low = values 0..16, high = 16..32); value = `(nibble | fifth bit << 4) − 16`.
+    Q5_0 {
+        d: Vec<f32>,
+        qh: Vec<u32>,
         qs: Vec<u8>,
     },
     /// Per block: scale `d`, 32 signed bytes.
@@ -124,6 +178,7 @@ impl OwnWeight {
         let nb = n * k / QK;
         let block_bytes = match t.dtype() {
             GgmlDType::Q4_1 => Q4_1_BYTES,
+            GgmlDType::Q5_0 => Q5_0_BYTES,
             GgmlDType::Q8_0 => Q8_0_BYTES,
             other => candle_core::bail!("no own kernel for {other:?}"),
         };
@@ -135,7 +190,19 @@ impl OwnWeight {
             );
         }
         let half_at = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
-        let kind = if block_bytes == Q4_1_BYTES {
+        let kind = if block_bytes == Q5_0_BYTES {
+            let (mut d, mut qh, mut qs) = (
+                Vec::with_capacity(nb),
+                Vec::with_capacity(nb),
+                Vec::with_capacity(nb * 16),
+            );
+            for b in data.chunks_exact(Q5_0_BYTES) {
+                d.push(half_at(b, 0));
+                qh.push(u32::from_le_bytes([b[2], b[3], b[4], b[5]]));
+                qs.extend_from_slice(&b[6..22]);
+            }
+            Kind::Q5_0 { d, qh, qs }
+        } else if block_bytes == Q4_1_BYTES {
             let (mut d, mut m, mut qs) = (
                 Vec::with_capacity(nb),
                 Vec::with_capacity(nb),
@@ -158,7 +225,8 @@ impl OwnWeight {
         Ok(Self { n, k, kind })
     }
 
-    /// Weight row `col` as 8-bit values (Q4_1 nibbles widened, Q8_0 copied) into `out`.
+    /// Weight row `col` as 8-bit values (Q4_1 nibbles widened, Q5_0 nibbles with their fifth
+    /// bits minus 16, Q8_0 copied) into `out`.
     #[inline(always)]
     fn unpack_row(&self, col: usize, out: &mut [i8]) {
         let kb = self.k / QK;
@@ -174,15 +242,36 @@ impl OwnWeight {
                     }
                 }
             }
+            Kind::Q5_0 { qh, qs, .. } => {
+                let src = &qs[col * kb * 16..(col + 1) * kb * 16];
+                let hs = &qh[col * kb..(col + 1) * kb];
+                for ((blk, &h), dst) in src.chunks_exact(16).zip(hs).zip(out.chunks_exact_mut(QK)) {
+                    // The 32 fifth bits as 0x10 / 0 bytes, four table lookups per block.
+                    let mut hb = [0u8; QK];
+                    for (i, c) in hb.chunks_exact_mut(8).enumerate() {
+                        c.copy_from_slice(&HBIT[(h >> (8 * i)) as u8 as usize].to_le_bytes());
+                    }
+                    let (lo, hi) = dst.split_at_mut(16);
+                    let (hlo, hhi) = hb.split_at(16);
+                    for ((((l, h), &b), &bl), &bh) in
+                        lo.iter_mut().zip(hi.iter_mut()).zip(blk).zip(hlo).zip(hhi)
+                    {
+                        // At most 31 before the subtraction: no overflow.
+                        *l = ((b & 0x0F) | bl) as i8 - 16;
+                        *h = ((b >> 4) | bh) as i8 - 16;
+                    }
+                }
+            }
             Kind::Q8_0 { qs, .. } => out.copy_from_slice(&qs[col * self.k..(col + 1) * self.k]),
         }
     }
 
-    /// Dot products of one unpacked weight row with every activation row, block by block as
-    /// ggml's `vec_dot_q4_1_q8_1` / `vec_dot_q8_0_q8_0`: `Σ (d_w·d_a)·Σq_w·q_a (+ m_w·s_a)`.
-    /// `sum_block` computes one block's exact integer dot product (portable or SIMD: integer
-    /// sums are exact, so every implementation gives the same `i32`); the float accumulation
-    /// order is the same for all of them.
+    /// Dot products of one unpacked weight row with every activation row: per block,
+    /// `fma_block` adds `(d_w·d_a)·lane` to eight lane accumulators (lane `j` = the exact
+    /// integer sum of the block's products `4j..4j+4`) with one FMA each, or, in the per-block
+    /// order, `(d_w·d_a)·Σq_w·q_a` to lane 0 (the other lanes stay 0); the lanes are then summed
+    /// in `hsum_float_8`'s order, plus `Σ m_w·s_a` for Q4_1. `fma_block` is the portable or a
+    /// SIMD version of the same exact operations, so every tier gives the same bits.
     #[inline(always)]
     fn dot_rows(
         &self,
@@ -190,44 +279,50 @@ impl OwnWeight {
         w: &[i8],
         a: &Q8Rows,
         out: &mut [f32],
-        sum_block: impl Fn(&[i8], &[i8]) -> i32,
+        fma_block: impl Fn(&mut Lanes, f32, &[i8], &[i8], bool) + Copy,
     ) {
         let kb = self.k / QK;
         let wb = col * kb;
         let dw = match &self.kind {
-            Kind::Q4_1 { d, .. } | Kind::Q8_0 { d, .. } => &d[wb..wb + kb],
+            Kind::Q4_1 { d, .. } | Kind::Q5_0 { d, .. } | Kind::Q8_0 { d, .. } => &d[wb..wb + kb],
         };
-        let mw = match &self.kind {
-            Kind::Q4_1 { m, .. } => Some(&m[wb..wb + kb]),
-            Kind::Q8_0 { .. } => None,
-        };
-        // Four activation rows at a time: four independent accumulation chains hide the float
-        // add latency; each row's own operations and their order are unchanged.
-        for (g, group) in out.chunks_mut(ROW_GROUP).enumerate() {
-            let first = g * ROW_GROUP;
-            let mut acc = [0f32; ROW_GROUP];
-            for (b, qw) in w.chunks_exact(QK).enumerate() {
-                for (i, acc) in acc.iter_mut().enumerate().take(group.len()) {
-                    let ab = (first + i) * kb + b;
-                    let sumi = sum_block(qw, &a.q[ab * QK..(ab + 1) * QK]);
-                    *acc += (dw[b] * a.d[ab]) * sumi as f32;
-                }
+        let lanes = self.lanes_order();
+        // Four activation rows at a time: four independent accumulators hide the FMA latency
+        // and share each weight block load; each row's own operations and their order are
+        // unchanged. Leftover rows go one at a time.
+        let full = out.len() / ROW_GROUP * ROW_GROUP;
+        let (grouped, rest) = out.split_at_mut(full);
+        for (g, group) in grouped.chunks_exact_mut(ROW_GROUP).enumerate() {
+            let acc = group_lanes::<ROW_GROUP>(g * ROW_GROUP, kb, w, dw, a, fma_block, lanes);
+            for (o, l) in group.iter_mut().zip(&acc) {
+                *o = hsum_lanes(l);
             }
-            if let Some(mw) = mw {
-                for (i, acc) in acc.iter_mut().enumerate().take(group.len()) {
-                    let ab = (first + i) * kb;
-                    let mut summs = 0f32;
-                    for (m, s) in mw.iter().zip(&a.s[ab..ab + kb]) {
-                        summs += m * s;
-                    }
-                    *acc += summs;
+        }
+        for (i, o) in rest.iter_mut().enumerate() {
+            let [acc] = group_lanes::<1>(full + i, kb, w, dw, a, fma_block, lanes);
+            *o = hsum_lanes(&acc);
+        }
+        if let Kind::Q4_1 { m, .. } = &self.kind {
+            let mw = &m[wb..wb + kb];
+            for (r, o) in out.iter_mut().enumerate() {
+                let mut summs = 0f32;
+                for (m, s) in mw.iter().zip(&a.s[r * kb..(r + 1) * kb]) {
+                    summs += m * s;
                 }
+                *o += summs;
             }
-            group.copy_from_slice(&acc[..group.len()]);
         }
     }
 
-    /// One tile of output columns (`out` is `[cols][rows]`) with a given block dot product.
+    /// One tile of output columns (`out` is `[cols][rows]`) with a given block kernel.
+    #[inline(always)]
+    /// Whether blocks accumulate in ggml's AVX2 lanes order (`true`) or per block (see the
+    /// module doc for why Q4_1 keeps the per-block order).
+    fn lanes_order(&self) -> bool {
+        !matches!(self.kind, Kind::Q4_1 { .. })
+    }
+
+    /// One tile of output columns (`out` is `[cols][rows]`) with a given block kernel.
     #[inline(always)]
     fn tile_with(
         &self,
@@ -235,38 +330,44 @@ impl OwnWeight {
         a: &Q8Rows,
         rows: usize,
         out: &mut [f32],
-        sum_block: impl Fn(&[i8], &[i8]) -> i32 + Copy,
+        fma_block: impl Fn(&mut Lanes, f32, &[i8], &[i8], bool) + Copy,
     ) {
         let mut w = vec![0i8; self.k];
         for (c, col_out) in out.chunks_exact_mut(rows).enumerate() {
             self.unpack_row(first_col + c, &mut w);
-            self.dot_rows(first_col + c, &w, a, col_out, sum_block);
+            self.dot_rows(first_col + c, &w, a, col_out, fma_block);
         }
     }
 
     /// The portable tile (the reference every SIMD tier must match bit for bit).
     #[inline(always)]
     fn tile_generic(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
-        self.tile_with(first_col, a, rows, out, sum_block_generic)
+        self.tile_with(first_col, a, rows, out, fma_block_generic)
     }
 
-    /// The tile with AVX2 block dot products (`vpmaddubsw` + `vpmaddwd`, as ggml's x86 code).
+    /// The tile with AVX2 block kernels (`vpmaddubsw` + `vpmaddwd` + `vfmadd`, as ggml's x86
+    /// code).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     fn tile_avx2(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
-        self.tile_with(first_col, a, rows, out, |w, x| sum_block_avx2(w, x))
+        self.tile_with(first_col, a, rows, out, |acc, d, w, x, f| {
+            fma_block_avx2(acc, d, w, x, f)
+        })
     }
 
-    /// The same for CPUs with AVX-512 (the AVX2 block dot, compiled with the wider ISA enabled).
+    /// The same for CPUs with AVX-512 (the AVX2 block kernel, compiled with the wider ISA
+    /// enabled).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
     fn tile_avx512(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
-        self.tile_with(first_col, a, rows, out, |w, x| sum_block_avx2(w, x))
+        self.tile_with(first_col, a, rows, out, |acc, d, w, x, f| {
+            fma_block_avx2(acc, d, w, x, f)
+        })
     }
 
-    /// Runs one tile with the widest instruction set the CPU has. Integer sums are exact and
-    /// the float operations happen in the same order in every tier, so all tiers give
-    /// bit-identical results (tested).
+    /// Runs one tile with the widest instruction set the CPU has. Integer sums are exact, each
+    /// lane's FMA is one correctly rounded operation in every tier and the float operations
+    /// happen in the same order, so all tiers give bit-identical results (tested).
     #[allow(unsafe_code)]
     fn tile(&self, tier: Tier, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
         match tier {
@@ -305,27 +406,74 @@ impl OwnWeight {
     }
 }
 
-/// One block's integer dot product `Σ w[j]·a[j]` over `QK` values, portable code.
+/// Lane accumulators of `R` activation rows (`first..first + R`) against one unpacked weight
+/// row (`kb` blocks with scales `dw`), block by block.
 #[inline(always)]
-fn sum_block_generic(w: &[i8], a: &[i8]) -> i32 {
-    w.iter()
-        .zip(a)
-        .map(|(&x, &y)| i32::from(x) * i32::from(y))
-        .sum()
+fn group_lanes<const R: usize>(
+    first: usize,
+    kb: usize,
+    w: &[i8],
+    dw: &[f32],
+    a: &Q8Rows,
+    fma_block: impl Fn(&mut Lanes, f32, &[i8], &[i8], bool),
+    lanes: bool,
+) -> [Lanes; R] {
+    let mut acc = [[0f32; LANES]; R];
+    for (b, (qw, &d)) in w.chunks_exact(QK).zip(dw).enumerate() {
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let ab = (first + i) * kb + b;
+            fma_block(acc, d * a.d[ab], qw, &a.q[ab * QK..(ab + 1) * QK], lanes);
+        }
+    }
+    acc
 }
 
-/// The same with AVX2, exactly (no saturation can occur): `vpmaddubsw` multiplies |w| (as u8)
-/// by a with w's sign and adds pairs into i16 (|pair| ≤ 2·128·127 = 32,512 < 32,767), `vpmaddwd`
-/// widens to eight i32 lanes, which are summed. ggml's `mul_sum_i8_pairs` does the same.
+/// ggml's `hsum_float_8`: `((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7))`.
+#[inline(always)]
+fn hsum_lanes(l: &Lanes) -> f32 {
+    let r = [l[0] + l[4], l[1] + l[5], l[2] + l[6], l[3] + l[7]];
+    (r[0] + r[2]) + (r[1] + r[3])
+}
+
+/// One block into the lane accumulators, portable code. Lanes order: lane `j` +=
+/// `d · Σ_{t<4} w[4j+t]·a[4j+t]` with a single rounding (`mul_add` is a correctly rounded fused
+/// multiply-add on every target). Per-block order: lane 0 += `d · Σ w·a` (multiply, then add).
+#[inline(always)]
+fn fma_block_generic(acc: &mut Lanes, d: f32, w: &[i8], a: &[i8], lanes: bool) {
+    if !lanes {
+        let s: i32 = w
+            .iter()
+            .zip(a)
+            .map(|(&x, &y)| i32::from(x) * i32::from(y))
+            .sum();
+        acc[0] += d * s as f32;
+        return;
+    }
+    for ((l, w4), a4) in acc.iter_mut().zip(w.chunks_exact(4)).zip(a.chunks_exact(4)) {
+        let s: i32 = w4
+            .iter()
+            .zip(a4)
+            .map(|(&x, &y)| i32::from(x) * i32::from(y))
+            .sum();
+        *l = d.mul_add(s as f32, *l);
+    }
+}
+
+/// The same with AVX2 + FMA, exactly (no saturation can occur): `vpmaddubsw` multiplies |w|
+/// (as u8) by a with w's sign and adds pairs into i16 (|pair| ≤ 2·128·127 = 32,512 < 32,767),
+/// `vpmaddwd` against ones widens to the eight i32 lanes, which are converted to f32 (exact:
+/// |lane| < 2²⁴) and fused-multiply-added — ggml's `mul_sum_i8_pairs_float` + `_mm256_fmadd_ps`
+/// — or, in the per-block order, summed as integers first (`hsum_i32_8`).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 #[inline]
 #[allow(unsafe_code)]
-fn sum_block_avx2(w: &[i8], a: &[i8]) -> i32 {
+fn fma_block_avx2(acc: &mut Lanes, d: f32, w: &[i8], a: &[i8], lanes: bool) {
     use std::arch::x86_64::{
         __m256i, _mm_add_epi32, _mm_cvtsi128_si32, _mm_shuffle_epi32, _mm256_castsi256_si128,
-        _mm256_extracti128_si256, _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16,
-        _mm256_set1_epi16, _mm256_sign_epi8,
+        _mm256_cvtepi32_ps, _mm256_extracti128_si256, _mm256_fmadd_ps, _mm256_loadu_ps,
+        _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_set1_epi16,
+        _mm256_set1_ps, _mm256_sign_epi8, _mm256_storeu_ps,
     };
     assert!(w.len() >= QK && a.len() >= QK);
     // SAFETY: both slices hold at least 32 bytes (asserted above) and `loadu` has no alignment
@@ -340,13 +488,25 @@ fn sum_block_avx2(w: &[i8], a: &[i8]) -> i32 {
     let signed_a = _mm256_sign_epi8(va, vw);
     let pairs = _mm256_maddubs_epi16(abs_w, signed_a);
     let quads = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-    let s = _mm_add_epi32(
-        _mm256_castsi256_si128(quads),
-        _mm256_extracti128_si256::<1>(quads),
-    );
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
-    _mm_cvtsi128_si32(s)
+    if lanes {
+        // SAFETY: `acc` is 8 floats; `loadu`/`storeu` have no alignment requirement.
+        unsafe {
+            let r = _mm256_fmadd_ps(
+                _mm256_set1_ps(d),
+                _mm256_cvtepi32_ps(quads),
+                _mm256_loadu_ps(acc.as_ptr()),
+            );
+            _mm256_storeu_ps(acc.as_mut_ptr(), r);
+        }
+    } else {
+        let s = _mm_add_epi32(
+            _mm256_castsi256_si128(quads),
+            _mm256_extracti128_si256::<1>(quads),
+        );
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        acc[0] += d * _mm_cvtsi128_si32(s) as f32;
+    }
 }
 
 /// Instruction-set tier of the own kernels, detected once.
@@ -392,7 +552,7 @@ mod tests {
 
     #[test]
     fn own_kernels_match_dequantized_reference() {
-        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0] {
             check_against_dequantized(dtype);
         }
     }
@@ -431,8 +591,8 @@ mod tests {
     #[test]
     fn every_tier_is_bit_identical_to_the_generic_code() {
         let tiers = [Tier::Generic, Tier::detect()];
-        for dtype in [GgmlDType::Q4_1, GgmlDType::Q8_0] {
-            for (n, k, rows) in [(48, 64, 1), (40, 96, 5), (16, 32, 17)] {
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0] {
+            for (n, k, rows) in [(48, 64, 1), (40, 96, 5), (16, 32, 17), (24, 896, 6)] {
                 let w: Vec<f32> = (0..n * k)
                     .map(|i| ((i * 7919 % 257) as f32 - 128.0) / 50.0)
                     .collect();
@@ -459,35 +619,181 @@ mod tests {
 
     #[test]
     #[allow(unsafe_code)]
-    fn simd_block_dot_is_exact_at_the_extremes() {
+    fn simd_block_kernel_is_bit_identical_at_the_extremes() {
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             let mut cases: Vec<([i8; QK], [i8; QK])> = vec![
                 ([-128; QK], [127; QK]),
                 ([-128; QK], [-127; QK]),
                 ([127; QK], [127; QK]),
                 ([15; QK], [-127; QK]),
+                ([-16; QK], [-127; QK]),
                 ([0; QK], [-128; QK]),
             ];
             let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut next = || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
             for _ in 0..2000 {
                 let mut w = [0i8; QK];
                 let mut a = [0i8; QK];
                 for j in 0..QK {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    w[j] = x as i8;
-                    a[j] = ((x >> 8) as i8).max(-127);
+                    let r = next();
+                    w[j] = r as i8;
+                    a[j] = ((r >> 8) as i8).max(-127);
                 }
                 cases.push((w, a));
             }
-            for (w, a) in &cases {
-                // SAFETY: AVX2 was detected just above.
-                let simd = unsafe { sum_block_avx2(w, a) };
-                assert_eq!(simd, sum_block_generic(w, a), "{w:?} · {a:?}");
+            for (i, (w, a)) in cases.iter().enumerate() {
+                // Scales and running sums of varied magnitudes, so the FMA's single rounding
+                // matters (a separate multiply and add would differ in the last bit).
+                let r = next();
+                let d = f32::from(f16::from_bits((r as u16 & 0x3fff) | 0x0400)) * 1.1e-3;
+                let start: Lanes =
+                    std::array::from_fn(|j| ((r >> (8 * j)) as u8 as f32 - 128.0) * 3.7e-2);
+                for lanes in [true, false] {
+                    let (mut generic, mut simd) = (start, start);
+                    fma_block_generic(&mut generic, d, w, a, lanes);
+                    // SAFETY: AVX2 and FMA were detected just above.
+                    unsafe { fma_block_avx2(&mut simd, d, w, a, lanes) };
+                    assert_eq!(
+                        simd.map(f32::to_bits),
+                        generic.map(f32::to_bits),
+                        "case {i}, lanes {lanes}: {w:?} · {a:?}"
+                    );
+                }
+                let mut generic = start;
+                fma_block_generic(&mut generic, d, w, a, true);
+                if i < 6 {
+                    // The extremes: every lane is exactly 4·w·a (no i16 saturation).
+                    let lane = 4.0 * f32::from(w[0]) * f32::from(a[0]);
+                    let want = start.map(|s| d.mul_add(lane, s));
+                    assert_eq!(generic, want, "case {i}");
+                }
             }
         }
+    }
+
+    #[test]
+    fn q5_0_rows_unpack_to_candles_dequantized_values() {
+        // Each block has a large positive value (quantized to −16: Q5_0's scale is max/−16) and
+        // a slightly smaller negative one (quantized to 16, clamped to 15): both ends of the range.
+        let (n, k) = (12, 896);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| match i % QK {
+                3 => 9.0,
+                17 => -8.9,
+                _ => ((i * 7919 % 263) as f32 - 131.0) / 37.0,
+            })
+            .collect();
+        let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
+        let q = QTensor::quantize(&wt, GgmlDType::Q5_0).unwrap();
+        let deq = q
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        let Weight::Own(own) = Weight::new(q).unwrap() else {
+            panic!("Q5_0 must use the own kernel")
+        };
+        let Kind::Q5_0 { d, .. } = &own.kind else {
+            panic!("Q5_0 kind expected")
+        };
+        let mut row = vec![0i8; k];
+        let (mut lowest, mut highest) = (0i8, 0i8);
+        for (c, want) in deq.iter().enumerate() {
+            own.unpack_row(c, &mut row);
+            for (j, (&q, &v)) in row.iter().zip(want).enumerate() {
+                assert!((-16..=15).contains(&q), "{c},{j}: {q}");
+                // candle dequantizes as `value as f32 * d`: exactly our unpacked value times d.
+                assert_eq!(f32::from(q) * d[c * k / QK + j / QK], v, "{c},{j}");
+                lowest = lowest.min(q);
+                highest = highest.max(q);
+            }
+        }
+        assert_eq!((lowest, highest), (-16, 15));
+    }
+
+    #[test]
+    fn own_kernels_follow_ggmls_float_order_bit_for_bit() {
+        // An independent restatement of each kernel's float operations, straight from ggml:
+        // lanes order (AVX2 `vec_dot_q5_0_q8_0` / `_q8_0_q8_0`): acc_j = fma(d_w·d_a, lane_j, acc_j)
+        // over the blocks, then hsum_float_8; per-block order (Q4_1): acc += (d_w·d_a)·sumi, then
+        // + Σ m_w·s_a.
+        let (n, k, rows) = (9, 128, 6);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 6007 % 251) as f32 - 125.0) / 61.0)
+            .collect();
+        let x: Vec<f32> = (0..rows * k)
+            .map(|i| ((i * 7919 % 233) as f32 - 116.0) / 13.0)
+            .collect();
+        let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
+        for dtype in [GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q8_0] {
+            let Weight::Own(own) = Weight::new(QTensor::quantize(&wt, dtype).unwrap()).unwrap()
+            else {
+                panic!("own kernel expected")
+            };
+            let got = own.matmul(&x, rows);
+            let a = quantize_q8(&x);
+            let kb = k / QK;
+            let mut wrow = vec![0i8; k];
+            for c in 0..n {
+                own.unpack_row(c, &mut wrow);
+                for r in 0..rows {
+                    let want = match &own.kind {
+                        Kind::Q4_1 { d, m, .. } => {
+                            let (mut acc, mut summs) = (0f32, 0f32);
+                            for b in 0..kb {
+                                let ab = r * kb + b;
+                                let sumi: i32 = (0..QK)
+                                    .map(|j| {
+                                        i32::from(wrow[b * QK + j]) * i32::from(a.q[ab * QK + j])
+                                    })
+                                    .sum();
+                                acc += (d[c * kb + b] * a.d[ab]) * sumi as f32;
+                                summs += m[c * kb + b] * a.s[ab];
+                            }
+                            acc + summs
+                        }
+                        Kind::Q5_0 { d, .. } | Kind::Q8_0 { d, .. } => {
+                            let mut l = [0f32; LANES];
+                            for b in 0..kb {
+                                let ab = r * kb + b;
+                                let scale = d[c * kb + b] * a.d[ab];
+                                for (j, l) in l.iter_mut().enumerate() {
+                                    let lane: i32 = (4 * j..4 * j + 4)
+                                        .map(|t| {
+                                            i32::from(wrow[b * QK + t])
+                                                * i32::from(a.q[ab * QK + t])
+                                        })
+                                        .sum();
+                                    *l = scale.mul_add(lane as f32, *l);
+                                }
+                            }
+                            ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]))
+                        }
+                    };
+                    assert_eq!(
+                        got[r * n + c].to_bits(),
+                        want.to_bits(),
+                        "{dtype:?} row {r} col {c}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lanes_are_summed_in_ggml_order() {
+        // Values whose sum depends on the order: 1e8 cancels only when paired as hsum_float_8
+        // pairs lanes (0,4), (1,5), (2,6), (3,7).
+        let l: Lanes = [1e8, 1.0, 3.0, 5.0, -1e8, 2.0, 4.0, 6.0];
+        assert_eq!(hsum_lanes(&l), 21.0);
+        let sequential: f32 = l.iter().sum();
+        assert_ne!(sequential, 21.0);
     }
 
     #[test]
