@@ -15,7 +15,11 @@
 //! what the rate would be on otherwise idle cores when the machine is shared with other work.
 //!
 //! `AIRLOCK_BENCH_MODELS` (default `smollm2,qwen`) picks the models under `AIRLOCK_MODELS_DIR`
-//! (default `../models-cache/models`).
+//! (default `../models-cache/models`). Shorter runs (e.g. the large model on a busy machine):
+//! `AIRLOCK_BENCH_PP` (prompt tokens, default 512), `AIRLOCK_BENCH_TG` (decode steps, default
+//! 128), `AIRLOCK_BENCH_REPS` (timed runs after the warm-up, default 2) and
+//! `AIRLOCK_BENCH_STREAMS` (comma-separated stream counts, default `1,2,4,8,16`; empty skips the
+//! engine part).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -24,9 +28,6 @@ use airlock_inference::generate::{
     DecoderModel, Engine, EngineConfig, Event, GenerateRequest, SamplingParams, SeqChunk, argmax,
 };
 
-const PP_TOKENS: usize = 512;
-const TG_TOKENS: usize = 128;
-const REPS: usize = 2;
 const STREAM_PROMPT: usize = 16;
 const STREAM_TOKENS: usize = 32;
 
@@ -34,6 +35,22 @@ fn models_dir() -> PathBuf {
     std::env::var_os("AIRLOCK_MODELS_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../models-cache/models"))
+}
+
+/// A `usize` knob from the environment, or its default.
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Sizes of one bench run.
+#[derive(Clone, Copy)]
+struct Sizes {
+    pp: usize,
+    tg: usize,
+    reps: usize,
 }
 
 /// Deterministic ordinary-text-like ids: a fixed pseudo-random walk over the first 20k ids.
@@ -108,15 +125,15 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// (pp, tg) rates, medians of REPS runs after one warm-up.
-fn single_stream(model: &DecoderModel) -> (Rate, Rate) {
-    let p = prompt(PP_TOKENS, 1);
+/// (pp, tg) rates, medians of `reps` runs after one warm-up.
+fn single_stream(model: &DecoderModel, sz: Sizes) -> (Rate, Rate) {
+    let p = prompt(sz.pp, 1);
     let mut pp = Vec::new();
     let mut tg = Vec::new();
-    for rep in 0..=REPS {
+    for rep in 0..=sz.reps {
         let mut cache = model.new_cache();
         let mut logits = Vec::new();
-        let pp_rate = Rate::measure(PP_TOKENS, || {
+        let pp_rate = Rate::measure(sz.pp, || {
             let mut c = [SeqChunk {
                 tokens: &p,
                 cache: &mut cache,
@@ -129,8 +146,8 @@ fn single_stream(model: &DecoderModel) -> (Rate, Rate) {
                 .expect("logits");
         });
         let mut next = argmax(&logits);
-        let tg_rate = Rate::measure(TG_TOKENS, || {
-            for _ in 0..TG_TOKENS {
+        let tg_rate = Rate::measure(sz.tg, || {
+            for _ in 0..sz.tg {
                 let mut c = [SeqChunk {
                     tokens: &[next],
                     cache: &mut cache,
@@ -190,9 +207,24 @@ fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let which = std::env::var("AIRLOCK_BENCH_MODELS").unwrap_or_else(|_| "smollm2,qwen".into());
     let threads = std::env::var("RAYON_NUM_THREADS").unwrap_or_else(|_| "(unset)".into());
+    let sz = Sizes {
+        pp: knob("AIRLOCK_BENCH_PP", 512).max(1),
+        tg: knob("AIRLOCK_BENCH_TG", 128),
+        reps: knob("AIRLOCK_BENCH_REPS", 2).max(1),
+    };
+    let streams: Vec<usize> = std::env::var("AIRLOCK_BENCH_STREAMS")
+        .unwrap_or_else(|_| "1,2,4,8,16".into())
+        .split(',')
+        .filter_map(|v| v.trim().parse().ok())
+        .filter(|&n| n > 0)
+        .collect();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "RAYON_NUM_THREADS={threads}; load average before: {}",
+        "RAYON_NUM_THREADS={threads}; pp {} tokens, tg {} steps, {} timed runs; load average \
+         before: {}",
+        sz.pp,
+        sz.tg,
+        sz.reps,
         load.trim()
     );
     for name in which.split(',').filter(|s| !s.is_empty()) {
@@ -204,9 +236,12 @@ fn main() {
             path.display(),
             t.elapsed().as_secs_f64()
         );
-        let (pp, tg) = single_stream(&model);
-        println!("pp{PP_TOKENS}:                 {pp}");
-        println!("tg{TG_TOKENS} (after {PP_TOKENS}):     {tg}");
+        let (pp, tg) = single_stream(&model, sz);
+        println!("pp{}:                 {pp}", sz.pp);
+        println!("tg{} (after {}):     {tg}", sz.tg, sz.pp);
+        if streams.is_empty() {
+            continue;
+        }
         let engine = Engine::start(
             model,
             None,
@@ -218,7 +253,7 @@ fn main() {
         .expect("engine");
         aggregate(&engine, 2); // warm-up
         let mut base = None;
-        for n in [1, 2, 4, 8, 16] {
+        for &n in &streams {
             let rate = aggregate(&engine, n);
             let b = *base.get_or_insert(rate);
             println!(
