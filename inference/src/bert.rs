@@ -1,9 +1,10 @@
 //! Shared BERT plumbing for the embedder and the cross-encoder: config and weight loading from
-//! explicit file paths, and length-sorted, padded batches.
+//! explicit file paths, and token-budgeted batches for the padding-free forward
+//! ([`crate::bert_fast`]).
 
 use std::path::Path;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::Config;
 
@@ -23,70 +24,28 @@ pub(crate) fn read_weights(path: &Path, device: &Device) -> Result<VarBuilder<'s
         .map_err(|e| Error::invalid(path, format!("safetensors: {e}")))
 }
 
-/// Groups item indices into batches of at most `max_batch` items and `max_tokens_per_batch`
-/// padded tokens, longest first, so that each batch pads only to its own longest member and
-/// similar lengths share a batch.
-pub(crate) fn length_batches(
+/// Splits items `0..lens.len()` into consecutive batches of at most `max_batch` items and
+/// `max_tokens` tokens in all (the padding-free forward packs a batch's tokens without padding,
+/// so only real tokens count). An item longer than `max_tokens` gets a batch of its own.
+pub(crate) fn token_batches(
     lens: &[usize],
     max_batch: usize,
-    max_tokens_per_batch: usize,
-) -> Vec<Vec<usize>> {
-    let mut order: Vec<usize> = (0..lens.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(lens[i]));
-    let mut batches: Vec<Vec<usize>> = Vec::new();
-    let mut current: Vec<usize> = Vec::new();
-    let mut current_max = 0usize;
-    for i in order {
-        let padded_len = current_max.max(lens[i]);
-        let would_be = padded_len * (current.len() + 1);
-        if !current.is_empty() && (current.len() >= max_batch || would_be > max_tokens_per_batch) {
-            batches.push(std::mem::take(&mut current));
-            current_max = 0;
+    max_tokens: usize,
+) -> Vec<std::ops::Range<usize>> {
+    let mut batches = Vec::new();
+    let (mut first, mut tokens) = (0usize, 0usize);
+    for (i, &len) in lens.iter().enumerate() {
+        if i > first && (i - first >= max_batch || tokens + len > max_tokens) {
+            batches.push(first..i);
+            first = i;
+            tokens = 0;
         }
-        current_max = current_max.max(lens[i]);
-        current.push(i);
+        tokens += len;
     }
-    if !current.is_empty() {
-        batches.push(current);
+    if first < lens.len() {
+        batches.push(first..lens.len());
     }
     batches
-}
-
-/// A padded batch ready for `BertModel::forward`.
-pub(crate) struct Padded {
-    /// Token ids, `[batch, len]` u32.
-    pub ids: Tensor,
-    /// Segment ids, `[batch, len]` u32.
-    pub type_ids: Tensor,
-    /// 1 for real tokens, 0 for padding, `[batch, len]` u32.
-    pub mask: Tensor,
-}
-
-/// Pads `(ids, type_ids)` rows with `pad_id` to the longest row.
-pub(crate) fn pad(
-    rows: &[(&[u32], &[u32])],
-    pad_id: u32,
-    device: &Device,
-) -> candle_core::Result<Padded> {
-    let len = rows.iter().map(|(ids, _)| ids.len()).max().unwrap_or(0);
-    let n = rows.len();
-    let mut ids = Vec::with_capacity(n * len);
-    let mut types = Vec::with_capacity(n * len);
-    let mut mask = Vec::with_capacity(n * len);
-    for (row_ids, row_types) in rows {
-        ids.extend_from_slice(row_ids);
-        types.extend_from_slice(row_types);
-        mask.extend(std::iter::repeat_n(1u32, row_ids.len()));
-        let missing = len - row_ids.len();
-        ids.extend(std::iter::repeat_n(pad_id, missing));
-        types.extend(std::iter::repeat_n(0u32, missing));
-        mask.extend(std::iter::repeat_n(0u32, missing));
-    }
-    Ok(Padded {
-        ids: Tensor::from_vec(ids, (n, len), device)?,
-        type_ids: Tensor::from_vec(types, (n, len), device)?,
-        mask: Tensor::from_vec(mask, (n, len), device)?,
-    })
 }
 
 #[cfg(test)]
@@ -94,22 +53,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn batches_are_length_sorted_and_bounded() {
+    fn batches_are_consecutive_and_bounded() {
         let lens = [3, 256, 10, 200, 256, 7, 12];
-        let batches = length_batches(&lens, 2, 10_000);
-        let flat: Vec<usize> = batches.iter().flatten().copied().collect();
-        let mut sorted = flat.clone();
-        sorted.sort();
-        assert_eq!(sorted, (0..lens.len()).collect::<Vec<_>>());
-        assert!(batches.iter().all(|b| b.len() <= 2));
-        let seq: Vec<usize> = flat.iter().map(|&i| lens[i]).collect();
-        assert!(seq.windows(2).all(|w| w[0] >= w[1]), "{seq:?}");
-        // token cap: 256 * 2 > 300 forces single-item batches for the long ones
-        let capped = length_batches(&lens, 8, 300);
-        assert!(
-            capped
-                .iter()
-                .all(|b| b.len() * b.iter().map(|&i| lens[i]).max().unwrap() <= 300)
-        );
+        let batches = token_batches(&lens, 2, 10_000);
+        assert_eq!(batches, vec![0..2, 2..4, 4..6, 6..7]);
+        let capped = token_batches(&lens, 8, 300);
+        assert_eq!(capped, vec![0..3, 3..4, 4..7]);
+        for b in &capped {
+            assert!(b.len() == 1 || lens[b.clone()].iter().sum::<usize>() <= 300);
+        }
+        // an item above the token cap still gets its own batch
+        assert_eq!(token_batches(&[5, 400, 5], 8, 300), vec![0..1, 1..2, 2..3]);
+        assert!(token_batches(&[], 8, 300).is_empty());
     }
 }

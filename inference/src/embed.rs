@@ -1,19 +1,20 @@
-//! The sentence embedder: a BERT encoder (all-MiniLM-L6-v2 layout), mean pooling over the
-//! attention mask, L2 normalisation; inputs batched by length so padding stays small.
+//! The sentence embedder: a BERT encoder (all-MiniLM-L6-v2 layout), mean pooling over each
+//! input's tokens, L2 normalisation. Inputs are packed into batches without padding and run
+//! through the padding-free forward pass of [`crate::bert_fast`].
 //!
-//! [`Embedder`] is synchronous and runs on the calling thread (candle's matmuls fan out over the
-//! rayon pool, `RAYON_NUM_THREADS`). [`EmbedWorker`] owns a dedicated thread fed by a bounded
+//! [`Embedder`] is synchronous and runs on the calling thread (matmuls and attention fan out
+//! over the rayon pool, `RAYON_NUM_THREADS`). [`EmbedWorker`] owns a dedicated thread fed by a bounded
 //! queue and answers through a future, so an async runtime never blocks on a matmul.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc;
 
-use candle_core::{D, DType, Device, Tensor};
-use candle_transformers::models::bert::BertModel;
+use candle_core::Device;
 use tokenizers::Tokenizer;
 
 use crate::bert;
+use crate::bert_fast::FastBert;
 use crate::error::{Error, Result};
 use crate::tokenizer;
 
@@ -49,7 +50,8 @@ pub struct EmbedderConfig {
     pub max_tokens: usize,
     /// Maximum texts per forward pass.
     pub batch_size: usize,
-    /// Maximum padded tokens per forward pass (bounds activation memory).
+    /// Maximum tokens per forward pass (inputs are packed without padding; bounds activation
+    /// memory and keeps the per-pass buffers cache- and allocator-friendly).
     pub max_batch_tokens: usize,
 }
 
@@ -66,15 +68,13 @@ impl Default for EmbedderConfig {
 
 /// A loaded sentence embedder.
 pub struct Embedder {
-    model: BertModel,
+    model: FastBert,
     /// Truncating tokenizer (what the model sees).
     tokenizer: Tokenizer,
     /// The same tokenizer without truncation, for [`Embedder::token_spans`].
     spans_tokenizer: Tokenizer,
     dim: usize,
-    pad_id: u32,
     cfg: EmbedderConfig,
-    device: Device,
 }
 
 impl std::fmt::Debug for Embedder {
@@ -90,7 +90,6 @@ impl std::fmt::Debug for Embedder {
 impl Embedder {
     /// Loads the model from explicit files (CPU, f32).
     pub fn load(files: &EmbedderFiles, cfg: EmbedderConfig) -> Result<Self> {
-        let device = Device::Cpu;
         let config = bert::read_config(&files.config)?;
         if cfg.max_tokens == 0 || cfg.max_tokens > config.max_position_embeddings {
             return Err(Error::invalid(
@@ -107,8 +106,8 @@ impl Embedder {
                 cfg.batch_size, cfg.max_batch_tokens
             )));
         }
-        let vb = bert::read_weights(&files.weights, &device)?;
-        let model = BertModel::load(vb, &config)
+        let vb = bert::read_weights(&files.weights, &Device::Cpu)?;
+        let model = FastBert::load(vb, &config)
             .map_err(|e| Error::invalid(&files.weights, format!("BERT weights: {e}")))?;
         let tokenizer = tokenizer::load_with_limit(&files.tokenizer, cfg.max_tokens)?;
         let spans_tokenizer = tokenizer::load_plain(&files.tokenizer)?;
@@ -117,9 +116,7 @@ impl Embedder {
             tokenizer,
             spans_tokenizer,
             dim: config.hidden_size,
-            pad_id: config.pad_token_id as u32,
             cfg,
-            device,
         })
     }
 
@@ -181,46 +178,22 @@ impl Embedder {
             )));
         }
         let lens: Vec<usize> = ids.iter().map(Vec::len).collect();
-        let mut out = vec![Vec::new(); ids.len()];
-        for batch in bert::length_batches(&lens, self.cfg.batch_size, self.cfg.max_batch_tokens) {
-            let rows: Vec<(&[u32], &[u32])> = batch
+        let mut out = Vec::with_capacity(ids.len());
+        // Segment ids are all 0 for single texts.
+        let zeros = vec![0u32; self.cfg.max_tokens];
+        for batch in bert::token_batches(&lens, self.cfg.batch_size, self.cfg.max_batch_tokens) {
+            let rows: Vec<(&[u32], &[u32])> = ids[batch]
                 .iter()
-                .map(|&i| (ids[i].as_slice(), &ZEROS[..ids[i].len()]))
+                .map(|r| (r.as_slice(), &zeros[..r.len()]))
                 .collect();
-            let vecs = self
-                .forward_batch(&rows)
+            let hidden = self
+                .model
+                .forward(&rows)
                 .map_err(Error::tensor(&self.cfg.name))?;
-            for (slot, v) in batch.into_iter().zip(vecs) {
-                out[slot] = v;
-            }
+            out.extend(hidden.mean_pooled_normalised());
         }
         Ok(out)
     }
-
-    fn forward_batch(&self, rows: &[(&[u32], &[u32])]) -> candle_core::Result<Vec<Vec<f32>>> {
-        let padded = bert::pad(rows, self.pad_id, &self.device)?;
-        let hidden = self
-            .model
-            .forward(&padded.ids, &padded.type_ids, Some(&padded.mask))?;
-        let mask = padded.mask.to_dtype(DType::F32)?.unsqueeze(2)?;
-        let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
-        let counts = mask.sum(1)?;
-        let mean = summed.broadcast_div(&counts)?;
-        l2_normalise(&mean)?.to_vec2::<f32>()
-    }
-}
-
-/// Segment ids are all 0 for single texts; a shared zero row avoids allocating one per input.
-static ZEROS: [u32; 512] = [0; 512];
-
-/// Divides each row by its L2 norm (rows of zeros stay zero).
-pub(crate) fn l2_normalise(x: &Tensor) -> candle_core::Result<Tensor> {
-    let norm = x
-        .sqr()?
-        .sum_keepdim(D::Minus1)?
-        .sqrt()?
-        .clamp(1e-12f32, f32::MAX)?;
-    x.broadcast_div(&norm)
 }
 
 type Reply = futures::channel::oneshot::Sender<Result<Vec<Vec<f32>>>>;

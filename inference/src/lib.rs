@@ -4,6 +4,7 @@
 #![warn(missing_docs)]
 
 mod bert;
+mod bert_fast;
 pub mod catalogue;
 pub mod chat;
 pub mod embed;

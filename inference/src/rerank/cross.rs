@@ -4,10 +4,10 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{Device, IndexOp, Module, Tensor};
 use candle_nn::Linear;
-use candle_transformers::models::bert::BertModel;
 use tokenizers::Tokenizer;
 
 use crate::bert;
+use crate::bert_fast::FastBert;
 use crate::error::{Error, Result};
 use crate::tokenizer;
 
@@ -57,14 +57,13 @@ impl Default for CrossEncoderConfig {
 
 /// A loaded cross-encoder.
 pub struct CrossEncoder {
-    bert: BertModel,
+    bert: FastBert,
     pooler: Linear,
     classifier: Linear,
     num_labels: usize,
     tokenizer: Tokenizer,
-    pad_id: u32,
+    hidden: usize,
     cfg: CrossEncoderConfig,
-    device: Device,
 }
 
 impl std::fmt::Debug for CrossEncoder {
@@ -109,7 +108,7 @@ impl CrossEncoder {
         } else {
             vb.clone()
         };
-        let bert = BertModel::load(base.clone(), &config).map_err(invalid)?;
+        let bert = FastBert::load(base.clone(), &config).map_err(invalid)?;
         let pooler = candle_nn::linear(h, h, base.pp("pooler.dense")).map_err(invalid)?;
         let classifier = candle_nn::linear(h, num_labels, vb.pp("classifier")).map_err(invalid)?;
         let tokenizer = tokenizer::load_with_limit(&files.tokenizer, cfg.max_tokens)?;
@@ -122,9 +121,8 @@ impl CrossEncoder {
             classifier,
             num_labels,
             tokenizer,
-            pad_id: config.pad_token_id as u32,
+            hidden: h,
             cfg,
-            device,
         })
     }
 
@@ -144,29 +142,27 @@ impl CrossEncoder {
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| Error::tokenizer(&self.cfg.name, e))?;
         let lens: Vec<usize> = encs.iter().map(|e| e.get_ids().len()).collect();
-        let mut out = vec![0f32; passages.len()];
         let cap = self.cfg.batch_size * self.cfg.max_tokens;
-        for batch in bert::length_batches(&lens, self.cfg.batch_size, cap) {
-            let rows: Vec<(&[u32], &[u32])> = batch
+        let mut out = Vec::with_capacity(passages.len());
+        for batch in bert::token_batches(&lens, self.cfg.batch_size, cap) {
+            let rows: Vec<(&[u32], &[u32])> = encs[batch]
                 .iter()
-                .map(|&i| (encs[i].get_ids(), encs[i].get_type_ids()))
+                .map(|e| (e.get_ids(), e.get_type_ids()))
                 .collect();
             let scores = self
                 .forward_batch(&rows)
                 .map_err(Error::tensor(&self.cfg.name))?;
-            for (slot, s) in batch.into_iter().zip(scores) {
-                out[slot] = s;
-            }
+            out.extend(scores);
         }
         Ok(out)
     }
 
     fn forward_batch(&self, rows: &[(&[u32], &[u32])]) -> candle_core::Result<Vec<f32>> {
-        let padded = bert::pad(rows, self.pad_id, &self.device)?;
-        let hidden = self
-            .bert
-            .forward(&padded.ids, &padded.type_ids, Some(&padded.mask))?;
-        let cls = hidden.i((.., 0, ..))?;
+        let hidden = self.bert.forward(rows)?;
+        let cls: Vec<f32> = (0..hidden.len())
+            .flat_map(|i| hidden.first(i).iter().copied())
+            .collect();
+        let cls = Tensor::from_vec(cls, (rows.len(), self.hidden), &Device::Cpu)?;
         let pooled = self.pooler.forward(&cls)?.tanh()?;
         let logits = self.classifier.forward(&pooled)?;
         let logits: Tensor = if self.num_labels == 1 {
