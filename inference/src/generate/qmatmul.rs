@@ -226,9 +226,21 @@ impl OwnWeight {
     }
 
     /// Weight row `col` as 8-bit values (Q4_1 nibbles widened, Q5_0 nibbles with their fifth
-    /// bits minus 16, Q8_0 copied) into `out`.
-    #[inline(always)]
+    /// bits minus 16, Q8_0 copied) into `out`, with the portable Q5_0 block unpacker.
+    #[cfg(test)]
     fn unpack_row(&self, col: usize, out: &mut [i8]) {
+        self.unpack_row_with(col, out, unpack_q5_0_generic);
+    }
+
+    /// [`Self::unpack_row`] with a given Q5_0 block unpacker (portable or SIMD; they give the
+    /// same bytes).
+    #[inline(always)]
+    fn unpack_row_with(
+        &self,
+        col: usize,
+        out: &mut [i8],
+        q5_block: impl Fn(&[u8], u32, &mut [i8]),
+    ) {
         let kb = self.k / QK;
         match &self.kind {
             Kind::Q4_1 { qs, .. } => {
@@ -246,20 +258,7 @@ impl OwnWeight {
                 let src = &qs[col * kb * 16..(col + 1) * kb * 16];
                 let hs = &qh[col * kb..(col + 1) * kb];
                 for ((blk, &h), dst) in src.chunks_exact(16).zip(hs).zip(out.chunks_exact_mut(QK)) {
-                    // The 32 fifth bits as 0x10 / 0 bytes, four table lookups per block.
-                    let mut hb = [0u8; QK];
-                    for (i, c) in hb.chunks_exact_mut(8).enumerate() {
-                        c.copy_from_slice(&HBIT[(h >> (8 * i)) as u8 as usize].to_le_bytes());
-                    }
-                    let (lo, hi) = dst.split_at_mut(16);
-                    let (hlo, hhi) = hb.split_at(16);
-                    for ((((l, h), &b), &bl), &bh) in
-                        lo.iter_mut().zip(hi.iter_mut()).zip(blk).zip(hlo).zip(hhi)
-                    {
-                        // At most 31 before the subtraction: no overflow.
-                        *l = ((b & 0x0F) | bl) as i8 - 16;
-                        *h = ((b >> 4) | bh) as i8 - 16;
-                    }
+                    q5_block(blk, h, dst);
                 }
             }
             Kind::Q8_0 { qs, .. } => out.copy_from_slice(&qs[col * self.k..(col + 1) * self.k]),
@@ -314,15 +313,15 @@ impl OwnWeight {
         }
     }
 
-    /// One tile of output columns (`out` is `[cols][rows]`) with a given block kernel.
-    #[inline(always)]
     /// Whether blocks accumulate in ggml's AVX2 lanes order (`true`) or per block (see the
     /// module doc for why Q4_1 keeps the per-block order).
     fn lanes_order(&self) -> bool {
         !matches!(self.kind, Kind::Q4_1 { .. })
     }
 
-    /// One tile of output columns (`out` is `[cols][rows]`) with a given block kernel.
+    /// One tile of output columns (`out` is `[cols][rows]`) with a given block kernel and
+    /// Q5_0 block unpacker. Q8_0 rows are used in place; the others are unpacked once per
+    /// column and then meet every activation row.
     #[inline(always)]
     fn tile_with(
         &self,
@@ -331,18 +330,33 @@ impl OwnWeight {
         rows: usize,
         out: &mut [f32],
         fma_block: impl Fn(&mut Lanes, f32, &[i8], &[i8], bool) + Copy,
+        q5_block: impl Fn(&[u8], u32, &mut [i8]) + Copy,
     ) {
-        let mut w = vec![0i8; self.k];
+        let mut buf = vec![0i8; self.k];
         for (c, col_out) in out.chunks_exact_mut(rows).enumerate() {
-            self.unpack_row(first_col + c, &mut w);
-            self.dot_rows(first_col + c, &w, a, col_out, fma_block);
+            let col = first_col + c;
+            let w: &[i8] = match &self.kind {
+                Kind::Q8_0 { qs, .. } => &qs[col * self.k..(col + 1) * self.k],
+                _ => {
+                    self.unpack_row_with(col, &mut buf, q5_block);
+                    &buf
+                }
+            };
+            self.dot_rows(col, w, a, col_out, fma_block);
         }
     }
 
     /// The portable tile (the reference every SIMD tier must match bit for bit).
     #[inline(always)]
     fn tile_generic(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
-        self.tile_with(first_col, a, rows, out, fma_block_generic)
+        self.tile_with(
+            first_col,
+            a,
+            rows,
+            out,
+            fma_block_generic,
+            unpack_q5_0_generic,
+        )
     }
 
     /// The tile with AVX2 block kernels (`vpmaddubsw` + `vpmaddwd` + `vfmadd`, as ggml's x86
@@ -350,9 +364,14 @@ impl OwnWeight {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     fn tile_avx2(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
-        self.tile_with(first_col, a, rows, out, |acc, d, w, x, f| {
-            fma_block_avx2(acc, d, w, x, f)
-        })
+        self.tile_with(
+            first_col,
+            a,
+            rows,
+            out,
+            |acc, d, w, x, f| fma_block_avx2(acc, d, w, x, f),
+            |qs, qh, dst| unpack_q5_0_avx2(qs, qh, dst),
+        )
     }
 
     /// The same for CPUs with AVX-512 (the AVX2 block kernel, compiled with the wider ISA
@@ -360,9 +379,14 @@ impl OwnWeight {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
     fn tile_avx512(&self, first_col: usize, a: &Q8Rows, rows: usize, out: &mut [f32]) {
-        self.tile_with(first_col, a, rows, out, |acc, d, w, x, f| {
-            fma_block_avx2(acc, d, w, x, f)
-        })
+        self.tile_with(
+            first_col,
+            a,
+            rows,
+            out,
+            |acc, d, w, x, f| fma_block_avx2(acc, d, w, x, f),
+            |qs, qh, dst| unpack_q5_0_avx2(qs, qh, dst),
+        )
     }
 
     /// Runs one tile with the widest instruction set the CPU has. Integer sums are exact, each
@@ -426,6 +450,71 @@ fn group_lanes<const R: usize>(
         }
     }
     acc
+}
+
+/// One Q5_0 block (16 bytes of nibbles `qs`, fifth bits `qh`) as 32 values
+/// `(nibble | fifth bit << 4) − 16`, portable code: the fifth bits become 0x10 / 0 bytes by four
+/// table lookups.
+#[inline(always)]
+fn unpack_q5_0_generic(qs: &[u8], qh: u32, out: &mut [i8]) {
+    let mut hb = [0u8; QK];
+    for (i, c) in hb.chunks_exact_mut(8).enumerate() {
+        c.copy_from_slice(&HBIT[(qh >> (8 * i)) as u8 as usize].to_le_bytes());
+    }
+    let (lo, hi) = out[..QK].split_at_mut(16);
+    let (hlo, hhi) = hb.split_at(16);
+    for ((((l, h), &b), &bl), &bh) in lo.iter_mut().zip(hi.iter_mut()).zip(qs).zip(hlo).zip(hhi) {
+        // At most 31 before the subtraction: no overflow.
+        *l = ((b & 0x0F) | bl) as i8 - 16;
+        *h = ((b >> 4) | bh) as i8 - 16;
+    }
+}
+
+/// The same with AVX2, as ggml's `bytes_from_nibbles_32` + `bytes_from_bits_32`: a byte whose
+/// fifth bit is clear gets `0xF0` OR-ed onto its nibble, which as `i8` is `nibble − 16`; a set
+/// fifth bit leaves `nibble` = `nibble + 16 − 16`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+#[allow(unsafe_code)]
+fn unpack_q5_0_avx2(qs: &[u8], qh: u32, out: &mut [i8]) {
+    use std::arch::x86_64::{
+        __m128i, __m256i, _mm_loadu_si128, _mm_srli_epi16, _mm256_and_si256, _mm256_andnot_si256,
+        _mm256_cmpeq_epi8, _mm256_or_si256, _mm256_set_epi64x, _mm256_set_m128i, _mm256_set1_epi8,
+        _mm256_set1_epi32, _mm256_set1_epi64x, _mm256_shuffle_epi8, _mm256_storeu_si256,
+    };
+    assert!(qs.len() >= 16 && out.len() >= QK);
+    // SAFETY: `qs` holds at least 16 bytes (asserted above); `loadu` has no alignment
+    // requirement.
+    let packed = unsafe { _mm_loadu_si128(qs.as_ptr().cast::<__m128i>()) };
+    let nibbles = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed),
+        _mm256_set1_epi8(0x0F),
+    );
+    // Byte i gets byte i/8 of qh, OR-ed with a mask that leaves only bit i%8 clear: all ones
+    // exactly when that bit is set.
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(qh as i32),
+        _mm256_set_epi64x(
+            0x0303_0303_0303_0303,
+            0x0202_0202_0202_0202,
+            0x0101_0101_0101_0101,
+            0,
+        ),
+    );
+    let set = _mm256_cmpeq_epi8(
+        _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe)),
+        _mm256_set1_epi64x(-1),
+    );
+    let high = _mm256_andnot_si256(set, _mm256_set1_epi8(0xF0u8 as i8));
+    // SAFETY: `out` holds at least 32 bytes (asserted above); `storeu` has no alignment
+    // requirement.
+    unsafe {
+        _mm256_storeu_si256(
+            out.as_mut_ptr().cast::<__m256i>(),
+            _mm256_or_si256(nibbles, high),
+        )
+    }
 }
 
 /// ggml's `hsum_float_8`: `((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7))`.
@@ -673,6 +762,32 @@ mod tests {
                     let want = start.map(|s| d.mul_add(lane, s));
                     assert_eq!(generic, want, "case {i}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn simd_q5_0_unpack_matches_the_portable_one() {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            // Every byte value in every position of qh, and random nibbles.
+            for i in 0..4 * 256 + 500 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let qh = if i < 4 * 256 {
+                    ((i % 256) as u32) << (8 * (i / 256))
+                } else {
+                    x as u32
+                };
+                let qs: [u8; 16] = std::array::from_fn(|j| (x >> (j * 4 % 64)) as u8 ^ j as u8);
+                let (mut generic, mut simd) = ([0i8; QK], [0i8; QK]);
+                unpack_q5_0_generic(&qs, qh, &mut generic);
+                // SAFETY: AVX2 was detected just above.
+                unsafe { unpack_q5_0_avx2(&qs, qh, &mut simd) };
+                assert_eq!(simd, generic, "qh {qh:#x} qs {qs:?}");
             }
         }
     }
