@@ -96,6 +96,9 @@ pub struct Metrics {
     pub stage_seconds: Family<Stage, Histogram>,
     /// `airlock_recheck_drops_total`: chunks dropped by the pre-prompt ACL/tombstone re-check.
     pub recheck_drops: Counter,
+    /// `airlock_sources_below_floor_total`: retrieved chunks kept out of a chat prompt because
+    /// their similarity to the question is below `min_source_similarity`.
+    pub below_floor: Counter,
     /// `airlock_generation_cancelled_total`: sequences cancelled because the client went away.
     pub cancelled: Counter,
     /// `airlock_engine_active_sequences`.
@@ -160,6 +163,7 @@ impl Metrics {
             rate_limited_total: Family::default(),
             stage_seconds: Family::new_with_constructor(latency_histogram),
             recheck_drops: Counter::default(),
+            below_floor: Counter::default(),
             cancelled: Counter::default(),
             engine_active: Gauge::default(),
             kv_bytes: Gauge::default(),
@@ -228,6 +232,11 @@ impl Metrics {
             "recheck_drops",
             "Chunks dropped by the access re-check just before the prompt",
             m.recheck_drops.clone(),
+        );
+        r.register(
+            "sources_below_floor",
+            "Retrieved chunks kept out of a chat prompt: similarity below min_source_similarity",
+            m.below_floor.clone(),
         );
         r.register(
             "generation_cancelled",
@@ -358,6 +367,7 @@ mod tests {
             "airlock_rung_transitions_total",
             "airlock_retrieval_stage_seconds_bucket{stage=\"bm25\",le=",
             "airlock_recheck_drops_total ",
+            "airlock_sources_below_floor_total ",
             "airlock_generation_cancelled_total ",
             "airlock_engine_active_sequences ",
             "airlock_kv_bytes ",

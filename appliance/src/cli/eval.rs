@@ -294,6 +294,14 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
     };
     let mut per_rung = Vec::new();
     let (mut leaks, mut failed) = (0, 0);
+    // Whatever failed after a stop (a set-up request cut by the draining daemon) is the stop.
+    let stopped = |e: runner::RunError| {
+        if interrupted.load(Ordering::Relaxed) {
+            runner::RunError::Interrupted
+        } else {
+            e
+        }
+    };
     for (i, rung) in rungs.iter().enumerate() {
         opts.rung = *rung;
         if let Some(d) = &owned {
@@ -304,9 +312,13 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             opts.rung = Some(pinned);
         }
         let report = match &set {
-            Some(set) if i == 0 => runner::run_golden(&client, set, &mut tokens, &opts, &progress)?,
-            Some(set) => runner::run_golden_final_state(&client, set, &tokens, &opts, &progress)?,
-            None => runner::run_beir(&client, &a.set, &a.split, &mut tokens, &opts, &progress)?,
+            Some(set) if i == 0 => {
+                runner::run_golden(&client, set, &mut tokens, &opts, &progress).map_err(stopped)?
+            }
+            Some(set) => runner::run_golden_final_state(&client, set, &tokens, &opts, &progress)
+                .map_err(stopped)?,
+            None => runner::run_beir(&client, &a.set, &a.split, &mut tokens, &opts, &progress)
+                .map_err(stopped)?,
         };
         // Later rungs reuse the state the first run set up.
         opts.setup = false;
@@ -331,7 +343,8 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         // state the phases leave: the first rung gets a final-state pass too, so every row of
         // the rung table covers the same cases (and, sampled, the same answered cases).
         if let (Some(set), 0, true) = (&set, i, rungs.len() > 1) {
-            let same = runner::run_golden_final_state(&client, set, &tokens, &opts, &progress)?;
+            let same = runner::run_golden_final_state(&client, set, &tokens, &opts, &progress)
+                .map_err(stopped)?;
             let fs_dir = dir.join("final-state");
             write_reports(&fs_dir, &same)?;
             leaks += same.leaks();

@@ -190,6 +190,7 @@ pub async fn completions(
     // Retrieval, re-check, prompt: blocking work.
     let metrics = state.metrics().clone();
     let k = plan.max_prompt_chunks.map_or(top_k, |cap| top_k.min(cap));
+    let floor = state.config().min_source_similarity();
     let prepared = {
         let services = services.clone();
         let user = caller.user_id.clone();
@@ -197,7 +198,7 @@ pub async fn completions(
         blocking(move || {
             let (sources_owned, citations, retrieval_timings, cite) = if ext.retrieval {
                 let query = prompt::last_user_text(&conversation).unwrap_or_default();
-                let retrieved = rag::retrieve(
+                let mut retrieved = rag::retrieve(
                     &services,
                     &metrics,
                     &RetrieveParams {
@@ -209,6 +210,17 @@ pub async fn completions(
                         rerank: plan.rerank,
                     },
                 )?;
+                // Chunks too far from the question are not sources: without them a small model
+                // answers from whatever it was given instead of saying it cannot find it.
+                let before = retrieved.chunks.len();
+                retrieved
+                    .chunks
+                    .retain(|c| c.stage_scores.rescore.is_none_or(|s| s >= floor));
+                if retrieved.chunks.len() < before {
+                    metrics
+                        .below_floor
+                        .inc_by((before - retrieved.chunks.len()) as u64);
+                }
                 let citations: Vec<Citation> = retrieved
                     .chunks
                     .iter()

@@ -147,6 +147,81 @@ async fn non_streaming_answer_cites_only_readable_chunks() {
     assert!(r.json["airlock"].get("cited").is_none(), "{}", r.text);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
+    let off_topic = |extra: Value| {
+        let mut body = question(extra);
+        body["messages"][0]["content"] = json!("Which composer wrote the Goldberg Variations?");
+        body
+    };
+    let floor_metric = |text: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("airlock_sources_below_floor_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no airlock_sources_below_floor_total in {text}"))
+    };
+    // The default floor (0.40): an off-topic question gets no source (the model is told none
+    // is available), an on-topic one keeps its source.
+    let t = TestApp::new();
+    let (rita, _) = seed(&t).await;
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(off_topic(json!({}))),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["airlock"]["citations"], json!([]), "{}", r.text);
+    assert_eq!(r.json["airlock"]["cited"], json!([]), "{}", r.text);
+    let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
+    assert!(floor_metric(&m.text) >= 1, "the dropped chunk is counted");
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(question(json!({}))),
+        )
+        .await;
+    assert_eq!(
+        r.json["airlock"]["citations"][0]["doc_id"], "doc-risk",
+        "{}",
+        r.text
+    );
+    // The retrieve API is not filtered: it ranks, the caller decides.
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/retrieve",
+            Some(&rita),
+            Some(json!({"query": "Which composer wrote the Goldberg Variations?", "top_k": 5})),
+        )
+        .await;
+    assert_eq!(r.json["results"][0]["doc_id"], "doc-risk", "{}", r.text);
+
+    // Floor -1 keeps every readable chunk, however far.
+    let t = TestApp::with_config(airlock::config::Config {
+        min_source_similarity: Some(-1.0),
+        ..test_config()
+    });
+    let (rita, _) = seed(&t).await;
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(off_topic(json!({}))),
+        )
+        .await;
+    assert_eq!(
+        r.json["airlock"]["citations"][0]["doc_id"], "doc-risk",
+        "{}",
+        r.text
+    );
+}
+
 /// `cited` names sources by their `n` (1..=listed), ascending, with how they were found.
 fn assert_cited(airlock: &Value, listed: usize) {
     let cited: Vec<u64> = airlock["cited"]
