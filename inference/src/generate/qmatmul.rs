@@ -1,7 +1,9 @@
 //! Quantized weight matrices: `y = x · Wᵀ` for a stack of activation rows.
 //!
-//! K-quants go through candle's `QMatMul` (AVX-512-VNNI repacked kernels, activations in Q8_K
-//! as in ggml). `Q4_1`, `Q5_0` and `Q8_0` get their own kernels here because candle's differ
+//! K-quants (Q4_K, Q6_K) go through candle: its `QMatMul` (repacked kernels, activations in
+//! Q8_K as in ggml) for prefill chunks, and for decode-sized calls its block dot products run
+//! over column tiles on rayon ([`KQuantWeight`]), so that one thread pool serves every matmul of
+//! a decode step. `Q4_1`, `Q5_0` and `Q8_0` get their own kernels here because candle's differ
 //! from ggml in ways that change greedy tokens, or are slow:
 //! - its Q8_1 activation blocks store the block sum as `f16(sum) * f16(d)` (two roundings, in
 //!   half precision) where ggml stores `f16(d * sum)`, and every Q4_1 block's min term is
@@ -30,6 +32,7 @@
 //! The portable tier does the same operations lane by lane (`f32::mul_add` is a correctly
 //! rounded FMA everywhere), so every tier gives bit-identical results.
 
+use candle_core::quantized::k_quants::{BlockQ4K, BlockQ6K, BlockQ8K, GgmlType, QK_K};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use half::f16;
@@ -71,10 +74,15 @@ const COL_TILE: usize = 16;
 /// Activation rows accumulated together in one pass over a weight row.
 const ROW_GROUP: usize = 4;
 
+/// Activation rows up to which K-quant matrices use [`KQuantWeight`]'s rayon path (decode and
+/// small decode batches); bigger calls (prefill chunks) use candle's repacked kernels.
+const KQUANT_ROWS: usize = 8;
+
 /// A weight matrix `[n, k]` (`n` outputs) in whichever form runs it fastest and faithfully.
 pub(crate) enum Weight {
     Candle(QMatMul),
     Own(OwnWeight),
+    KQuant(KQuantWeight),
 }
 
 impl Weight {
@@ -83,6 +91,7 @@ impl Weight {
             GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => {
                 Ok(Self::Own(OwnWeight::from_qtensor(&t)?))
             }
+            GgmlDType::Q4K | GgmlDType::Q6K => Ok(Self::KQuant(KQuantWeight::from_qtensor(t)?)),
             _ => Ok(Self::Candle(QMatMul::from_qtensor(t)?)),
         }
     }
@@ -100,13 +109,121 @@ impl Weight {
     /// `x` is `[rows, k]` row-major; returns `[rows, n]`.
     pub(crate) fn matmul(&self, x: &[f32], rows: usize) -> candle_core::Result<Vec<f32>> {
         match self {
-            Self::Candle(m) => {
-                let k = x.len() / rows;
-                let t = Tensor::from_slice(x, (rows, k), &Device::Cpu)?;
-                m.forward(&t)?.flatten_all()?.to_vec1::<f32>()
-            }
+            Self::Candle(m) => Self::candle_matmul(m, x, rows),
             Self::Own(w) => Ok(w.matmul(x, rows)),
+            Self::KQuant(w) if rows <= KQUANT_ROWS => Ok(w.matmul(x, rows)),
+            Self::KQuant(w) => Self::candle_matmul(&w.mm, x, rows),
         }
+    }
+
+    fn candle_matmul(m: &QMatMul, x: &[f32], rows: usize) -> candle_core::Result<Vec<f32>> {
+        let k = x.len() / rows;
+        let t = Tensor::from_slice(x, (rows, k), &Device::Cpu)?;
+        m.forward(&t)?.flatten_all()?.to_vec1::<f32>()
+    }
+}
+
+/// A Q4_K or Q6_K matrix: candle's `QMatMul` (repacked kernels, on candle's barrier pool) for
+/// prefill chunks, and for decode-sized calls candle's own AVX2 block dot products
+/// (`GgmlType::vec_dot`, ggml's `vec_dot_q4_K_q8_K` / `_q6_K_q8_K` with Q8_K activations) run
+/// over column tiles on rayon — the pool our other kernels use. With both pools in play on every
+/// decode step, each one's idle threads spin while the other works; on two cores that halved the
+/// decode speed. Costs a second copy of these weights (Qwen2.5-0.5B's ffn_down: ~72 MB).
+pub(crate) struct KQuantWeight {
+    mm: QMatMul,
+    n: usize,
+    k: usize,
+    blocks: KBlocks,
+}
+
+enum KBlocks {
+    Q4K(Vec<BlockQ4K>),
+    Q6K(Vec<BlockQ6K>),
+}
+
+/// Copies GGUF block bytes into typed candle blocks.
+#[allow(unsafe_code)]
+fn blocks_from_bytes<T: GgmlType>(data: &[u8], block_bytes: usize) -> candle_core::Result<Vec<T>> {
+    let size = std::mem::size_of::<T>();
+    if size != block_bytes || !data.len().is_multiple_of(size) {
+        candle_core::bail!(
+            "{:?}: {} bytes do not split into {block_bytes}-byte blocks of {size}",
+            T::DTYPE,
+            data.len()
+        );
+    }
+    let mut v = vec![T::zeros(); data.len() / size];
+    // SAFETY: `T` is one of candle's `#[repr(C)]` ggml block structs (BlockQ4K, BlockQ6K), made
+    // only of integers, byte arrays and f16, without padding (their size equals the GGUF block
+    // size, checked above), so every byte pattern is a valid value; `v` holds exactly
+    // `data.len()` bytes and does not overlap `data`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(data.as_ptr(), v.as_mut_ptr().cast::<u8>(), data.len());
+    }
+    Ok(v)
+}
+
+impl KQuantWeight {
+    fn from_qtensor(t: QTensor) -> candle_core::Result<Self> {
+        let (n, k) = t.shape().dims2()?;
+        if !k.is_multiple_of(QK_K) {
+            candle_core::bail!("row width {k} is not a multiple of {QK_K}");
+        }
+        let data = t.data()?;
+        let blocks = match t.dtype() {
+            GgmlDType::Q4K => KBlocks::Q4K(blocks_from_bytes(&data, 144)?),
+            GgmlDType::Q6K => KBlocks::Q6K(blocks_from_bytes(&data, 210)?),
+            other => candle_core::bail!("not a K-quant handled here: {other:?}"),
+        };
+        let nb = match &blocks {
+            KBlocks::Q4K(b) => b.len(),
+            KBlocks::Q6K(b) => b.len(),
+        };
+        if nb != n * k / QK_K {
+            candle_core::bail!("{nb} blocks for a {n}x{k} matrix");
+        }
+        drop(data);
+        Ok(Self {
+            mm: QMatMul::from_qtensor(t)?,
+            n,
+            k,
+            blocks,
+        })
+    }
+
+    /// `[rows, k] · Wᵀ` with candle's block dot products over rayon column tiles.
+    fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
+        let kb = self.k / QK_K;
+        let mut a = vec![BlockQ8K::zeros(); rows * kb];
+        for (xr, ar) in x.chunks_exact(self.k).zip(a.chunks_exact_mut(kb)) {
+            BlockQ8K::from_float(xr, ar);
+        }
+        let mut by_col = vec![0f32; self.n * rows];
+        by_col
+            .par_chunks_mut(COL_TILE * rows)
+            .enumerate()
+            .for_each(|(t, out)| {
+                for (c, col_out) in out.chunks_exact_mut(rows).enumerate() {
+                    let col = t * COL_TILE + c;
+                    for (o, ar) in col_out.iter_mut().zip(a.chunks_exact(kb)) {
+                        *o = match &self.blocks {
+                            KBlocks::Q4K(w) => {
+                                BlockQ4K::vec_dot(self.k, &w[col * kb..(col + 1) * kb], ar)
+                            }
+                            KBlocks::Q6K(w) => {
+                                BlockQ6K::vec_dot(self.k, &w[col * kb..(col + 1) * kb], ar)
+                            }
+                        };
+                    }
+                }
+            });
+        let mut y = vec![0f32; rows * self.n];
+        for (col, vals) in by_col.chunks_exact(rows).enumerate() {
+            for (r, &v) in vals.iter().enumerate() {
+                y[r * self.n + col] = v;
+            }
+        }
+        y
     }
 }
 
@@ -895,6 +1012,38 @@ mod tests {
                         got[r * n + c].to_bits(),
                         want.to_bits(),
                         "{dtype:?} row {r} col {c}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn k_quant_decode_path_matches_candles_matmul() {
+        // The rayon path (candle's block dot products per column) against candle's own QMatMul
+        // on the same quantized matrix; both quantize activations to Q8_K the same way.
+        let (n, k) = (40, 512);
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i * 7919 % 509) as f32 - 254.0) / 97.0)
+            .collect();
+        let wt = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K] {
+            let reference = QMatMul::from_qtensor(QTensor::quantize(&wt, dtype).unwrap()).unwrap();
+            let Weight::KQuant(kq) = Weight::new(QTensor::quantize(&wt, dtype).unwrap()).unwrap()
+            else {
+                panic!("{dtype:?} must use the K-quant weight")
+            };
+            for rows in [1, 3, KQUANT_ROWS] {
+                let x: Vec<f32> = (0..rows * k)
+                    .map(|i| ((i * 104_729 % 211) as f32 - 105.0) / 31.0)
+                    .collect();
+                let got = kq.matmul(&x, rows);
+                let want = Weight::candle_matmul(&reference, &x, rows).unwrap();
+                assert_eq!(got.len(), want.len());
+                for (i, (g, r)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - r).abs() <= 1e-4 * (1.0 + r.abs()),
+                        "{dtype:?} rows {rows} [{i}]: {g} vs {r}"
                     );
                 }
             }
