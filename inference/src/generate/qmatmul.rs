@@ -1021,7 +1021,8 @@ mod tests {
     #[test]
     fn k_quant_decode_path_matches_candles_matmul() {
         // The rayon path (candle's block dot products per column) against candle's own QMatMul
-        // on the same quantized matrix; both quantize activations to Q8_K the same way.
+        // (repacked kernels) on the same quantized matrix: both quantize activations to Q8_K the
+        // same way, so they differ by float rounding only.
         let (n, k) = (40, 512);
         let w: Vec<f32> = (0..n * k)
             .map(|i| ((i * 7919 % 509) as f32 - 254.0) / 97.0)
@@ -1042,7 +1043,7 @@ mod tests {
                 assert_eq!(got.len(), want.len());
                 for (i, (g, r)) in got.iter().zip(&want).enumerate() {
                     assert!(
-                        (g - r).abs() <= 1e-4 * (1.0 + r.abs()),
+                        (g - r).abs() <= 2e-6 * (1.0 + r.abs()),
                         "{dtype:?} rows {rows} [{i}]: {g} vs {r}"
                     );
                 }
