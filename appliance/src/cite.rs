@@ -37,6 +37,8 @@ pub enum CitedBy {
     Markers,
     /// Word support (the answer had no valid marker).
     Support,
+    /// No source was relevant enough: the answer says so and was not generated.
+    NoSource,
 }
 
 /// The sources an answer used: 1-based source numbers, ascending.

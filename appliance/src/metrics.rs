@@ -99,6 +99,9 @@ pub struct Metrics {
     /// `airlock_sources_below_floor_total`: retrieved chunks kept out of a chat prompt because
     /// their similarity to the question is below `min_source_similarity`.
     pub below_floor: Counter,
+    /// `airlock_no_source_answers_total`: chat answers given without generation because no
+    /// readable source was relevant enough.
+    pub no_source_answers: Counter,
     /// `airlock_generation_cancelled_total`: sequences cancelled because the client went away.
     pub cancelled: Counter,
     /// `airlock_engine_active_sequences`.
@@ -164,6 +167,7 @@ impl Metrics {
             stage_seconds: Family::new_with_constructor(latency_histogram),
             recheck_drops: Counter::default(),
             below_floor: Counter::default(),
+            no_source_answers: Counter::default(),
             cancelled: Counter::default(),
             engine_active: Gauge::default(),
             kv_bytes: Gauge::default(),
@@ -237,6 +241,11 @@ impl Metrics {
             "sources_below_floor",
             "Retrieved chunks kept out of a chat prompt: similarity below min_source_similarity",
             m.below_floor.clone(),
+        );
+        r.register(
+            "no_source_answers",
+            "Chat answers given without generation: no readable source was relevant enough",
+            m.no_source_answers.clone(),
         );
         r.register(
             "generation_cancelled",
@@ -368,6 +377,7 @@ mod tests {
             "airlock_retrieval_stage_seconds_bucket{stage=\"bm25\",le=",
             "airlock_recheck_drops_total ",
             "airlock_sources_below_floor_total ",
+            "airlock_no_source_answers_total ",
             "airlock_generation_cancelled_total ",
             "airlock_engine_active_sequences ",
             "airlock_kv_bytes ",

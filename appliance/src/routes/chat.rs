@@ -21,6 +21,7 @@ use futures::StreamExt;
 
 use crate::admission::{Priority, QueueSlot, Ticket};
 use crate::auth::Caller;
+use crate::cite::CitedBy;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
 use crate::feedback::CompletionRecord;
@@ -273,6 +274,42 @@ pub async fn completions(
         })
         .await?
     };
+    if ext.retrieval && prepared.citations.is_empty() {
+        // No chunk the caller may read passed the similarity floor: say so without running the
+        // model (given no source, a small model invents an answer or loops on "[1] [2] …").
+        state.metrics().no_source_answers.inc();
+        tracing::info!(
+            airlock.rung = plan.rung,
+            "no readable source: answered without generation"
+        );
+        record(
+            &services,
+            &request_id,
+            &caller.user_id,
+            &model_alias,
+            plan.rung,
+        )
+        .await?;
+        let airlock = AirlockResponse {
+            citations: Vec::new(),
+            rung: plan.rung,
+            bundle_version: Some(services.bundle_version().to_string()),
+            timings_ms: Some(ChatTimings {
+                retrieval: prepared.retrieval,
+                prompt: prepared.prompt_ms,
+                total: crate::routes::ms_since(t0),
+                ..ChatTimings::default()
+            }),
+            cited: Some(Vec::new()),
+            cited_by: Some(CitedBy::NoSource),
+        };
+        let id_header = HeaderValue::from_str(&request_id).ok();
+        let mut resp = no_source_answer(req.stream, request_id, model_alias, airlock);
+        if let Some(v) = id_header {
+            resp.headers_mut().insert(REQUEST_ID, v);
+        }
+        return Ok(with_rung(resp, plan.rung));
+    }
     let prompt_tokens = prepared.prompt.len();
     // Token quota: reserve the most this request can cost; the unused part is refunded when
     // the generation ends (Generation's drop).
@@ -332,27 +369,17 @@ pub async fn completions(
 
     // The completion is served from here on: record it (id, user, model, rung, bundle; never
     // text) before its id reaches the client, so the user can rate it, even if stopped early.
-    if let Some(store) = services.feedback.clone() {
-        let (rid, user, model) = (
-            request_id.clone(),
-            caller.user_id.clone(),
-            model_alias.clone(),
-        );
-        let bundle_version = services.bundle_version().to_string();
-        let recorded = blocking(move || {
-            Ok(store.record_completion(&CompletionRecord {
-                request_id: &rid,
-                user_id: &user,
-                model: &model,
-                rung: plan.rung,
-                bundle_version: &bundle_version,
-            })?)
-        })
-        .await;
-        if let Err(e) = recorded {
-            reservation.settle(0);
-            return Err(e);
-        }
+    if let Err(e) = record(
+        &services,
+        &request_id,
+        &caller.user_id,
+        &model_alias,
+        plan.rung,
+    )
+    .await
+    {
+        reservation.settle(0);
+        return Err(e);
     }
 
     let generation = Generation {
@@ -407,6 +434,105 @@ pub async fn completions(
         resp.headers_mut().insert(REQUEST_ID, v);
     }
     Ok(with_rung(resp, plan.rung))
+}
+
+/// Records a served completion for feedback (id, user, model, rung, bundle; never text).
+async fn record(
+    services: &Arc<Services>,
+    request_id: &str,
+    user_id: &str,
+    model: &str,
+    rung: u8,
+) -> Result<(), ApiError> {
+    let Some(store) = services.feedback.clone() else {
+        return Ok(());
+    };
+    let (rid, user, model) = (
+        request_id.to_string(),
+        user_id.to_string(),
+        model.to_string(),
+    );
+    let bundle_version = services.bundle_version().to_string();
+    blocking(move || {
+        Ok(store.record_completion(&CompletionRecord {
+            request_id: &rid,
+            user_id: &user,
+            model: &model,
+            rung,
+            bundle_version: &bundle_version,
+        })?)
+    })
+    .await
+}
+
+/// The answer when no readable source is relevant enough (see `min_source_similarity`): the
+/// system prompt's own abstention, without generation, in the shape the client asked for.
+fn no_source_answer(stream: bool, id: String, model: String, airlock: AirlockResponse) -> Response {
+    let usage = Usage {
+        prompt_tokens: 0,
+        completion_tokens: 0,
+        total_tokens: 0,
+    };
+    if !stream {
+        return Json(ChatResponse {
+            id,
+            object: "chat.completion",
+            created: unix_now(),
+            model,
+            choices: vec![Choice {
+                index: 0,
+                message: AssistantMessage {
+                    role: "assistant",
+                    content: prompt::NO_SOURCE_ANSWER.to_string(),
+                },
+                finish_reason: "stop",
+            }],
+            usage,
+            airlock,
+        })
+        .into_response();
+    }
+    let created = unix_now();
+    let mut first = chunk(
+        &id,
+        &model,
+        created,
+        Delta {
+            role: Some("assistant"),
+            content: Some(String::new()),
+        },
+        None,
+    );
+    let cited_by = airlock.cited_by.unwrap_or(CitedBy::NoSource);
+    first.airlock = Some(ChunkAirlock::Start(AirlockResponse {
+        timings_ms: None,
+        cited: None,
+        cited_by: None,
+        ..airlock
+    }));
+    let text = chunk(
+        &id,
+        &model,
+        created,
+        Delta {
+            role: None,
+            content: Some(prompt::NO_SOURCE_ANSWER.to_string()),
+        },
+        None,
+    );
+    let mut last = chunk(&id, &model, created, Delta::default(), Some("stop"));
+    last.airlock = Some(ChunkAirlock::End {
+        cited: Vec::new(),
+        cited_by,
+    });
+    last.usage = Some(usage);
+    let events: Vec<Result<SseEvent, Infallible>> = vec![
+        Ok(data(&first)),
+        Ok(data(&text)),
+        Ok(data(&last)),
+        Ok(SseEvent::default().data("[DONE]")),
+    ];
+    Sse::new(futures::stream::iter(events)).into_response()
 }
 
 /// Adds `X-Airlock-Rung` (also on shed and deadline problems, so clients see why).

@@ -175,8 +175,65 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json["airlock"]["citations"], json!([]), "{}", r.text);
     assert_eq!(r.json["airlock"]["cited"], json!([]), "{}", r.text);
+    // No source left: the appliance abstains itself, without running the model.
+    assert_eq!(
+        r.json["choices"][0]["message"]["content"],
+        airlock::prompt::NO_SOURCE_ANSWER
+    );
+    assert_eq!(r.json["choices"][0]["finish_reason"], "stop");
+    assert_eq!(r.json["usage"]["total_tokens"], 0);
+    assert_eq!(r.json["airlock"]["cited_by"], "no_source");
+    assert_eq!(
+        r.json["id"],
+        r.headers.get("x-request-id").unwrap().to_str().unwrap()
+    );
     let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
     assert!(floor_metric(&m.text) >= 1, "the dropped chunk is counted");
+    assert!(
+        m.text.contains("airlock_no_source_answers_total 1"),
+        "{}",
+        m.text
+    );
+    // The same as a stream: citations first, the abstention, the end with `cited`, [DONE].
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(off_topic(json!({"stream": true}))),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let events: Vec<&str> = r
+        .text
+        .split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|e| e.strip_prefix("data: ").unwrap_or(e))
+        .collect();
+    assert_eq!(events.len(), 4, "{}", r.text);
+    assert_eq!(events[3], "[DONE]");
+    let ev: Vec<Value> = events[..3]
+        .iter()
+        .map(|e| serde_json::from_str(e).unwrap())
+        .collect();
+    assert_eq!(ev[0]["airlock"]["citations"], json!([]));
+    assert_eq!(
+        ev[1]["choices"][0]["delta"]["content"],
+        airlock::prompt::NO_SOURCE_ANSWER
+    );
+    assert_eq!(ev[2]["choices"][0]["finish_reason"], "stop");
+    assert_eq!(ev[2]["airlock"]["cited"], json!([]));
+    assert!(ev.iter().all(|e| e["id"] == ev[0]["id"]));
+    // The no-source answer can be rated like any other.
+    let rated = t
+        .call(
+            Method::POST,
+            "/v1/feedback",
+            Some(&rita),
+            Some(json!({"request_id": ev[0]["id"], "rating": "up"})),
+        )
+        .await;
+    assert!(rated.status.is_success(), "{}", rated.text);
     let r = t
         .call(
             Method::POST,
