@@ -423,3 +423,114 @@ mod tests {
         assert!(c.sources.is_empty(), "{c:?}");
     }
 }
+
+/// Proper names in a question: capitalised words that do not open a sentence or clause
+/// (vendors, people, projects, places), a possessive `'s` removed. All-capital tokens
+/// (acronyms, codes such as "UK" or "TM-B75") and labels followed by a number ("Tier 1") are
+/// left out.
+pub fn names(question: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for clause in question.split(['.', '?', '!', ':', ';', '\n']) {
+        let clause = clause.replace(" - ", " . ");
+        for part in clause.split(" . ") {
+            let words: Vec<&str> = part
+                .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’' || c == '-'))
+                .filter(|w| !w.is_empty())
+                .collect();
+            for (i, word) in words.iter().enumerate() {
+                // "Tier 1", "Stage 2": a label with a small number, not a name (a year after a
+                // name, "Sheridan's 2024 bonus", does not count).
+                if words
+                    .get(i + 1)
+                    .is_some_and(|n| n.len() <= 3 && n.chars().all(|c| c.is_ascii_digit()))
+                {
+                    continue;
+                }
+                let w = word.trim_matches(|c| c == '\'' || c == '’' || c == '-');
+                let w = w
+                    .strip_suffix("'s")
+                    .or_else(|| w.strip_suffix("’s"))
+                    .unwrap_or(w);
+                let upper = w.chars().filter(|c| c.is_uppercase()).count();
+                let letters = w.chars().filter(|c| c.is_alphabetic()).count();
+                let capitalised = w.chars().next().is_some_and(char::is_uppercase);
+                if i > 0 && capitalised && upper < letters && letters > 1 {
+                    out.push(w.to_string());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The question's [`names`] that occur in none of the sources (whole words, any case): the
+/// sources are about something else, however similar their topic.
+pub fn unmatched_names(question: &str, sources: &[&str]) -> Vec<String> {
+    let names = names(question);
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let present: HashSet<String> = sources
+        .iter()
+        .flat_map(|s| {
+            s.split(|c: char| !(c.is_alphanumeric() || c == '-'))
+                .filter(|w| !w.is_empty())
+                .flat_map(|w| {
+                    // "LatticeWorks-hosted" also names LatticeWorks.
+                    let lower = w.to_lowercase();
+                    let parts: Vec<String> = lower.split('-').map(str::to_string).collect();
+                    std::iter::once(lower).chain(parts)
+                })
+        })
+        .collect();
+    names
+        .into_iter()
+        .filter(|n| !present.contains(&n.to_lowercase()))
+        .collect()
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn names_skip_sentence_openers_acronyms_and_possessives() {
+        assert_eq!(
+            names("What's the maximum tolerable downtime target for LatticeWorks?"),
+            ["LatticeWorks"]
+        );
+        assert_eq!(
+            names(
+                "Need this for a meeting: What amount was awarded as Carlos Sheridan's 2024 \
+                 bonus? Thanks in advance!"
+            ),
+            ["Carlos", "Sheridan"]
+        );
+        assert_eq!(
+            // A clause's first word is skipped even when it is a name: the rest still names it.
+            names("Hi - Esther Pereira took over. Which UK limit applies to TM-B75?"),
+            ["Pereira"]
+        );
+        assert!(names("how long do disputes take? Please cite the source.").is_empty());
+        assert!(names("What is the cap as a share of Tier 1 capital?").is_empty());
+    }
+
+    #[test]
+    fn unmatched_names_are_the_ones_no_source_mentions() {
+        let sources = [
+            "CormorantSync recovery point objective: 15 minutes.",
+            "Vendor tiering for Halcyon-hosted systems.",
+        ];
+        assert_eq!(
+            unmatched_names(
+                "Quick question: what RPO applies to LatticeWorks?",
+                &sources
+            ),
+            ["LatticeWorks"]
+        );
+        assert!(unmatched_names("What RPO applies to cormorantsync?", &sources).is_empty());
+        assert!(unmatched_names("What RPO applies to CormorantSync?", &sources).is_empty());
+        assert!(unmatched_names("Which systems are Halcyon hosted?", &sources).is_empty());
+        assert!(unmatched_names("what is the rpo?", &sources).is_empty());
+    }
+}

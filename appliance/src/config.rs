@@ -127,6 +127,12 @@ pub struct Config {
     )]
     pub min_source_similarity: Option<f32>,
 
+    /// Answer "cannot find" without generation when the question names something (a vendor,
+    /// person, project, place: a capitalised word inside a sentence) that none of its sources
+    /// mentions: the sources are then about something else, however similar [default: true].
+    #[arg(long, env = "AIRLOCK_ABSTAIN_ON_UNMATCHED_NAMES")]
+    pub abstain_on_unmatched_names: Option<bool>,
+
     /// Default `max_tokens` of a chat completion [default: 256].
     #[arg(long, env = "AIRLOCK_MAX_TOKENS")]
     pub max_tokens: Option<u32>,
@@ -263,6 +269,10 @@ impl fmt::Debug for Config {
             .field("shutdown_grace_secs", &self.shutdown_grace_secs)
             .field("top_k", &self.top_k)
             .field("min_source_similarity", &self.min_source_similarity)
+            .field(
+                "abstain_on_unmatched_names",
+                &self.abstain_on_unmatched_names,
+            )
             .field("max_tokens", &self.max_tokens)
             .field("user_requests_per_minute", &self.user_requests_per_minute)
             .field("user_tokens_per_minute", &self.user_tokens_per_minute)
@@ -350,6 +360,9 @@ impl Config {
             shutdown_grace_secs: self.shutdown_grace_secs.or(lower.shutdown_grace_secs),
             top_k: self.top_k.or(lower.top_k),
             min_source_similarity: self.min_source_similarity.or(lower.min_source_similarity),
+            abstain_on_unmatched_names: self
+                .abstain_on_unmatched_names
+                .or(lower.abstain_on_unmatched_names),
             max_tokens: self.max_tokens.or(lower.max_tokens),
             user_requests_per_minute: self
                 .user_requests_per_minute
@@ -587,6 +600,11 @@ impl Config {
     /// The similarity floor of prompt chunks (see the field).
     pub fn min_source_similarity(&self) -> f32 {
         self.min_source_similarity.unwrap_or(0.40)
+    }
+
+    /// Whether a question naming something no source mentions is answered "cannot find".
+    pub fn abstain_on_unmatched_names(&self) -> bool {
+        self.abstain_on_unmatched_names.unwrap_or(true)
     }
 
     /// Default completion length.

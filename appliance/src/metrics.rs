@@ -102,6 +102,9 @@ pub struct Metrics {
     /// `airlock_no_source_answers_total`: chat answers given without generation because no
     /// readable source was relevant enough.
     pub no_source_answers: Counter,
+    /// `airlock_unmatched_names_total`: chat questions whose sources were all set aside
+    /// because the question names something none of them mentions.
+    pub unmatched_names: Counter,
     /// `airlock_generation_cancelled_total`: sequences cancelled because the client went away.
     pub cancelled: Counter,
     /// `airlock_engine_active_sequences`.
@@ -168,6 +171,7 @@ impl Metrics {
             recheck_drops: Counter::default(),
             below_floor: Counter::default(),
             no_source_answers: Counter::default(),
+            unmatched_names: Counter::default(),
             cancelled: Counter::default(),
             engine_active: Gauge::default(),
             kv_bytes: Gauge::default(),
@@ -246,6 +250,11 @@ impl Metrics {
             "no_source_answers",
             "Chat answers given without generation: no readable source was relevant enough",
             m.no_source_answers.clone(),
+        );
+        r.register(
+            "unmatched_names",
+            "Chat questions naming something none of their sources mentions (answered without sources)",
+            m.unmatched_names.clone(),
         );
         r.register(
             "generation_cancelled",
@@ -378,6 +387,7 @@ mod tests {
             "airlock_recheck_drops_total ",
             "airlock_sources_below_floor_total ",
             "airlock_no_source_answers_total ",
+            "airlock_unmatched_names_total ",
             "airlock_generation_cancelled_total ",
             "airlock_engine_active_sequences ",
             "airlock_kv_bytes ",

@@ -192,6 +192,7 @@ pub async fn completions(
     let metrics = state.metrics().clone();
     let k = plan.max_prompt_chunks.map_or(top_k, |cap| top_k.min(cap));
     let floor = state.config().min_source_similarity();
+    let check_names = state.config().abstain_on_unmatched_names();
     let prepared = {
         let services = services.clone();
         let user = caller.user_id.clone();
@@ -221,6 +222,20 @@ pub async fn completions(
                     metrics
                         .below_floor
                         .inc_by((before - retrieved.chunks.len()) as u64);
+                }
+                // A question about something no source mentions (another vendor, person,
+                // project) is not answered from them, however close their topic.
+                if check_names && !retrieved.chunks.is_empty() {
+                    let texts: Vec<String> = retrieved
+                        .chunks
+                        .iter()
+                        .map(|c| format!("{}\n{}", c.title, c.text))
+                        .collect();
+                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                    if !crate::cite::unmatched_names(query, &refs).is_empty() {
+                        metrics.unmatched_names.inc();
+                        retrieved.chunks.clear();
+                    }
                 }
                 let citations: Vec<Citation> = retrieved
                     .chunks

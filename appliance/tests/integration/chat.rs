@@ -258,9 +258,35 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
         .await;
     assert_eq!(r.json["results"][0]["doc_id"], "doc-risk", "{}", r.text);
 
-    // Floor -1 keeps every readable chunk, however far.
+    // A question naming something its sources never mention (another fund) is not answered
+    // from them, though they are on topic.
+    let named = |extra: Value| {
+        let mut body = question(extra);
+        body["messages"][0]["content"] =
+            json!("What is the minimum liquidity buffer of the Osterley Fund?");
+        body
+    };
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(named(json!({}))),
+        )
+        .await;
+    assert_eq!(r.json["airlock"]["citations"], json!([]), "{}", r.text);
+    assert_eq!(r.json["airlock"]["cited_by"], "no_source", "{}", r.text);
+    let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
+    assert!(
+        m.text.contains("airlock_unmatched_names_total 1"),
+        "{}",
+        m.text
+    );
+
+    // Floor -1 keeps every readable chunk, however far; the name check can be turned off.
     let t = TestApp::with_config(airlock::config::Config {
         min_source_similarity: Some(-1.0),
+        abstain_on_unmatched_names: Some(false),
         ..test_config()
     });
     let (rita, _) = seed(&t).await;
@@ -270,6 +296,19 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
             "/v1/chat/completions",
             Some(&rita),
             Some(off_topic(json!({}))),
+        )
+        .await;
+    assert_eq!(
+        r.json["airlock"]["citations"][0]["doc_id"], "doc-risk",
+        "{}",
+        r.text
+    );
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(named(json!({}))),
         )
         .await;
     assert_eq!(
