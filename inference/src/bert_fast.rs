@@ -267,6 +267,13 @@ impl FastBert {
             starts.push(tokens.len());
         }
         let total = tokens.len();
+        if total == 0 {
+            return Ok(Hidden {
+                data: Vec::new(),
+                hidden: h,
+                starts,
+            });
+        }
         let eps = self.eps;
 
         // Embeddings: word + token type + position, LayerNorm (candle's order of additions).
@@ -325,7 +332,8 @@ impl FastBert {
     }
 
     /// Self-attention of every (head, sequence) pair. `qkv` is `[tokens, 3 * hidden]` without
-    /// bias; the result goes to `out` head-major: `[heads, tokens, head_dim]`.
+    /// bias, columns `[head][query | key | value][head_dim]`; the result goes to `out`
+    /// head-major: `[heads, tokens, head_dim]`.
     fn attention(&self, qkv: &[f32], bias: &[f32], starts: &[usize], out: &mut [f32]) {
         let total = *starts.last().unwrap_or(&0);
         let hd = self.head_dim;
@@ -1138,6 +1146,7 @@ mod tests {
         let long = vec![1u32; 301];
         let zeros = vec![0u32; 301];
         assert!(fast.forward(&[(&long, &zeros)]).is_err());
+        assert_eq!(fast.forward(&[]).unwrap().len(), 0);
         let ok = fast
             .forward(&[(&[1, 2, 3], &[0, 0, 1]), (&[4], &[0])])
             .unwrap();
