@@ -12,6 +12,7 @@ use airlock_inference::generate::{
     EngineCounters, Event as GenEvent, FinishReason, GenerateRequest, SamplingParams, Stream,
     Usage as GenUsage,
 };
+use airlock_retrieval::SearchResult;
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderValue;
@@ -212,31 +213,7 @@ pub async fn completions(
                         rerank: plan.rerank,
                     },
                 )?;
-                // Chunks too far from the question are not sources: without them a small model
-                // answers from whatever it was given instead of saying it cannot find it.
-                let before = retrieved.chunks.len();
-                retrieved
-                    .chunks
-                    .retain(|c| c.stage_scores.rescore.is_none_or(|s| s >= floor));
-                if retrieved.chunks.len() < before {
-                    metrics
-                        .below_floor
-                        .inc_by((before - retrieved.chunks.len()) as u64);
-                }
-                // A question about something no source mentions (another vendor, person,
-                // project) is not answered from them, however close their topic.
-                if check_names && !retrieved.chunks.is_empty() {
-                    let texts: Vec<String> = retrieved
-                        .chunks
-                        .iter()
-                        .map(|c| format!("{}\n{}", c.title, c.text))
-                        .collect();
-                    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                    if !crate::cite::unmatched_names(query, &refs).is_empty() {
-                        metrics.unmatched_names.inc();
-                        retrieved.chunks.clear();
-                    }
-                }
+                keep_prompt_sources(&mut retrieved.chunks, query, floor, check_names, &metrics);
                 let citations: Vec<Citation> = retrieved
                     .chunks
                     .iter()
@@ -451,6 +428,35 @@ pub async fn completions(
     Ok(with_rung(resp, plan.rung))
 }
 
+/// Keeps the retrieved chunks that may serve as prompt sources: chunks too far from the
+/// question go (without them a small model answers from whatever it was given instead of
+/// saying it cannot find it), and all go when the question names something none of them
+/// mentions (another vendor, person, project), however close their topic.
+fn keep_prompt_sources(
+    chunks: &mut Vec<SearchResult>,
+    query: &str,
+    floor: f32,
+    check_names: bool,
+    metrics: &Metrics,
+) {
+    let before = chunks.len();
+    chunks.retain(|c| c.stage_scores.rescore.is_none_or(|s| s >= floor));
+    if chunks.len() < before {
+        metrics.below_floor.inc_by((before - chunks.len()) as u64);
+    }
+    if check_names && !chunks.is_empty() {
+        let texts: Vec<String> = chunks
+            .iter()
+            .map(|c| format!("{}\n{}", c.title, c.text))
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        if !crate::cite::unmatched_names(query, &refs).is_empty() {
+            metrics.unmatched_names.inc();
+            chunks.clear();
+        }
+    }
+}
+
 /// Records a served completion for feedback (id, user, model, rung, bundle; never text).
 async fn record(
     services: &Arc<Services>,
@@ -508,23 +514,8 @@ fn no_source_answer(stream: bool, id: String, model: String, airlock: AirlockRes
         .into_response();
     }
     let created = unix_now();
-    let mut first = chunk(
-        &id,
-        &model,
-        created,
-        Delta {
-            role: Some("assistant"),
-            content: Some(String::new()),
-        },
-        None,
-    );
     let cited_by = airlock.cited_by.unwrap_or(CitedBy::NoSource);
-    first.airlock = Some(ChunkAirlock::Start(AirlockResponse {
-        timings_ms: None,
-        cited: None,
-        cited_by: None,
-        ..airlock
-    }));
+    let first = head_event(&id, &model, created, airlock);
     let text = chunk(
         &id,
         &model,
@@ -834,6 +825,28 @@ fn chunk(
     }
 }
 
+/// A stream's first event: the assistant role, the citations and the rung (timings and the
+/// cited sources come later: they are not known yet).
+fn head_event(id: &str, model: &str, created: u64, airlock: AirlockResponse) -> ChatChunk {
+    let mut first = chunk(
+        id,
+        model,
+        created,
+        Delta {
+            role: Some("assistant"),
+            content: Some(String::new()),
+        },
+        None,
+    );
+    first.airlock = Some(ChunkAirlock::Start(AirlockResponse {
+        timings_ms: None,
+        cited: None,
+        cited_by: None,
+        ..airlock
+    }));
+    first
+}
+
 fn data(c: &ChatChunk) -> SseEvent {
     SseEvent::default().data(serde_json::to_string(c).unwrap_or_default())
 }
@@ -849,20 +862,7 @@ fn sse(
     cite: Option<CiteInput>,
 ) -> Sse<impl futures::Stream<Item = Result<SseEvent, Infallible>>> {
     let created = unix_now();
-    let mut first = chunk(
-        &id,
-        &model,
-        created,
-        Delta {
-            role: Some("assistant"),
-            content: Some(String::new()),
-        },
-        None,
-    );
-    first.airlock = Some(ChunkAirlock::Start(AirlockResponse {
-        timings_ms: None,
-        ..airlock
-    }));
+    let first = head_event(&id, &model, created, airlock);
     let head = futures::stream::once(async move { Ok(data(&first)) });
     struct St {
         generation: Generation,

@@ -147,6 +147,17 @@ async fn non_streaming_answer_cites_only_readable_chunks() {
     assert!(r.json["airlock"].get("cited").is_none(), "{}", r.text);
 }
 
+/// `POST /v1/chat/completions` as `token`.
+async fn ask(t: &TestApp, token: &str, body: Value) -> crate::support::Resp {
+    t.call(
+        Method::POST,
+        "/v1/chat/completions",
+        Some(token),
+        Some(body),
+    )
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
     let off_topic = |extra: Value| {
@@ -164,14 +175,7 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
     // is available), an on-topic one keeps its source.
     let t = TestApp::new();
     let (rita, _) = seed(&t).await;
-    let r = t
-        .call(
-            Method::POST,
-            "/v1/chat/completions",
-            Some(&rita),
-            Some(off_topic(json!({}))),
-        )
-        .await;
+    let r = ask(&t, &rita, off_topic(json!({}))).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(r.json["airlock"]["citations"], json!([]), "{}", r.text);
     assert_eq!(r.json["airlock"]["cited"], json!([]), "{}", r.text);
@@ -195,14 +199,7 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
         m.text
     );
     // The same as a stream: citations first, the abstention, the end with `cited`, [DONE].
-    let r = t
-        .call(
-            Method::POST,
-            "/v1/chat/completions",
-            Some(&rita),
-            Some(off_topic(json!({"stream": true}))),
-        )
-        .await;
+    let r = ask(&t, &rita, off_topic(json!({"stream": true}))).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let events: Vec<&str> = r
         .text
@@ -234,14 +231,7 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
         )
         .await;
     assert!(rated.status.is_success(), "{}", rated.text);
-    let r = t
-        .call(
-            Method::POST,
-            "/v1/chat/completions",
-            Some(&rita),
-            Some(question(json!({}))),
-        )
-        .await;
+    let r = ask(&t, &rita, question(json!({}))).await;
     assert_eq!(
         r.json["airlock"]["citations"][0]["doc_id"], "doc-risk",
         "{}",
@@ -266,14 +256,7 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
             json!("What is the minimum liquidity buffer of the Osterley Fund?");
         body
     };
-    let r = t
-        .call(
-            Method::POST,
-            "/v1/chat/completions",
-            Some(&rita),
-            Some(named(json!({}))),
-        )
-        .await;
+    let r = ask(&t, &rita, named(json!({}))).await;
     assert_eq!(r.json["airlock"]["citations"], json!([]), "{}", r.text);
     assert_eq!(r.json["airlock"]["cited_by"], "no_source", "{}", r.text);
     let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
@@ -290,27 +273,13 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
         ..test_config()
     });
     let (rita, _) = seed(&t).await;
-    let r = t
-        .call(
-            Method::POST,
-            "/v1/chat/completions",
-            Some(&rita),
-            Some(off_topic(json!({}))),
-        )
-        .await;
+    let r = ask(&t, &rita, off_topic(json!({}))).await;
     assert_eq!(
         r.json["airlock"]["citations"][0]["doc_id"], "doc-risk",
         "{}",
         r.text
     );
-    let r = t
-        .call(
-            Method::POST,
-            "/v1/chat/completions",
-            Some(&rita),
-            Some(named(json!({}))),
-        )
-        .await;
+    let r = ask(&t, &rita, named(json!({}))).await;
     assert_eq!(
         r.json["airlock"]["citations"][0]["doc_id"], "doc-risk",
         "{}",
