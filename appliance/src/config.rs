@@ -133,6 +133,13 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_ABSTAIN_ON_UNMATCHED_NAMES")]
     pub abstain_on_unmatched_names: Option<bool>,
 
+    /// Source focus: a chat prompt keeps only the documents whose best sentence matches the
+    /// question's distinguishing words at least this share as well as the best document does
+    /// (near-copies about another customer segment, person or branch are set aside); 0 keeps
+    /// every source, 1 only the best-matching documents (docs/OPERATIONS.md §10) [default: 0.9].
+    #[arg(long, env = "AIRLOCK_SOURCE_FOCUS")]
+    pub source_focus: Option<f32>,
+
     /// Default `max_tokens` of a chat completion [default: 256].
     #[arg(long, env = "AIRLOCK_MAX_TOKENS")]
     pub max_tokens: Option<u32>,
@@ -269,6 +276,7 @@ impl fmt::Debug for Config {
             .field("shutdown_grace_secs", &self.shutdown_grace_secs)
             .field("top_k", &self.top_k)
             .field("min_source_similarity", &self.min_source_similarity)
+            .field("source_focus", &self.source_focus)
             .field(
                 "abstain_on_unmatched_names",
                 &self.abstain_on_unmatched_names,
@@ -360,6 +368,7 @@ impl Config {
             shutdown_grace_secs: self.shutdown_grace_secs.or(lower.shutdown_grace_secs),
             top_k: self.top_k.or(lower.top_k),
             min_source_similarity: self.min_source_similarity.or(lower.min_source_similarity),
+            source_focus: self.source_focus.or(lower.source_focus),
             abstain_on_unmatched_names: self
                 .abstain_on_unmatched_names
                 .or(lower.abstain_on_unmatched_names),
@@ -446,6 +455,12 @@ impl Config {
             return Err(invalid(
                 "min_source_similarity",
                 "must be a cosine between -1 and 1 (-1 keeps every chunk)",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.source_focus()) {
+            return Err(invalid(
+                "source_focus",
+                "must be a share between 0 and 1 (0 keeps every source)",
             ));
         }
         if !(1..=8192).contains(&self.max_tokens()) {
@@ -600,6 +615,11 @@ impl Config {
     /// The similarity floor of prompt chunks (see the field).
     pub fn min_source_similarity(&self) -> f32 {
         self.min_source_similarity.unwrap_or(0.40)
+    }
+
+    /// The source-focus ratio of chat prompts (see the field).
+    pub fn source_focus(&self) -> f32 {
+        self.source_focus.unwrap_or(0.9)
     }
 
     /// Whether a question naming something no source mentions is answered "cannot find".
@@ -986,6 +1006,18 @@ engine_batch_max_wait_steps = 0
             },
             Config {
                 min_source_similarity: Some(f32::NAN),
+                ..Config::default()
+            },
+            Config {
+                source_focus: Some(1.5),
+                ..Config::default()
+            },
+            Config {
+                source_focus: Some(-0.1),
+                ..Config::default()
+            },
+            Config {
+                source_focus: Some(f32::NAN),
                 ..Config::default()
             },
             Config {

@@ -14,6 +14,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod feedback;
+pub mod focus;
 pub mod generator;
 pub mod ladder;
 pub mod metrics;

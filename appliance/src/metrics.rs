@@ -105,6 +105,10 @@ pub struct Metrics {
     /// `airlock_unmatched_names_total`: chat questions whose sources were all set aside
     /// because the question names something none of them mentions.
     pub unmatched_names: Counter,
+    /// `airlock_sources_out_of_focus_total`: retrieved chunks kept out of a chat prompt because
+    /// their document matches the question's distinguishing words less well than another
+    /// (`source_focus`).
+    pub out_of_focus: Counter,
     /// `airlock_generation_cancelled_total`: sequences cancelled because the client went away.
     pub cancelled: Counter,
     /// `airlock_engine_active_sequences`.
@@ -172,6 +176,7 @@ impl Metrics {
             below_floor: Counter::default(),
             no_source_answers: Counter::default(),
             unmatched_names: Counter::default(),
+            out_of_focus: Counter::default(),
             cancelled: Counter::default(),
             engine_active: Gauge::default(),
             kv_bytes: Gauge::default(),
@@ -255,6 +260,11 @@ impl Metrics {
             "unmatched_names",
             "Chat questions naming something none of their sources mentions (answered without sources)",
             m.unmatched_names.clone(),
+        );
+        r.register(
+            "sources_out_of_focus",
+            "Retrieved chunks kept out of a chat prompt: their document matches the question less well than another (source_focus)",
+            m.out_of_focus.clone(),
         );
         r.register(
             "generation_cancelled",

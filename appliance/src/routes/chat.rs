@@ -194,6 +194,7 @@ pub async fn completions(
     let k = plan.max_prompt_chunks.map_or(top_k, |cap| top_k.min(cap));
     let floor = state.config().min_source_similarity();
     let check_names = state.config().abstain_on_unmatched_names();
+    let focus = state.config().source_focus();
     let prepared = {
         let services = services.clone();
         let user = caller.user_id.clone();
@@ -213,7 +214,16 @@ pub async fn completions(
                         rerank: plan.rerank,
                     },
                 )?;
-                keep_prompt_sources(&mut retrieved.chunks, query, floor, check_names, &metrics);
+                keep_prompt_sources(
+                    &mut retrieved.chunks,
+                    query,
+                    SourceSelection {
+                        floor,
+                        check_names,
+                        focus,
+                    },
+                    &metrics,
+                );
                 let citations: Vec<Citation> = retrieved
                     .chunks
                     .iter()
@@ -428,23 +438,35 @@ pub async fn completions(
     Ok(with_rung(resp, plan.rung))
 }
 
+/// How a chat chooses its prompt sources among the retrieved chunks (docs/OPERATIONS.md §10).
+#[derive(Debug, Clone, Copy)]
+struct SourceSelection {
+    /// `min_source_similarity`.
+    floor: f32,
+    /// `abstain_on_unmatched_names`.
+    check_names: bool,
+    /// `source_focus`.
+    focus: f32,
+}
+
 /// Keeps the retrieved chunks that may serve as prompt sources: chunks too far from the
 /// question go (without them a small model answers from whatever it was given instead of
-/// saying it cannot find it), and all go when the question names something none of them
-/// mentions (another vendor, person, project), however close their topic.
+/// saying it cannot find it); all go when the question names something none of them
+/// mentions (another vendor, person, project), however close their topic; and of the rest,
+/// the documents that match the question's distinguishing words clearly less well than the
+/// best one go ([`crate::focus`]: near-copies about another segment, person or branch).
 fn keep_prompt_sources(
     chunks: &mut Vec<SearchResult>,
     query: &str,
-    floor: f32,
-    check_names: bool,
+    sel: SourceSelection,
     metrics: &Metrics,
 ) {
     let before = chunks.len();
-    chunks.retain(|c| c.stage_scores.rescore.is_none_or(|s| s >= floor));
+    chunks.retain(|c| c.stage_scores.rescore.is_none_or(|s| s >= sel.floor));
     if chunks.len() < before {
         metrics.below_floor.inc_by((before - chunks.len()) as u64);
     }
-    if check_names && !chunks.is_empty() {
+    if sel.check_names && !chunks.is_empty() {
         let texts: Vec<String> = chunks
             .iter()
             .map(|c| format!("{}\n{}", c.title, c.text))
@@ -453,6 +475,23 @@ fn keep_prompt_sources(
         if !crate::cite::unmatched_names(query, &refs).is_empty() {
             metrics.unmatched_names.inc();
             chunks.clear();
+        }
+    }
+    if sel.focus > 0.0 && chunks.len() > 1 {
+        let candidates: Vec<crate::focus::Candidate<'_>> = chunks
+            .iter()
+            .map(|c| crate::focus::Candidate {
+                doc_id: &c.doc_id,
+                title: &c.title,
+                text: &c.text,
+            })
+            .collect();
+        let keep = crate::focus::keep(query, &candidates, sel.focus);
+        let dropped = keep.iter().filter(|k| !**k).count();
+        if dropped > 0 {
+            let mut it = keep.into_iter();
+            chunks.retain(|_| it.next().unwrap_or(true));
+            metrics.out_of_focus.inc_by(dropped as u64);
         }
     }
 }

@@ -287,6 +287,80 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn near_copies_about_something_else_stay_out_of_the_prompt() {
+    async fn seed_copies(t: &TestApp) -> String {
+        for (id, segment, limit) in [
+            ("doc-retail", "retail", "2,000"),
+            ("doc-inst", "institutional", "50,000"),
+        ] {
+            let text = format!(
+                "Card controls apply to every account.\n\
+                 The daily card limit for {segment} customers is EUR {limit}.\n\
+                 Limits are reviewed every year by the card committee."
+            );
+            let r = t
+                .call(
+                    Method::PUT,
+                    &format!("/v1/documents/{id}"),
+                    Some(&t.admin),
+                    Some(json!({"title": "Daily card limits", "text": text,
+                                "acl": {"users": [], "groups": ["cards"]}})),
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        }
+        t.user("cara", &["cards"])
+    }
+    let body = json!({
+        "messages": [{"role": "user",
+                      "content": "What is the daily card limit for institutional customers?"}],
+        "max_tokens": 8,
+    });
+    let cited_docs = |r: &crate::support::Resp| -> Vec<String> {
+        r.json["airlock"]["citations"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no citations in {}", r.text))
+            .iter()
+            .map(|c| c["doc_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // Default focus (0.9): the retail copy matches the question's words as well, except the
+    // one that tells them apart, and is set aside.
+    let t = TestApp::new();
+    let cara = seed_copies(&t).await;
+    let r = ask(&t, &cara, body.clone()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(cited_docs(&r), ["doc-inst"], "{}", r.text);
+    let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
+    assert!(
+        m.text.contains("airlock_sources_out_of_focus_total 1"),
+        "{}",
+        m.text
+    );
+    // The retrieve API ranks both.
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/retrieve",
+            Some(&cara),
+            Some(json!({"query": "What is the daily card limit for institutional customers?"})),
+        )
+        .await;
+    assert_eq!(r.json["results"].as_array().unwrap().len(), 2, "{}", r.text);
+
+    // Focus 0 keeps both copies.
+    let t = TestApp::with_config(airlock::config::Config {
+        source_focus: Some(0.0),
+        ..test_config()
+    });
+    let cara = seed_copies(&t).await;
+    let r = ask(&t, &cara, body).await;
+    let mut docs = cited_docs(&r);
+    docs.sort();
+    assert_eq!(docs, ["doc-inst", "doc-retail"], "{}", r.text);
+}
+
 /// `cited` names sources by their `n` (1..=listed), ascending, with how they were found.
 fn assert_cited(airlock: &Value, listed: usize) {
     let cited: Vec<u64> = airlock["cited"]

@@ -1,0 +1,380 @@
+//! Source focus: which of a chat prompt's candidate sources are about what the question asks.
+//!
+//! Retrieval finds chunks *similar* to the question; in a bank's document set many documents
+//! are near-copies that differ only in the detail asked about (the same procedure for retail and
+//! for institutional customers, the same pay letter for two employees, the same limits for two
+//! branches). Given all of them, a small model often answers with the figure of the wrong one,
+//! and the answer then cites that document. Focus keeps the documents that match the question's
+//! *distinguishing* words as well as the best one does, and sets the rest aside.
+//!
+//! The score is lexical and local to the candidates, so it needs no model and no corpus
+//! statistics:
+//! - the question's words (lower case, English function words removed) and its pairs of
+//!   adjacent content words ("thornbury agritech") are weighted by an inverse document frequency
+//!   computed over the candidates themselves: a word every candidate contains ("Ireland" when
+//!   all six are about Ireland) weighs almost nothing, a word only one contains
+//!   ("institutional") weighs most;
+//! - a chunk scores the best *sentence or line* it has (a table row counts as a line), each with
+//!   the document's title added: the words must occur together, as a fact is stated, and a
+//!   pair must stand side by side;
+//! - a document scores its best chunk, and every chunk of a document scoring at least
+//!   `ratio × best` is kept, in retrieval order.
+//!
+//! Measured on bank-dev's v1 questions (docs/OPERATIONS.md §10): at ratio 0.9 the prompt keeps
+//! 2.1 chunks instead of 5.5, with 0.5 instead of 3.7 documents that are not relevant; the
+//! answer-bearing chunk stays in 139 of the 162 answerable prompts that had it. It is not a
+//! ranking function for `/v1/retrieve` (on Cranfield, ordering by it lowers nDCG@10 from 0.42
+//! to 0.38): it only chooses among sources already retrieved.
+
+use std::collections::{HashMap, HashSet};
+
+/// English function words and question words: never distinguishing.
+const STOP_WORDS: &[&str] = &[
+    "a", "about", "above", "after", "all", "an", "and", "any", "are", "as", "at", "be", "because",
+    "been", "before", "being", "below", "both", "but", "by", "can", "could", "did", "do", "does",
+    "doing", "each", "few", "for", "from", "had", "has", "have", "having", "he", "her", "here",
+    "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "may", "me", "might",
+    "more", "most", "must", "my", "no", "nor", "not", "of", "on", "only", "or", "other", "our",
+    "over", "own", "s", "same", "shall", "she", "should", "so", "some", "such", "t", "than",
+    "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "too",
+    "under", "until", "us", "very", "was", "we", "were", "what", "when", "where", "which", "while",
+    "who", "whom", "whose", "why", "will", "with", "would", "you", "your",
+];
+
+/// One candidate source.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<'a> {
+    /// The document it belongs to (chunks of one document are judged together).
+    pub doc_id: &'a str,
+    /// The document's title (its words count in every line).
+    pub title: &'a str,
+    /// The chunk's text.
+    pub text: &'a str,
+}
+
+/// Lower-case words: runs of letters and digits, joined by inner `-` or `'` ("third-party",
+/// "o'neill"), a possessive `'s` removed; everything else separates.
+pub fn words(text: &str) -> Vec<String> {
+    fn push(out: &mut Vec<String>, mut w: String) {
+        if w.len() > 2 && w.ends_with("'s") {
+            w.truncate(w.len() - 2);
+        }
+        out.push(w);
+    }
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut pending: Option<char> = None;
+    for ch in text.chars() {
+        if ch.is_alphanumeric() {
+            if let Some(j) = pending.take() {
+                cur.push(j);
+            }
+            cur.extend(ch.to_lowercase());
+        } else if (ch == '-' || ch == '\'' || ch == '’') && !cur.is_empty() && pending.is_none() {
+            pending = Some(if ch == '’' { '\'' } else { ch });
+        } else {
+            pending = None;
+            if !cur.is_empty() {
+                push(&mut out, std::mem::take(&mut cur));
+            }
+        }
+    }
+    if !cur.is_empty() {
+        push(&mut out, cur);
+    }
+    out
+}
+
+/// The question's content words (distinct, function words removed).
+pub fn question_terms(question: &str) -> Vec<String> {
+    let mut seen = HashSet::new();
+    words(question)
+        .into_iter()
+        .filter(|w| !is_stop(w))
+        .filter(|w| seen.insert(w.clone()))
+        .collect()
+}
+
+/// Pairs of content words adjacent in the question ("thornbury agritech", "retail park"):
+/// a source must have them side by side, which tells "Thornbury Agritech" from a "Thornbury
+/// Robotics" next to a "Ridgeway Agritech".
+pub fn question_pairs(question: &str) -> Vec<(String, String)> {
+    let w = words(question);
+    let mut seen = HashSet::new();
+    w.windows(2)
+        .filter(|p| !is_stop(&p[0]) && !is_stop(&p[1]))
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .filter(|p| seen.insert(p.clone()))
+        .collect()
+}
+
+fn is_stop(w: &str) -> bool {
+    STOP_WORDS.contains(&w)
+}
+
+/// Lines and sentences of a chunk: split at line breaks and after `.`, `?` or `!` followed by
+/// white space.
+fn sentences(text: &str) -> impl Iterator<Item = &str> {
+    text.split('\n').flat_map(|line| {
+        let mut parts = Vec::new();
+        let mut start = 0;
+        let b = line.as_bytes();
+        for i in 0..b.len() {
+            if matches!(b[i], b'.' | b'?' | b'!')
+                && b.get(i + 1).is_some_and(u8::is_ascii_whitespace)
+            {
+                parts.push(&line[start..=i]);
+                start = i + 1;
+            }
+        }
+        parts.push(&line[start..]);
+        parts
+    })
+}
+
+/// One unit a question term can match in: a sentence (or the title), as words and as pairs of
+/// adjacent words.
+struct Unit {
+    words: HashSet<String>,
+    pairs: HashSet<(String, String)>,
+}
+
+impl Unit {
+    fn of(text: &str) -> Unit {
+        let w = words(text);
+        Unit {
+            pairs: w.windows(2).map(|p| (p[0].clone(), p[1].clone())).collect(),
+            words: w.into_iter().collect(),
+        }
+    }
+}
+
+/// Each candidate's focus score: the best sentence's summed weight of the question's words and
+/// adjacent word pairs found in it or in the title, each weighted `ln((n + 1) / (df + 0.5))`
+/// by the number `df` of the `n` candidates containing it.
+pub fn scores(question: &str, candidates: &[Candidate<'_>]) -> Vec<f32> {
+    let terms = question_terms(question);
+    let pairs = question_pairs(question);
+    if terms.is_empty() || candidates.is_empty() {
+        return vec![0.0; candidates.len()];
+    }
+    let n = candidates.len() as f32;
+    let weight = |df: usize| ((n + 1.0) / (df as f32 + 0.5)).ln();
+    // Per candidate: its title and sentences.
+    let units: Vec<(Unit, Vec<Unit>)> = candidates
+        .iter()
+        .map(|c| (Unit::of(c.title), sentences(c.text).map(Unit::of).collect()))
+        .collect();
+    let has_word = |(title, sents): &(Unit, Vec<Unit>), t: &String| {
+        title.words.contains(t) || sents.iter().any(|u| u.words.contains(t))
+    };
+    let has_pair = |(title, sents): &(Unit, Vec<Unit>), p: &(String, String)| {
+        title.pairs.contains(p) || sents.iter().any(|u| u.pairs.contains(p))
+    };
+    let word_w: Vec<f32> = terms
+        .iter()
+        .map(|t| weight(units.iter().filter(|u| has_word(u, t)).count()))
+        .collect();
+    let pair_w: Vec<f32> = pairs
+        .iter()
+        .map(|p| weight(units.iter().filter(|u| has_pair(u, p)).count()))
+        .collect();
+    units
+        .iter()
+        .map(|(title, sents)| {
+            sents
+                .iter()
+                .map(|u| {
+                    let w: f32 = terms
+                        .iter()
+                        .zip(&word_w)
+                        .filter(|(t, _)| title.words.contains(*t) || u.words.contains(*t))
+                        .map(|(_, w)| w)
+                        .sum();
+                    let p: f32 = pairs
+                        .iter()
+                        .zip(&pair_w)
+                        .filter(|(p, _)| title.pairs.contains(*p) || u.pairs.contains(*p))
+                        .map(|(_, w)| w)
+                        .sum();
+                    w + p
+                })
+                .fold(0.0, f32::max)
+        })
+        .collect()
+}
+
+/// Which candidates to keep (`true`) at `ratio` (0 keeps all; 1 keeps only the best-scoring
+/// documents): every chunk of each document whose best chunk scores at least `ratio` times the
+/// best document's score. All are kept when nothing matches (best score 0).
+pub fn keep(question: &str, candidates: &[Candidate<'_>], ratio: f32) -> Vec<bool> {
+    if ratio <= 0.0 || candidates.len() < 2 {
+        return vec![true; candidates.len()];
+    }
+    let s = scores(question, candidates);
+    let mut by_doc: HashMap<&str, f32> = HashMap::new();
+    for (c, &v) in candidates.iter().zip(&s) {
+        let e = by_doc.entry(c.doc_id).or_insert(0.0);
+        *e = e.max(v);
+    }
+    let best = by_doc.values().copied().fold(0.0, f32::max);
+    if best <= 0.0 {
+        return vec![true; candidates.len()];
+    }
+    candidates
+        .iter()
+        .map(|c| by_doc[c.doc_id] >= ratio * best)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c<'a>(doc_id: &'a str, title: &'a str, text: &'a str) -> Candidate<'a> {
+        Candidate {
+            doc_id,
+            title,
+            text,
+        }
+    }
+
+    #[test]
+    fn words_keep_inner_joiners_and_drop_punctuation() {
+        assert_eq!(
+            words("Third-party breach at O’Neill's desk: USD 7,250,000 (TM-R99)."),
+            [
+                "third-party",
+                "breach",
+                "at",
+                "o'neill",
+                "desk",
+                "usd",
+                "7",
+                "250",
+                "000",
+                "tm-r99"
+            ]
+        );
+        assert_eq!(words("- -- a-"), ["a"]);
+        assert!(question_terms("What is the?").is_empty());
+        assert_eq!(
+            question_terms("What is the EDD threshold for the EDD team?"),
+            ["edd", "threshold", "team"]
+        );
+    }
+
+    #[test]
+    fn the_distinguishing_word_decides_between_near_copies() {
+        let title = "EDD Thresholds for Customers Onboarded in Ireland";
+        let cands = [
+            c(
+                "retail",
+                title,
+                "| Customer segment | Turnover |\n| Retail | USD 90,000 |",
+            ),
+            c(
+                "inst",
+                title,
+                "| Customer segment | Turnover |\n| Institutional | USD 7,250,000 |",
+            ),
+            c(
+                "uk",
+                "EDD Thresholds for the United Kingdom",
+                "| Retail | GBP 80,000 |",
+            ),
+        ];
+        let q = "Above what turnover do institutional customers onboarded in Ireland need EDD?";
+        let s = scores(q, &cands);
+        assert!(s[1] > s[0] && s[0] > s[2], "{s:?}");
+        assert_eq!(keep(q, &cands, 0.9), [false, true, false]);
+        // Ratio 0 keeps everything; so does a question whose words no source has.
+        assert_eq!(keep(q, &cands, 0.0), [true, true, true]);
+        assert_eq!(
+            keep("Quelle est la limite ?", &cands, 0.9),
+            [true, true, true]
+        );
+    }
+
+    #[test]
+    fn a_document_is_judged_by_its_best_chunk() {
+        // The relevant document's fact chunk matches less than its boilerplate chunk does, and
+        // less than the other document: the boilerplate chunk carries the whole document in.
+        let cands = [
+            c(
+                "pay-tech",
+                "Pay Structure Update: Technology (Luxembourg)",
+                "The new structure applies to all roles from the effective date.",
+            ),
+            c(
+                "grades-nl",
+                "New Grade Ranges for Technology in The Netherlands",
+                "The pay structure applies to roles in scope.",
+            ),
+            c(
+                "pay-tech",
+                "Pay Structure Update: Technology (Luxembourg)",
+                "Effective date: 2025-08-08.",
+            ),
+        ];
+        let q = "From when does the new pay structure for Technology roles in Luxembourg apply?";
+        assert_eq!(keep(q, &cands, 0.9), [true, false, true]);
+    }
+
+    #[test]
+    fn words_must_meet_in_one_sentence() {
+        // Both chunks contain "Callum" and "bonus"; only one says them together.
+        let cands = [
+            c(
+                "a",
+                "Letters",
+                "Callum joined in 2020. The bonus pool grew.",
+            ),
+            c("b", "Letters", "Callum's bonus was approved. Nothing else."),
+            c("c", "Other", "Unrelated text."),
+        ];
+        let q = "What bonus did Callum's manager approve?";
+        let s = scores(q, &cands);
+        assert!(s[1] > s[0], "{s:?}");
+    }
+
+    #[test]
+    fn a_name_of_two_words_must_stand_together() {
+        // Every chunk has the covenant words; the second names a "Thornbury" and an "Agritech"
+        // apart, and matches as many words as the first: only the pair tells them apart.
+        let cands = [
+            c(
+                "cc-75",
+                "Credit Committee Minutes",
+                "Borrower Thornbury Agritech: leverage covenant 3.62x.",
+            ),
+            c(
+                "cc-23",
+                "Credit Committee Minutes",
+                "Ridgeway Agritech and Thornbury Robotics: leverage covenant 4.37x.",
+            ),
+            c(
+                "cc-53",
+                "Credit Committee Minutes",
+                "The leverage covenant for Agritech is 5.10x.",
+            ),
+        ];
+        let q = "What leverage covenant applies to the lending to Thornbury Agritech?";
+        assert_eq!(
+            question_pairs(q),
+            [
+                ("leverage".to_string(), "covenant".to_string()),
+                ("covenant".to_string(), "applies".to_string()),
+                ("thornbury".to_string(), "agritech".to_string()),
+            ]
+        );
+        assert_eq!(keep(q, &cands, 0.9), [true, false, false]);
+    }
+
+    #[test]
+    fn single_candidates_and_empty_input_are_kept() {
+        assert_eq!(keep("q", &[], 0.9), Vec::<bool>::new());
+        assert_eq!(keep("bonus", &[c("a", "t", "x")], 0.9), [true]);
+        assert_eq!(scores("", &[c("a", "t", "x")]), [0.0]);
+    }
+}
