@@ -29,6 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use parking_lot::{Condvar, Mutex};
+use rayon::prelude::*;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::kv::{KV_BLOCK_TOKENS, KvCache, reserved_for};
@@ -887,10 +888,26 @@ impl Scheduler {
         // seen its stream end also sees counters that include its last step.
         let mut finished: Vec<(usize, Option<FinishReason>)> = Vec::new();
         let mut generated = 0;
+        // Sample every sequence that got logits in parallel: temperature / top-p sampling walks
+        // the whole vocabulary (152k logits for Qwen), ~1 ms per sequence, which done in turn on
+        // this thread left the second core idle for a noticeable part of a many-stream step.
+        // Each sequence uses only its own logits and random stream, so the tokens are the same.
+        let mut by_seq: Vec<Option<Vec<f32>>> = vec![None; self.active.len()];
         for (&i, l) in owners.iter().zip(logits) {
-            let Some(l) = l else { continue };
+            by_seq[i] = l;
+        }
+        let nexts: Vec<Option<u32>> = self
+            .active
+            .par_iter_mut()
+            .zip(by_seq.par_iter())
+            .map(|(s, l)| {
+                l.as_ref()
+                    .map(|l| sampling::sample(l, &s.params, &mut s.rng))
+            })
+            .collect();
+        for (i, next) in nexts.into_iter().enumerate() {
+            let Some(next) = next else { continue };
             let s = &mut self.active[i];
-            let next = sampling::sample(&l, &s.params, &mut s.rng);
             if self.eog.contains(&next) || s.params.stop_token_ids.contains(&next) {
                 finished.push((i, Some(FinishReason::Stop)));
                 continue;
