@@ -429,6 +429,12 @@ mod tests {
 /// (acronyms, codes such as "UK" or "TM-B75") and labels followed by a number ("Tier 1") are
 /// left out.
 pub fn names(question: &str) -> Vec<String> {
+    name_runs(question).into_iter().flatten().collect()
+}
+
+/// The question's [`names`] grouped into runs of consecutive words ("Thornbury Agritech",
+/// "Bradwell Station Road"; a lone name is a run of one).
+pub fn name_runs(question: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     for clause in question.split(['.', '?', '!', ':', ';', '\n']) {
         let clause = clause.replace(" - ", " . ");
@@ -437,37 +443,61 @@ pub fn names(question: &str) -> Vec<String> {
                 .split(|c: char| !(c.is_alphanumeric() || c == '\'' || c == '’' || c == '-'))
                 .filter(|w| !w.is_empty())
                 .collect();
+            let mut run: Vec<String> = Vec::new();
             for (i, word) in words.iter().enumerate() {
-                // "Tier 1", "Stage 2": a label with a small number, not a name (a year after a
-                // name, "Sheridan's 2024 bonus", does not count).
-                if words
-                    .get(i + 1)
-                    .is_some_and(|n| n.len() <= 3 && n.chars().all(|c| c.is_ascii_digit()))
-                {
-                    continue;
+                match name_at(&words, i, word) {
+                    Some(w) => run.push(w.to_string()),
+                    None => {
+                        if !run.is_empty() {
+                            out.push(std::mem::take(&mut run));
+                        }
+                    }
                 }
-                let w = word.trim_matches(|c| c == '\'' || c == '’' || c == '-');
-                let w = w
-                    .strip_suffix("'s")
-                    .or_else(|| w.strip_suffix("’s"))
-                    .unwrap_or(w);
-                let upper = w.chars().filter(|c| c.is_uppercase()).count();
-                let letters = w.chars().filter(|c| c.is_alphabetic()).count();
-                let capitalised = w.chars().next().is_some_and(char::is_uppercase);
-                if i > 0 && capitalised && upper < letters && letters > 1 {
-                    out.push(w.to_string());
-                }
+            }
+            if !run.is_empty() {
+                out.push(run);
             }
         }
     }
     out
 }
 
-/// The question's [`names`] that occur in none of the sources (whole words, any case): the
-/// sources are about something else, however similar their topic.
+/// `word` (the `i`-th of its clause) as a name, if it is one.
+fn name_at<'a>(words: &[&str], i: usize, word: &'a str) -> Option<&'a str> {
+    // "Tier 1", "Stage 2": a label with a small number, not a name (a year after a name,
+    // "Sheridan's 2024 bonus", does not count).
+    if words
+        .get(i + 1)
+        .is_some_and(|n| n.len() <= 3 && n.chars().all(|c| c.is_ascii_digit()))
+    {
+        return None;
+    }
+    let w = word.trim_matches(|c| c == '\'' || c == '’' || c == '-');
+    let w = w
+        .strip_suffix("'s")
+        .or_else(|| w.strip_suffix("’s"))
+        .unwrap_or(w);
+    let upper = w.chars().filter(|c| c.is_uppercase()).count();
+    let letters = w.chars().filter(|c| c.is_alphabetic()).count();
+    let capitalised = w.chars().next().is_some_and(char::is_uppercase);
+    (i > 0 && capitalised && upper < letters && letters > 1).then_some(w)
+}
+
+/// Lower-case alphanumeric pieces of `text` (any other character separates).
+fn pieces(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// The question's names that occur in none of the sources (whole words, any case), and its
+/// names of several words ("Haverhill Central") that no source writes as one phrase, joined
+/// by spaces: the sources are about something else, however similar their topic (the
+/// "Haverhill North" and "Radley Central" branches are not the Haverhill Central branch).
 pub fn unmatched_names(question: &str, sources: &[&str]) -> Vec<String> {
-    let names = names(question);
-    if names.is_empty() {
+    let runs = name_runs(question);
+    if runs.is_empty() {
         return Vec::new();
     }
     let present: HashSet<String> = sources
@@ -483,10 +513,23 @@ pub fn unmatched_names(question: &str, sources: &[&str]) -> Vec<String> {
                 })
         })
         .collect();
-    names
-        .into_iter()
+    let mut out: Vec<String> = runs
+        .iter()
+        .flatten()
         .filter(|n| !present.contains(&n.to_lowercase()))
-        .collect()
+        .cloned()
+        .collect();
+    let source_pieces: Vec<Vec<String>> = sources.iter().map(|s| pieces(s)).collect();
+    for run in runs.iter().filter(|r| r.len() > 1) {
+        let phrase: Vec<String> = run.iter().flat_map(|w| pieces(w)).collect();
+        let found = source_pieces
+            .iter()
+            .any(|p| p.windows(phrase.len()).any(|w| w == phrase.as_slice()));
+        if !found {
+            out.push(run.join(" "));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -532,5 +575,32 @@ mod name_tests {
         assert!(unmatched_names("What RPO applies to CormorantSync?", &sources).is_empty());
         assert!(unmatched_names("Which systems are Halcyon hosted?", &sources).is_empty());
         assert!(unmatched_names("what is the rpo?", &sources).is_empty());
+    }
+
+    #[test]
+    fn a_name_of_several_words_must_be_written_as_one_phrase() {
+        let q = "Quick question: How much cash can a till hold at the Bradwell Station Road \
+                 branch during opening hours?";
+        assert_eq!(name_runs(q), [["Bradwell", "Station", "Road"]]);
+        // Every word is in some source, the phrase in none: another branch.
+        let others = [
+            "Cash Holding Limits for the Elmhurst Station Road Branch",
+            "Bradwell Central branch: till limit GBP 20,000.",
+        ];
+        assert_eq!(unmatched_names(q, &others), ["Bradwell Station Road"]);
+        let with_it = [others[0], "Limits for the Bradwell Station Road Branch"];
+        assert!(unmatched_names(q, &with_it).is_empty());
+        // Possessives, "&" and case do not break a phrase.
+        assert_eq!(
+            name_runs("What is Thornbury Agritech's covenant with Sorensen & Sandoval LLP?"),
+            [vec!["Thornbury", "Agritech"], vec!["Sorensen", "Sandoval"]]
+        );
+        assert!(
+            unmatched_names(
+                "What is Thornbury Agritech's covenant with Sorensen & Sandoval LLP?",
+                &["THORNBURY AGRITECH'S counsel: Sorensen & Sandoval LLP."]
+            )
+            .is_empty()
+        );
     }
 }
