@@ -440,19 +440,23 @@ impl DecoderModel {
                     (0..c.tokens.len()).map(move |j| (keys, values, start + j + 1))
                 })
                 .collect();
-            attn.par_chunks_mut(hd).enumerate().for_each(|(idx, out)| {
-                let (r, head) = (idx / nh, idx % nh);
-                let (keys, values, ctx) = views[r];
-                let view = HeadView {
-                    keys,
-                    values,
-                    kv_stride: kv_dim,
-                    kv_offset: (head / group) * hd,
-                    ctx,
-                };
-                let qh = &q[r * nh * hd + head * hd..][..hd];
-                ops::attend(qh, &view, scale, out);
-            });
+            // One task per (row, KV head): the query heads sharing a KV head are contiguous in
+            // `q` and `attn` (head = kv_head · group + j) and read each key and value once.
+            attn.par_chunks_mut(group * hd)
+                .enumerate()
+                .for_each(|(idx, out)| {
+                    let (r, kvh) = (idx / cfg.n_kv_head, idx % cfg.n_kv_head);
+                    let (keys, values, ctx) = views[r];
+                    let view = HeadView {
+                        keys,
+                        values,
+                        kv_stride: kv_dim,
+                        kv_offset: kvh * hd,
+                        ctx,
+                    };
+                    let qs = &q[r * nh * hd + kvh * group * hd..][..group * hd];
+                    ops::attend_group(qs, hd, &view, scale, out);
+                });
             let o = layer.wo.matmul(&attn, rows).map_err(&terr)?;
             add_assign(&mut x, &o);
 

@@ -120,7 +120,9 @@ pub(crate) struct HeadView<'a> {
     pub ctx: usize,
 }
 
-/// Softmax attention of one query head over `view.ctx` cached positions, written to `out`.
+/// Softmax attention of one query head over `view.ctx` cached positions, written to `out`: the
+/// one-head reference that [`attend_group`] must equal bit for bit (tests).
+#[cfg(test)]
 pub(crate) fn attend(q: &[f32], view: &HeadView<'_>, scale: f32, out: &mut [f32]) {
     let hd = q.len();
     SCORES.with(|cell| {
@@ -148,6 +150,55 @@ pub(crate) fn attend(q: &[f32], view: &HeadView<'_>, scale: f32, out: &mut [f32]
             let w = p * inv;
             for (o, &v) in out.iter_mut().zip(&view.values[base..base + hd]) {
                 *o += w * v;
+            }
+        }
+    });
+}
+
+/// [`attend`] for the `q.len() / head_dim` query heads that share one KV head (grouped-query
+/// attention), each written to its `head_dim` slice of `out`. Every key and value vector is
+/// loaded once for the whole group instead of once per head; each head's own operations and
+/// their order are exactly [`attend`]'s, so the results are bit-identical to one call per head.
+pub(crate) fn attend_group(
+    q: &[f32],
+    head_dim: usize,
+    view: &HeadView<'_>,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let heads = q.len() / head_dim;
+    let ctx = view.ctx;
+    SCORES.with(|cell| {
+        let mut scores = cell.borrow_mut();
+        scores.clear();
+        scores.resize(heads * ctx, 0.0);
+        // Scores, head-major: scores[h * ctx + t].
+        for t in 0..ctx {
+            let base = t * view.kv_stride + view.kv_offset;
+            let key = &view.keys[base..base + head_dim];
+            for (h, qh) in q.chunks_exact(head_dim).enumerate() {
+                scores[h * ctx + t] = dot(qh, key) * scale;
+            }
+        }
+        let mut inv = Vec::with_capacity(heads);
+        for row in scores.chunks_exact_mut(ctx) {
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+            let mut sum = 0f32;
+            for s in row.iter_mut() {
+                *s = (*s - max).exp();
+                sum += *s;
+            }
+            inv.push(1.0 / sum);
+        }
+        out.fill(0.0);
+        for t in 0..ctx {
+            let base = t * view.kv_stride + view.kv_offset;
+            let value = &view.values[base..base + head_dim];
+            for (h, o) in out.chunks_exact_mut(head_dim).enumerate() {
+                let w = scores[h * ctx + t] * inv[h];
+                for (o, &v) in o.iter_mut().zip(value) {
+                    *o += w * v;
+                }
             }
         }
     });
@@ -256,6 +307,44 @@ mod tests {
                         })
                         .sum();
                     assert!((f64::from(out[d]) - want).abs() < 1e-5);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn grouped_attention_is_bit_identical_to_one_head_at_a_time() {
+        let (hd, n_kv, heads, ctx) = (8, 2, 3, 37);
+        let stride = n_kv * hd;
+        let keys: Vec<f32> = (0..ctx * stride)
+            .map(|i| ((i * 7919 % 101) as f32 - 50.0) * 0.031)
+            .collect();
+        let values: Vec<f32> = (0..ctx * stride)
+            .map(|i| ((i * 104_729 % 97) as f32 - 48.0) * 0.017)
+            .collect();
+        let q: Vec<f32> = (0..heads * hd)
+            .map(|i| ((i * 31 % 23) as f32 - 11.0) * 0.2)
+            .collect();
+        for kvh in 0..n_kv {
+            for c in [1, 2, 17, ctx] {
+                let view = HeadView {
+                    keys: &keys,
+                    values: &values,
+                    kv_stride: stride,
+                    kv_offset: kvh * hd,
+                    ctx: c,
+                };
+                let mut grouped = vec![0f32; heads * hd];
+                attend_group(&q, hd, &view, 0.35, &mut grouped);
+                for h in 0..heads {
+                    let mut one = vec![0f32; hd];
+                    attend(&q[h * hd..(h + 1) * hd], &view, 0.35, &mut one);
+                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&grouped[h * hd..(h + 1) * hd]),
+                        bits(&one),
+                        "{kvh} {c} {h}"
+                    );
                 }
             }
         }
