@@ -514,29 +514,25 @@ impl OwnWeight {
     /// bits minus 16, Q8_0 copied) into `out`, with the portable Q5_0 block unpacker.
     #[cfg(test)]
     fn unpack_row(&self, col: usize, out: &mut [i8]) {
-        self.unpack_row_with(col, out, unpack_q5_0_generic);
+        self.unpack_row_with(col, out, unpack_q5_0_generic, unpack_q4_1_generic);
     }
 
-    /// [`Self::unpack_row`] with a given Q5_0 block unpacker (portable or SIMD; they give the
-    /// same bytes).
+    /// [`Self::unpack_row`] with given Q5_0 and Q4_1 block unpackers (portable or SIMD; they
+    /// give the same bytes).
     #[inline(always)]
     fn unpack_row_with(
         &self,
         col: usize,
         out: &mut [i8],
         q5_block: impl Fn(&[u8], u32, &mut [i8]),
+        q4_block: impl Fn(&[u8], &mut [i8]),
     ) {
         let kb = self.k / QK;
         match &self.kind {
             Kind::Q4_1 { qs, .. } => {
                 let src = &qs[col * kb * 16..(col + 1) * kb * 16];
                 for (blk, dst) in src.chunks_exact(16).zip(out.chunks_exact_mut(QK)) {
-                    // Written as zipped iterators (no indices) so that it vectorizes.
-                    let (lo, hi) = dst.split_at_mut(16);
-                    for ((l, h), &b) in lo.iter_mut().zip(hi.iter_mut()).zip(blk) {
-                        *l = (b & 0x0F) as i8;
-                        *h = (b >> 4) as i8;
-                    }
+                    q4_block(blk, dst);
                 }
             }
             Kind::Q5_0 { qh, qs, .. } => {
@@ -633,6 +629,7 @@ impl OwnWeight {
         out: &mut [f32],
         fma_block: impl Fn(&mut Lanes, f32, &[i8], &[i8], bool) + Copy,
         q5_block: impl Fn(&[u8], u32, &mut [i8]) + Copy,
+        q4_block: impl Fn(&[u8], &mut [i8]) + Copy,
     ) {
         let cols = out.len() / rows;
         let mut buf = vec![0i8; self.k];
@@ -642,7 +639,7 @@ impl OwnWeight {
             let w: &[i8] = match &self.kind {
                 Kind::Q8_0 { qs, .. } => &qs[col * self.k..(col + 1) * self.k],
                 _ => {
-                    self.unpack_row_with(col, &mut buf, q5_block);
+                    self.unpack_row_with(col, &mut buf, q5_block, q4_block);
                     &buf
                 }
             };
@@ -724,6 +721,7 @@ impl OwnWeight {
                 out,
                 fma_block_generic,
                 unpack_q5_0_generic,
+                unpack_q4_1_generic,
             ),
             Acts::Q8K(a) => self.tile_k_generic(first_col, a, first, rows, out),
         }
@@ -763,6 +761,7 @@ impl OwnWeight {
                 out,
                 |acc, d, w, x, f| fma_block_avx2(acc, d, w, x, f),
                 |qs, qh, dst| unpack_q5_0_avx2(qs, qh, dst),
+                |qs, dst| unpack_q4_1_avx2(qs, dst),
             ),
             (_, Acts::Q8K(_)) => unreachable!("Q8_K activations for a block type"),
         }
@@ -1155,6 +1154,41 @@ fn unpack_q5_0_generic(qs: &[u8], qh: u32, out: &mut [i8]) {
     }
 }
 
+/// One Q4_1 block's 16 bytes of nibbles as 32 values (low nibbles = values 0..16, high =
+/// 16..32), portable code.
+#[inline(always)]
+fn unpack_q4_1_generic(qs: &[u8], out: &mut [i8]) {
+    let (lo, hi) = out[..QK].split_at_mut(16);
+    for ((l, h), &b) in lo.iter_mut().zip(hi.iter_mut()).zip(&qs[..16]) {
+        *l = (b & 0x0F) as i8;
+        *h = (b >> 4) as i8;
+    }
+}
+
+/// The same with AVX2 (ggml's `bytes_from_nibbles_32`): one load, shift, mask and store
+/// instead of 32 byte operations (the portable loop did not vectorize inside the tile).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+#[allow(unsafe_code)]
+fn unpack_q4_1_avx2(qs: &[u8], out: &mut [i8]) {
+    use std::arch::x86_64::{
+        __m128i, __m256i, _mm_loadu_si128, _mm_srli_epi16, _mm256_and_si256, _mm256_set_m128i,
+        _mm256_set1_epi8, _mm256_storeu_si256,
+    };
+    assert!(qs.len() >= 16 && out.len() >= QK);
+    // SAFETY: `qs` holds at least 16 bytes (asserted above); `loadu` has no alignment
+    // requirement.
+    let packed = unsafe { _mm_loadu_si128(qs.as_ptr().cast::<__m128i>()) };
+    let nibbles = _mm256_and_si256(
+        _mm256_set_m128i(_mm_srli_epi16::<4>(packed), packed),
+        _mm256_set1_epi8(0x0F),
+    );
+    // SAFETY: `out` holds at least 32 bytes (asserted above); `storeu` has no alignment
+    // requirement.
+    unsafe { _mm256_storeu_si256(out.as_mut_ptr().cast::<__m256i>(), nibbles) }
+}
+
 /// The same with AVX2, as ggml's `bytes_from_nibbles_32` + `bytes_from_bits_32`: a byte whose
 /// fifth bit is clear gets `0xF0` OR-ed onto its nibble, which as `i8` is `nibble − 16`; a set
 /// fifth bit leaves `nibble` = `nibble + 16 − 16`.
@@ -1505,6 +1539,23 @@ mod tests {
                 // SAFETY: AVX2 was detected just above.
                 unsafe { unpack_q5_0_avx2(&qs, qh, &mut simd) };
                 assert_eq!(simd, generic, "qh {qh:#x} qs {qs:?}");
+            }
+        }
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn simd_q4_1_unpack_matches_the_portable_one() {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            for i in 0..256usize {
+                let qs: [u8; 16] =
+                    std::array::from_fn(|j| (i as u8).wrapping_mul(j as u8 + 1) ^ (j as u8 * 17));
+                let (mut generic, mut simd) = ([0i8; QK], [0i8; QK]);
+                unpack_q4_1_generic(&qs, &mut generic);
+                // SAFETY: AVX2 was detected just above.
+                unsafe { unpack_q4_1_avx2(&qs, &mut simd) };
+                assert_eq!(simd, generic, "{qs:?}");
             }
         }
     }
@@ -1861,12 +1912,17 @@ mod timing {
     #[test]
     #[ignore]
     fn kernel_timings() {
+        let only = std::env::var("AIRLOCK_KERNEL").unwrap_or_default();
         for (dtype, n, k) in [
+            (GgmlDType::Q4_1, 1536, 576),
             (GgmlDType::Q5_0, 4864, 896),
             (GgmlDType::Q8_0, 8192, 896),
             (GgmlDType::Q4K, 896, 4864),
             (GgmlDType::Q6K, 896, 4864),
         ] {
+            if !only.is_empty() && format!("{dtype:?}") != only {
+                continue;
+            }
             let w: Vec<f32> = (0..n * k)
                 .map(|i| ((i * 7919 % 509) as f32 - 254.0) / 97.0)
                 .collect();
@@ -1876,11 +1932,17 @@ mod timing {
                 panic!()
             };
             for rows in [1, 4, 8, 64] {
+                if rows > 1
+                    && !only.is_empty()
+                    && std::env::var_os("AIRLOCK_KERNEL_ROWS1").is_some()
+                {
+                    continue;
+                }
                 let x: Vec<f32> = (0..rows * k)
                     .map(|i| ((i * 104_729 % 211) as f32 - 105.0) / 31.0)
                     .collect();
                 let _ = own.matmul(&x, rows);
-                let reps = 60;
+                let reps = if only.is_empty() { 60 } else { 600 };
                 let (t, c) = (std::time::Instant::now(), cpu_secs());
                 for _ in 0..reps {
                     std::hint::black_box(own.matmul(&x, rows));
