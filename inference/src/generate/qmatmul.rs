@@ -594,6 +594,15 @@ impl OwnWeight {
             let [acc] = group_lanes::<1>(first + full + i, kb, w, dw, a, fma_block, lanes);
             *o = hsum_lanes(&acc);
         }
+        self.add_min_terms(col, a, first, out);
+    }
+
+    /// Q4_1's `+ Σ m_w·s_a` (summed block by block after the scaled products), for activation
+    /// rows `first..first + out.len()`; nothing for the other types.
+    #[inline(always)]
+    fn add_min_terms(&self, col: usize, a: &Q8Rows, first: usize, out: &mut [f32]) {
+        let kb = self.k / QK;
+        let wb = col * kb;
         if let Kind::Q4_1 { m, .. } = &self.kind {
             let mw = &m[wb..wb + kb];
             for (r, o) in out.iter_mut().enumerate() {
@@ -750,6 +759,31 @@ impl OwnWeight {
                         k_tile_avx2::<true>(w, a, first, rows, k, out, c);
                     } else {
                         k_tile_avx2::<false>(w, a, first, rows, k, out, c);
+                    }
+                }
+            }
+            // Q4_1 (per-block float order): eight blocks' integer sums at a time.
+            (Kind::Q4_1 { d, .. }, Acts::Q8(a)) => {
+                let kb = k / QK;
+                let mut buf = vec![0i8; k];
+                let mut vals = vec![0f32; rows];
+                for c in 0..cols {
+                    let col = first_col + c;
+                    self.unpack_row_with(
+                        col,
+                        &mut buf,
+                        |qs, qh, dst| unpack_q5_0_avx2(qs, qh, dst),
+                        |qs, dst| unpack_q4_1_avx2(qs, dst),
+                    );
+                    let dw = &d[col * kb..(col + 1) * kb];
+                    for (r, v) in vals.iter_mut().enumerate() {
+                        let ar = first + r;
+                        let aq = &a.q[ar * k..(ar + 1) * k];
+                        *v = block_order_row_avx2(&buf, dw, aq, &a.d[ar * kb..(ar + 1) * kb]);
+                    }
+                    self.add_min_terms(col, a, first, &mut vals);
+                    for (r, &v) in vals.iter().enumerate() {
+                        out[r * cols + c] = v;
                     }
                 }
             }
@@ -969,6 +1003,83 @@ fn hsum4_avx(x: std::arch::x86_64::__m128) -> f32 {
     };
     let r = _mm_add_ps(x, _mm_movehl_ps(x, x));
     _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
+}
+
+/// One weight row against one activation row in the per-block order (Q4_1, without its min
+/// terms): `acc += (d_w·d_a)·Σ_b` block after block, as `fma_block_avx2`'s per-block mode, but
+/// the exact integer sums of eight blocks come out of one `vphaddd` tree and their scales and
+/// products out of two `vmulps`, instead of a horizontal sum, two scalar multiplies and a
+/// conversion per block. The additions into `acc` stay one per block, in block order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn block_order_row_avx2(w: &[i8], dw: &[f32], a: &[i8], da: &[f32]) -> f32 {
+    use std::arch::x86_64::{
+        _mm256_add_epi32, _mm256_cvtepi32_ps, _mm256_hadd_epi32, _mm256_madd_epi16,
+        _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_permute2x128_si256, _mm256_set1_epi16,
+        _mm256_sign_epi8,
+    };
+    let kb = dw.len();
+    assert!(w.len() >= kb * QK && a.len() >= kb * QK && da.len() >= kb);
+    let ones = _mm256_set1_epi16(1);
+    let quads = |b: usize| {
+        let (wv, av) = (load_i8x32(&w[b * QK..]), load_i8x32(&a[b * QK..]));
+        let p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(av, wv));
+        _mm256_madd_epi16(p, ones)
+    };
+    let mut acc = 0f32;
+    let full = kb / 8 * 8;
+    for b0 in (0..full).step_by(8) {
+        let s01 = _mm256_hadd_epi32(quads(b0), quads(b0 + 1));
+        let s23 = _mm256_hadd_epi32(quads(b0 + 2), quads(b0 + 3));
+        let s45 = _mm256_hadd_epi32(quads(b0 + 4), quads(b0 + 5));
+        let s67 = _mm256_hadd_epi32(quads(b0 + 6), quads(b0 + 7));
+        let (lo, hi) = (_mm256_hadd_epi32(s01, s23), _mm256_hadd_epi32(s45, s67));
+        // Lane j: the sum of block b0 + j's 32 products.
+        let sums = _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(lo, hi),
+            _mm256_permute2x128_si256::<0x31>(lo, hi),
+        );
+        let d = _mm256_mul_ps(load_f32x8(&dw[b0..]), load_f32x8(&da[b0..]));
+        let mut p = [0f32; 8];
+        store_f32x8(&mut p, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sums)));
+        for v in p {
+            acc += v;
+        }
+    }
+    for b in full..kb {
+        let s: i32 = w[b * QK..(b + 1) * QK]
+            .iter()
+            .zip(&a[b * QK..(b + 1) * QK])
+            .map(|(&x, &y)| i32::from(x) * i32::from(y))
+            .sum();
+        acc += (dw[b] * da[b]) * s as f32;
+    }
+    acc
+}
+
+/// Eight `f32` from the start of `s` into a register.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+#[allow(unsafe_code)]
+fn load_f32x8(s: &[f32]) -> std::arch::x86_64::__m256 {
+    assert!(s.len() >= 8);
+    // SAFETY: `s` holds at least 8 values (asserted above); `loadu` has no alignment
+    // requirement.
+    unsafe { std::arch::x86_64::_mm256_loadu_ps(s.as_ptr()) }
+}
+
+/// A register into the first eight values of `s`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+#[allow(unsafe_code)]
+fn store_f32x8(s: &mut [f32], v: std::arch::x86_64::__m256) {
+    assert!(s.len() >= 8);
+    // SAFETY: `s` holds at least 8 values (asserted above); `storeu` has no alignment
+    // requirement.
+    unsafe { std::arch::x86_64::_mm256_storeu_ps(s.as_mut_ptr(), v) }
 }
 
 /// K-quant register tile: `R` activation rows × one weight row (`blocks`: its super-blocks as
