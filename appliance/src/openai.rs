@@ -246,6 +246,35 @@ pub struct ChatResponse {
     pub airlock: AirlockResponse,
 }
 
+impl ChatResponse {
+    /// A `chat.completion` with one assistant choice, created now.
+    pub fn answer(
+        id: String,
+        model: String,
+        content: String,
+        finish_reason: &'static str,
+        usage: Usage,
+        airlock: AirlockResponse,
+    ) -> Self {
+        ChatResponse {
+            id,
+            object: "chat.completion",
+            created: unix_now(),
+            model,
+            choices: vec![Choice {
+                index: 0,
+                message: AssistantMessage {
+                    role: "assistant",
+                    content,
+                },
+                finish_reason,
+            }],
+            usage,
+            airlock,
+        }
+    }
+}
+
 /// A streaming delta.
 #[derive(Debug, Clone, Serialize, Default)]
 pub struct Delta {

@@ -29,8 +29,8 @@ use crate::feedback::CompletionRecord;
 use crate::generator::{Generator, submit_error};
 use crate::metrics::Metrics;
 use crate::openai::{
-    AirlockResponse, AssistantMessage, ChatChunk, ChatRequest, ChatResponse, ChatTimings, Choice,
-    ChunkAirlock, ChunkChoice, Citation, Delta, Usage, unix_now,
+    AirlockResponse, ChatChunk, ChatRequest, ChatResponse, ChatTimings, ChunkAirlock, ChunkChoice,
+    Citation, Delta, Usage, unix_now,
 };
 use crate::prompt::{self, Role, Source};
 use crate::quota::TokenReservation;
@@ -534,22 +534,14 @@ fn no_source_answer(stream: bool, id: String, model: String, airlock: AirlockRes
         total_tokens: 0,
     };
     if !stream {
-        return Json(ChatResponse {
+        return Json(ChatResponse::answer(
             id,
-            object: "chat.completion",
-            created: unix_now(),
             model,
-            choices: vec![Choice {
-                index: 0,
-                message: AssistantMessage {
-                    role: "assistant",
-                    content: prompt::NO_SOURCE_ANSWER.to_string(),
-                },
-                finish_reason: "stop",
-            }],
+            prompt::NO_SOURCE_ANSWER.to_string(),
+            "stop",
             usage,
             airlock,
-        })
+        ))
         .into_response();
     }
     let created = unix_now();
@@ -816,26 +808,18 @@ async fn complete(
                     t.decode = (now - first).as_secs_f64() * 1e3;
                     t.total = (now - generation.t0).as_secs_f64() * 1e3;
                 }
-                return Ok(Json(ChatResponse {
+                return Ok(Json(ChatResponse::answer(
                     id,
-                    object: "chat.completion",
-                    created: unix_now(),
                     model,
-                    choices: vec![Choice {
-                        index: 0,
-                        message: AssistantMessage {
-                            role: "assistant",
-                            content: text,
-                        },
-                        finish_reason: finish,
-                    }],
-                    usage: Usage {
+                    text,
+                    finish,
+                    Usage {
                         prompt_tokens: usage.prompt_tokens,
                         completion_tokens: usage.completion_tokens,
                         total_tokens: usage.prompt_tokens + usage.completion_tokens,
                     },
                     airlock,
-                }));
+                )));
             }
             None => return Err(ApiError::internal("engine stream ended without Done")),
         }

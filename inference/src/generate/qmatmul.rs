@@ -930,50 +930,26 @@ fn group_lanes<const R: usize>(
     acc
 }
 
-/// 32 bytes from the start of `s` into a register.
+/// The first 32 bytes of `s` (`i8` or `u8` values) into a register.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]
 #[allow(unsafe_code)]
-fn load_i8x32(s: &[i8]) -> std::arch::x86_64::__m256i {
-    assert!(s.len() >= QK);
+fn load_256<T: Copy>(s: &[T]) -> std::arch::x86_64::__m256i {
+    assert!(std::mem::size_of_val(s) >= 32);
     // SAFETY: `s` holds at least 32 bytes (asserted above); `loadu` has no alignment
     // requirement.
     unsafe { std::arch::x86_64::_mm256_loadu_si256(s.as_ptr().cast()) }
 }
 
-/// 32 bytes from the start of `s` into a register.
+/// The first 16 bytes of `s` (sixteen `u8` or eight `i16`) into a register.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]
 #[allow(unsafe_code)]
-fn load_u8x32(s: &[u8]) -> std::arch::x86_64::__m256i {
-    assert!(s.len() >= QK);
-    // SAFETY: `s` holds at least 32 bytes (asserted above); `loadu` has no alignment
-    // requirement.
-    unsafe { std::arch::x86_64::_mm256_loadu_si256(s.as_ptr().cast()) }
-}
-
-/// 16 bytes from the start of `s` into a register.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-#[allow(unsafe_code)]
-fn load_u8x16(s: &[u8]) -> std::arch::x86_64::__m128i {
-    assert!(s.len() >= 16);
+fn load_128<T: Copy>(s: &[T]) -> std::arch::x86_64::__m128i {
+    assert!(std::mem::size_of_val(s) >= 16);
     // SAFETY: `s` holds at least 16 bytes (asserted above); `loadu` has no alignment
-    // requirement.
-    unsafe { std::arch::x86_64::_mm_loadu_si128(s.as_ptr().cast()) }
-}
-
-/// Eight `i16` from the start of `s` into a register.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-#[inline]
-#[allow(unsafe_code)]
-fn load_i16x8(s: &[i16]) -> std::arch::x86_64::__m128i {
-    assert!(s.len() >= 8);
-    // SAFETY: `s` holds at least 8 values (asserted above); `loadu` has no alignment
     // requirement.
     unsafe { std::arch::x86_64::_mm_loadu_si128(s.as_ptr().cast()) }
 }
@@ -1023,7 +999,7 @@ fn block_order_row_avx2(w: &[i8], dw: &[f32], a: &[i8], da: &[f32]) -> f32 {
     assert!(w.len() >= kb * QK && a.len() >= kb * QK && da.len() >= kb);
     let ones = _mm256_set1_epi16(1);
     let quads = |b: usize| {
-        let (wv, av) = (load_i8x32(&w[b * QK..]), load_i8x32(&a[b * QK..]));
+        let (wv, av) = (load_256(&w[b * QK..]), load_256(&a[b * QK..]));
         let p = _mm256_maddubs_epi16(_mm256_sign_epi8(wv, wv), _mm256_sign_epi8(av, wv));
         _mm256_madd_epi16(p, ones)
     };
@@ -1119,7 +1095,7 @@ fn k_micro_avx2<const R: usize, const Q4K: bool>(
                 let (o, w, s) = (sb * QK_K + $ch * QK, $w, $s);
                 let wa = if Q4K { w } else { _mm256_sign_epi8(w, w) };
                 for r in 0..R {
-                    let x = load_i8x32(&ar[r][o..]);
+                    let x = load_256(&ar[r][o..]);
                     let x = if Q4K { x } else { _mm256_sign_epi8(x, w) };
                     let p = _mm256_madd_epi16(s, _mm256_maddubs_epi16(wa, x));
                     sumi[r] = _mm256_add_epi32(sumi[r], p);
@@ -1141,7 +1117,7 @@ fn k_micro_avx2<const R: usize, const Q4K: bool>(
             mins = _mm256_extracti128_si256::<1>(sm);
             let scales = _mm256_set_m128i(sc128, sc128);
             for j in 0..4 {
-                let q = load_u8x32(&b[16 + 32 * j..]);
+                let q = load_256(&b[16 + 32 * j..]);
                 let s0 = _mm256_shuffle_epi8(
                     scales,
                     _mm256_set1_epi16(0x0100 + 0x0202 * (2 * j as i16)),
@@ -1155,7 +1131,7 @@ fn k_micro_avx2<const R: usize, const Q4K: bool>(
                 chunk!(2 * j + 1, hi, s1);
             }
         } else {
-            let scales = load_u8x16(&b[192..]);
+            let scales = load_128(&b[192..]);
             // Pair scales of chunk c: byte 2c eight times, then byte 2c + 1 eight times.
             let sc = |c: usize| {
                 let lo = 0x0101_0101_0101_0101u64 * (2 * c) as u64;
@@ -1166,9 +1142,9 @@ fn k_micro_avx2<const R: usize, const Q4K: bool>(
                 ))
             };
             for n in 0..2 {
-                let q1 = load_u8x32(&b[64 * n..]);
-                let q2 = load_u8x32(&b[64 * n + 32..]);
-                let h = load_u8x32(&b[128 + 32 * n..]);
+                let q1 = load_256(&b[64 * n..]);
+                let q2 = load_256(&b[64 * n + 32..]);
+                let h = load_256(&b[128 + 32 * n..]);
                 // Bit pair `m` of each high byte, moved to bits 4-5 (masked before the 16-bit
                 // shift, so nothing crosses into the neighbouring byte).
                 let high = [
@@ -1200,7 +1176,7 @@ fn k_micro_avx2<const R: usize, const Q4K: bool>(
             let dmin = half_at(b, 2);
             for (r, acc_m) in acc_m.iter_mut().enumerate() {
                 let ab = (first + r) * nsb + sb;
-                let prod = _mm_madd_epi16(mins, load_i16x8(&a.sums[ab * CHUNKS..]));
+                let prod = _mm_madd_epi16(mins, load_128(&a.sums[ab * CHUNKS..]));
                 *acc_m = _mm_fmadd_ps(_mm_set1_ps(-a.d[ab] * dmin), _mm_cvtepi32_ps(prod), *acc_m);
             }
         }
