@@ -126,25 +126,30 @@ fn query_latency(emb: &airlock_inference::Embedder) {
     for q in qs.iter().take(10) {
         emb.embed(&[q.as_str()]).unwrap();
     }
-    let mut passes: Vec<Vec<f64>> = (0..3)
+    // Each pass: the per-query wall latencies and the process CPU-seconds of the whole pass.
+    let mut passes: Vec<(Vec<f64>, f64)> = (0..3)
         .map(|_| {
-            qs.iter()
+            let cpu0 = util::cpu_seconds();
+            let lat = qs
+                .iter()
                 .map(|q| {
                     let t0 = Instant::now();
                     emb.embed(&[q.as_str()]).unwrap();
                     t0.elapsed().as_secs_f64() * 1e3
                 })
-                .collect()
+                .collect();
+            (lat, util::cpu_seconds() - cpu0)
         })
         .collect();
-    passes.sort_by(|a, b| mean(a).partial_cmp(&mean(b)).unwrap());
-    let mut lat = passes[1].clone();
+    passes.sort_by(|a, b| mean(&a.0).partial_cmp(&mean(&b.0)).unwrap());
+    let (mut lat, cpu) = passes[1].clone();
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
     println!(
-        "QUERY latency (batch 1): mean {:.2} ms, p50 {:.2}, p95 {:.2} (peer sentence-transformers 2 threads: mean 8.07, p50 7.91, p95 10.3) load={}",
+        "QUERY latency (batch 1): mean {:.2} ms, p50 {:.2}, p95 {:.2}, {:.2} CPU-ms per query (peer sentence-transformers 2 threads: mean 8.07, p50 7.91, p95 10.3) load={}",
         mean(&lat),
         util::percentile(&lat, 0.5),
         util::percentile(&lat, 0.95),
+        cpu * 1e3 / qs.len() as f64,
         util::load_avg()
     );
 }
@@ -162,15 +167,19 @@ fn rerank_latency(emb: &Arc<airlock_inference::Embedder>) {
             f();
         }
         let mut ts = Vec::new();
+        let mut cpus = Vec::new();
         for _ in 0..reps {
+            let cpu0 = util::cpu_seconds();
             let t0 = Instant::now();
             let s = f();
             ts.push(t0.elapsed().as_secs_f64() * 1e3);
+            cpus.push((util::cpu_seconds() - cpu0) * 1e3);
             assert_eq!(s.len(), 50);
         }
         println!(
-            "RERANK {name}: 50 pairs in {:.0} ms (median of {reps}) load={}",
+            "RERANK {name}: 50 pairs in {:.0} ms wall, {:.0} CPU-ms (medians of {reps}) load={}",
             util::median(ts),
+            util::median(cpus),
             util::load_avg()
         );
     };
