@@ -412,6 +412,9 @@ mod tests {
                 vec![]
             },
             error: None,
+            retrieved: Vec::new(),
+            cited: Vec::new(),
+            answer: None,
         }
     }
 

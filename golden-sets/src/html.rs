@@ -252,6 +252,9 @@ mod tests {
                 what: "<b>".into(),
             }],
             error: None,
+            retrieved: vec!["doc-1".into()],
+            cited: vec!["doc-1".into()],
+            answer: Some("<i>answer</i>".into()),
         };
         let lat = BTreeMap::from([("chat.total".to_owned(), vec![10.0, 20.0, 30.0])]);
         let r = Report::new("t", None, Some(1), vec![case], &lat);

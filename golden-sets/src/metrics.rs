@@ -298,6 +298,17 @@ pub struct CaseScore {
     /// the gate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The first ten distinct documents retrieved, in rank order (ids only: a failed case can
+    /// be looked at without re-running it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retrieved: Vec<String>,
+    /// The documents the answer cited (`airlock.cited`, else every citation), in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cited: Vec<String>,
+    /// The answer's text: recorded only when the operator asks for it (`--record-answers`),
+    /// since an answer quotes documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
 }
 
 impl CaseScore {
@@ -317,6 +328,9 @@ impl CaseScore {
             abstained: None,
             leaks: Vec::new(),
             error: Some(error),
+            retrieved: Vec::new(),
+            cited: Vec::new(),
+            answer: None,
         }
     }
 }
@@ -354,6 +368,9 @@ pub fn score_case(case: &GoldenCase, obs: &Observation) -> CaseScore {
         abstained: (answered && !has_relevant).then(|| obs.refused || is_abstention(&obs.answer)),
         leaks: leaks(case, obs),
         error: None,
+        retrieved: ranked.iter().take(10).map(|d| (*d).to_owned()).collect(),
+        cited: cited.iter().map(|d| (*d).to_owned()).collect(),
+        answer: None,
     }
 }
 

@@ -46,6 +46,9 @@ pub struct RunOptions {
     pub answer_cases: Option<usize>,
     /// `max_tokens` for answers.
     pub max_tokens: u32,
+    /// Keep each answer's text in the report (`CaseScore::answer`), to read why a case failed.
+    /// Off by default: answers quote documents, and reports travel further than the appliance.
+    pub record_answers: bool,
     /// Model alias for answers (`None`: the daemon's default).
     pub model: Option<String>,
     /// Ingest the corpus, sync `iam_v1` and issue user tokens first. Without it the daemon must
@@ -68,6 +71,7 @@ impl Default for RunOptions {
             answers: true,
             answer_cases: None,
             max_tokens: 160,
+            record_answers: false,
             model: None,
             setup: true,
             stop: None,
@@ -283,11 +287,17 @@ fn run_cases(
         // A failed request fails its case, not the run: the report keeps every other case
         // and the gate refuses a run with failed cases.
         Ok(match observe(client, token, &case.query, answer, opts) {
-            Ok((obs, latency, bundle_version)) => CaseRun {
-                score: metrics::score_case(case, &obs),
-                latency,
-                bundle_version,
-            },
+            Ok((obs, latency, bundle_version)) => {
+                let mut score = metrics::score_case(case, &obs);
+                if opts.record_answers && answer {
+                    score.answer = Some(obs.answer);
+                }
+                CaseRun {
+                    score,
+                    latency,
+                    bundle_version,
+                }
+            }
             Err(e) => CaseRun {
                 score: metrics::CaseScore::failed(case, format!("case {}: {e}", case.id)),
                 latency: Vec::new(),
@@ -519,6 +529,9 @@ pub fn run_beir(
                 abstained: None,
                 leaks: Vec::new(),
                 error: None,
+                retrieved: ranked.iter().take(10).map(|d| (*d).to_owned()).collect(),
+                cited: Vec::new(),
+                answer: None,
             },
             latency,
             bundle_version: None,

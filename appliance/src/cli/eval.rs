@@ -103,6 +103,11 @@ pub struct RunArgs {
     /// for the rest: a sampled run when every answer costs a long prefill.
     #[arg(long, value_name = "N")]
     pub answer_cases: Option<usize>,
+    /// Keep each answer's text in report.json (to read why a case failed). Off by default:
+    /// answers quote the bank's documents. The retrieved and cited document ids are always
+    /// recorded.
+    #[arg(long)]
+    pub record_answers: bool,
     /// With --against: the corpus and the `iam_v1` permissions are already in place (as after
     /// `airlock demo`): do not ingest, sync `iam_v1` or issue the v1 users' tokens. The set's
     /// phase transitions (`iam_v2`, deletions) are still applied, so the daemon ends in the
@@ -282,6 +287,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         answers: !a.no_answers,
         answer_cases: a.answer_cases,
         max_tokens: a.max_tokens,
+        record_answers: a.record_answers,
         model: a.model.clone(),
         setup: !a.no_setup && a.from_state.is_none(),
         stop: Some(interrupted.clone()),

@@ -115,6 +115,10 @@ fn write_set(dir: &Path) {
 }
 
 fn run(leak: bool) -> airlock_eval::gate::Report {
+    run_recording(leak, false)
+}
+
+fn run_recording(leak: bool, record_answers: bool) -> airlock_eval::gate::Report {
     let dir = tempfile::tempdir().unwrap();
     write_set(dir.path());
     let set = GoldenSet::read(dir.path()).unwrap();
@@ -125,9 +129,30 @@ fn run(leak: bool) -> airlock_eval::gate::Report {
     ]);
     let opts = RunOptions {
         setup: false,
+        record_answers,
         ..RunOptions::default()
     };
     run_golden(&client, &set, &mut tokens, &opts, &|_, _, _| {}).unwrap()
+}
+
+#[test]
+fn reports_keep_document_ids_always_and_answers_only_when_asked() {
+    let plain = run(true);
+    let c = &plain.cases[0];
+    assert_eq!(c.retrieved, ["doc-public", "doc-secret"]);
+    assert_eq!(c.cited, ["doc-public"]);
+    assert_eq!(
+        c.answer, None,
+        "answers quote documents: not kept by default"
+    );
+    let json = serde_json::to_string(&plain).unwrap();
+    assert!(!json.contains("42 minutes"), "no answer text in the report");
+
+    let recorded = run_recording(true, true);
+    assert_eq!(
+        recorded.cases[0].answer.as_deref(),
+        Some("It is 42 minutes (see CANARY-1) [1].")
+    );
 }
 
 #[test]
