@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use airlock_inference::Embedder;
-use airlock_retrieval::{Embed, ModelError};
+use airlock_inference::{CrossEncoder, Embedder};
+use airlock_retrieval::{Embed, ModelError, Rerank};
 
 /// The MiniLM embedder as retrieval's [`Embed`].
 #[derive(Debug, Clone)]
@@ -28,6 +28,22 @@ impl Embed for EmbedAdapter {
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, ModelError> {
         self.0
             .embed(texts)
+            .map_err(|e| ModelError(format!("{}: {e}", self.0.name())))
+    }
+}
+
+/// A bundle's cross-encoder as retrieval's [`Rerank`] (the rerank stage of rung 0).
+#[derive(Debug, Clone)]
+pub struct RerankAdapter(pub Arc<CrossEncoder>);
+
+impl Rerank for RerankAdapter {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>, ModelError> {
+        self.0
+            .score(query, passages)
             .map_err(|e| ModelError(format!("{}: {e}", self.0.name())))
     }
 }

@@ -11,15 +11,15 @@ use std::time::Instant;
 
 use airlock_acl::Acl;
 use airlock_bundle::{NoProgress, Store};
-use airlock_inference::Embedder;
 use airlock_inference::catalogue::{Catalogue, Role};
+use airlock_inference::{CrossEncoder, Embedder};
 use airlock_retrieval::{Retrieval, RetrievalConfig};
 use airlock_signing::Keyring;
 
 use crate::config::Config;
 use crate::feedback::{FeedbackError, FeedbackStore};
 use crate::generator::Generator;
-use crate::models::EmbedAdapter;
+use crate::models::{EmbedAdapter, RerankAdapter};
 use crate::services::{ModelCard, Services};
 
 /// Why the daemon refuses to start.
@@ -161,6 +161,24 @@ pub fn load_embedder(bundle: &VerifiedBundle) -> Result<Arc<Embedder>, StartupEr
     Ok(Arc::new(e))
 }
 
+/// Loads the bundle's reranker (the first catalogue entry with the `reranker` role, a BERT
+/// cross-encoder), if it carries one.
+pub fn load_reranker(bundle: &VerifiedBundle) -> Result<Option<Arc<CrossEncoder>>, StartupError> {
+    let Some(entry) = bundle.catalogue.first_with_role(Role::Reranker) else {
+        return Ok(None);
+    };
+    let ce = bundle
+        .catalogue
+        .load_cross_encoder(entry)
+        .map_err(|source| StartupError::Model {
+            version: bundle.version.clone(),
+            model: entry.id.clone(),
+            source: Box::new(source),
+        })?;
+    tracing::info!(model = %entry.id, alias = %entry.alias, "reranker loaded");
+    Ok(Some(Arc::new(ce)))
+}
+
 /// Opens the ACL state (no bundle needed: user and IAM commands work before an install).
 pub fn open_acl(data: &Path) -> Result<Arc<Acl>, StartupError> {
     std::fs::create_dir_all(data).map_err(|e| {
@@ -178,12 +196,22 @@ pub fn open_retrieval(
     data: &Path,
     embedder: Arc<Embedder>,
 ) -> Result<Arc<Retrieval>, StartupError> {
+    open_retrieval_with(data, embedder, None)
+}
+
+/// [`open_retrieval`] with the bundle's reranker (the rerank stage runs only when a request's
+/// rung allows it).
+pub fn open_retrieval_with(
+    data: &Path,
+    embedder: Arc<Embedder>,
+    reranker: Option<Arc<CrossEncoder>>,
+) -> Result<Arc<Retrieval>, StartupError> {
     Retrieval::open(
         &db_path(data),
         &index_root(data),
         RetrievalConfig::default(),
         Arc::new(EmbedAdapter(embedder)),
-        None,
+        reranker.map(|r| Arc::new(RerankAdapter(r)) as Arc<dyn airlock_retrieval::Rerank>),
     )
     .map(Arc::new)
     .map_err(|e| StartupError::Retrieval(Box::new(e)))
@@ -241,7 +269,8 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
         });
     }
     let acl = open_acl(&data)?;
-    let retrieval = open_retrieval(&data, embedder.clone())?;
+    let reranker = load_reranker(&bundle)?;
+    let retrieval = open_retrieval_with(&data, embedder.clone(), reranker)?;
     let feedback = open_feedback(&data)?;
     tracing::info!(
         elapsed_ms = t.elapsed().as_millis() as u64,

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::embed::{Embedder, EmbedderConfig, EmbedderFiles};
 use crate::error::{Error, Result};
+use crate::rerank::{CrossEncoder, CrossEncoderConfig, CrossEncoderFiles};
 
 /// The catalogue file name at the bundle root.
 pub const CATALOGUE_FILE: &str = "catalogue.json";
@@ -189,6 +190,36 @@ impl Catalogue {
         )
     }
 
+    /// Resolves a reranker entry's files (a BERT cross-encoder: `model.safetensors`,
+    /// `config.json`, `tokenizer.json`).
+    pub fn cross_encoder_files(&self, entry: &ModelEntry) -> Result<CrossEncoderFiles> {
+        self.expect_role(entry, Role::Reranker)?;
+        Ok(CrossEncoderFiles {
+            weights: self.path_of(entry, "model.safetensors")?,
+            config: self.path_of(entry, "config.json")?,
+            tokenizer: self.path_of(entry, "tokenizer.json")?,
+        })
+    }
+
+    /// Loads the reranker `entry` as a cross-encoder with the limits in its params
+    /// (`max_tokens` per pair, default 512; `batch_size` pairs per forward pass, default 16).
+    pub fn load_cross_encoder(&self, entry: &ModelEntry) -> Result<CrossEncoder> {
+        let files = self.cross_encoder_files(entry)?;
+        let defaults = CrossEncoderConfig::default();
+        CrossEncoder::load(
+            &files,
+            CrossEncoderConfig {
+                name: entry.id.clone(),
+                max_tokens: entry
+                    .param_u64("max_tokens")
+                    .map_or(defaults.max_tokens, |v| v as usize),
+                batch_size: entry
+                    .param_u64("batch_size")
+                    .map_or(defaults.batch_size, |v| v as usize),
+            },
+        )
+    }
+
     /// Resolves a generator entry's files.
     pub fn generator_files(&self, entry: &ModelEntry) -> Result<GeneratorFiles> {
         self.expect_role(entry, Role::Generator)?;
@@ -236,7 +267,9 @@ mod tests {
              "files": ["minilm/model.safetensors", "minilm/config.json", "minilm/tokenizer.json"],
              "params": {"max_tokens": 256}},
             {"id": "smollm2", "role": "generator", "alias": "airlock-small",
-             "files": ["smollm2/model.gguf", "smollm2/tokenizer.json", "smollm2/chat_template.jinja"]}
+             "files": ["smollm2/model.gguf", "smollm2/tokenizer.json", "smollm2/chat_template.jinja"]},
+            {"id": "ce", "role": "reranker", "alias": "airlock-rerank",
+             "files": ["ce/model.safetensors", "ce/config.json", "ce/tokenizer.json"]}
         ])
     }
 
@@ -253,6 +286,12 @@ mod tests {
         );
         assert!(c.path_of(g, "config.json").is_err());
         assert!(c.generator_files(e).is_err(), "role is checked");
+        let r = c.first_with_role(Role::Reranker).unwrap();
+        assert_eq!(
+            c.cross_encoder_files(r).unwrap().config,
+            PathBuf::from("/b/ce/config.json")
+        );
+        assert!(c.cross_encoder_files(e).is_err(), "role is checked");
         assert_eq!(c.first_with_role(Role::Generator).unwrap().id, "smollm2");
         let again = Catalogue::from_json("/b", serde_json::from_str(&c.to_json()).unwrap());
         assert_eq!(again.unwrap(), c);

@@ -1,13 +1,22 @@
 //! Start-up against a real signed bundle: build one from the staged models (MiniLM + SmolLM2),
 //! install it with the bundle store, and open the appliance exactly as `airlock serve` does.
-//! A tampered install or a missing keyring is refused with a clear message.
+//! A tampered install or a missing keyring is refused with a clear message. A bundle that
+//! carries a cross-encoder gets the rerank stage at rung 0.
 
 use airlock::Config;
 use airlock::startup::{self, StartupError};
 use airlock_bundle::{BuildOptions, InstallOptions, NoProgress, Store};
 use airlock_signing::{KeyPair, Keyring};
 
-use crate::support::small_staging;
+use std::collections::HashMap;
+use std::path::Path;
+
+use airlock_inference::{CrossEncoder, CrossEncoderConfig, CrossEncoderFiles};
+use axum::http::{Method, StatusCode};
+use candle_core::{Device, Tensor};
+use serde_json::{Value, json};
+
+use crate::support::{TestApp, models_dir, small_staging, test_config};
 
 #[test]
 fn serves_only_a_verified_bundle() {
@@ -68,4 +77,178 @@ fn serves_only_a_verified_bundle() {
     let msg = err.to_string();
     assert!(matches!(err, StartupError::Bundle { .. }), "{msg}");
     assert!(msg.starts_with("refusing to serve"), "{msg}");
+}
+
+/// A MiniLM-shaped cross-encoder: the staged MiniLM encoder with a generated pooler and
+/// classifier head (deterministic weights: the scores mean nothing, but they are this model's).
+fn write_cross_encoder(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let minilm = models_dir().join("minilm");
+    let mut tensors: HashMap<String, Tensor> =
+        candle_core::safetensors::load(minilm.join("model.safetensors"), &Device::Cpu).unwrap();
+    let pattern = |n: usize, scale: f32| -> Vec<f32> {
+        (0..n)
+            .map(|i| scale * ((i * 7919 % 1000) as f32 / 500.0 - 1.0))
+            .collect()
+    };
+    let put = |t: &mut HashMap<String, Tensor>, name: &str, v: Vec<f32>, shape: &[usize]| {
+        t.insert(
+            name.into(),
+            Tensor::from_vec(v, shape, &Device::Cpu).unwrap(),
+        );
+    };
+    put(
+        &mut tensors,
+        "pooler.dense.weight",
+        pattern(384 * 384, 0.05),
+        &[384, 384],
+    );
+    put(&mut tensors, "pooler.dense.bias", vec![0.0; 384], &[384]);
+    put(
+        &mut tensors,
+        "classifier.weight",
+        pattern(384, 0.5),
+        &[1, 384],
+    );
+    put(&mut tensors, "classifier.bias", vec![0.1], &[1]);
+    candle_core::safetensors::save(&tensors, dir.join("model.safetensors")).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(minilm.join(f), dir.join(f)).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundled_cross_encoder_reranks_at_rung_0_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let staging = tmp.path().join("staging");
+    small_staging(&staging);
+    write_cross_encoder(&staging.join("ce"));
+    let cat_path = staging.join("catalogue.json");
+    let mut cat: Vec<Value> = serde_json::from_slice(&std::fs::read(&cat_path).unwrap()).unwrap();
+    cat.push(
+        json!({"id": "ce", "role": "reranker", "alias": "airlock-rerank",
+        "files": ["ce/model.safetensors", "ce/config.json", "ce/tokenizer.json"],
+        "params": {"max_tokens": 256, "batch_size": 8}}),
+    );
+    std::fs::write(&cat_path, serde_json::to_vec_pretty(&cat).unwrap()).unwrap();
+    let key = KeyPair::generate();
+    let bundle = tmp.path().join("b.tar.zst");
+    airlock_bundle::build(
+        &staging,
+        &BuildOptions::new("airlock-test", "2.0.0".parse().unwrap()),
+        &[&key],
+        &bundle,
+        &NoProgress,
+    )
+    .unwrap();
+    let data = tmp.path().join("data");
+    let keyring = Keyring::new(1, &[key.public()]).unwrap();
+    std::fs::create_dir_all(data.join("keys")).unwrap();
+    keyring.save(&data.join("keys/trusted.json")).unwrap();
+    Store::open(&data)
+        .unwrap()
+        .install(&bundle, &keyring, &InstallOptions::default())
+        .unwrap();
+    let services = startup::open(&Config {
+        data: Some(data.clone()),
+        ..Config::default()
+    })
+    .expect("a bundle with a reranker opens");
+    let aliases: Vec<&str> = services.catalogue.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        aliases,
+        ["airlock-embed", "airlock-small", "airlock-rerank"]
+    );
+    let t = TestApp::from_services(test_config(), services, tmp);
+
+    let docs = [
+        (
+            "doc-a",
+            "Liquidity buffer",
+            "The liquidity buffer must stay above 15 percent of deposits.",
+        ),
+        (
+            "doc-b",
+            "Parental leave",
+            "Parental leave lasts twenty weeks at full pay.",
+        ),
+        (
+            "doc-c",
+            "Deposit insurance",
+            "Deposits are insured up to the statutory limit.",
+        ),
+    ];
+    for (id, title, text) in docs {
+        let r = t
+            .call(
+                Method::PUT,
+                &format!("/v1/documents/{id}"),
+                Some(&t.admin),
+                Some(json!({"title": title, "text": text, "acl": {"users": [], "groups": ["staff"]}})),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    }
+    let reader = t.user("rita", &["staff"]);
+    let query = "How large must the liquidity buffer be?";
+    let retrieve = |rerank: bool| {
+        let t = &t;
+        let reader = reader.clone();
+        async move {
+            let r = t
+                .call(
+                    Method::POST,
+                    "/v1/retrieve",
+                    Some(&reader),
+                    Some(json!({"query": query, "top_k": 3, "rerank": rerank})),
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+            r.json
+        }
+    };
+
+    // Rung 0: every result carries this model's score and the list is in its order.
+    let r = retrieve(true).await;
+    let results = r["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3);
+    let scores: Vec<f64> = results
+        .iter()
+        .map(|h| {
+            h["stage_scores"]["rerank"]
+                .as_f64()
+                .expect("a rerank score")
+        })
+        .collect();
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
+    assert!(r["timings_ms"]["rerank"].as_f64().unwrap() > 0.0, "{r}");
+    // The same model loaded directly scores the same passages (title + text) the same.
+    let ce = CrossEncoder::load(
+        &CrossEncoderFiles::in_dir(&staging.join("ce")),
+        CrossEncoderConfig {
+            name: "ce".into(),
+            max_tokens: 256,
+            batch_size: 8,
+        },
+    )
+    .unwrap();
+    for (h, s) in results.iter().zip(&scores) {
+        let (_, title, text) = docs.iter().find(|d| d.0 == h["doc_id"]).unwrap();
+        let direct = ce.score(query, &[&format!("{title}\n\n{text}")]).unwrap()[0];
+        assert!((direct as f64 - s).abs() < 1e-4, "{direct} vs {s}");
+    }
+
+    // A request may skip it; so does rung 1 (the ladder's first step down).
+    let r = retrieve(false).await;
+    assert!(
+        r["results"][0]["stage_scores"].get("rerank").is_none(),
+        "{r}"
+    );
+    t.state.admission().set_rung(1);
+    let r = retrieve(true).await;
+    assert_eq!(r["rung"], 1, "{r}");
+    assert!(
+        r["results"][0]["stage_scores"].get("rerank").is_none(),
+        "{r}"
+    );
 }

@@ -141,9 +141,15 @@ impl TestApp {
             .with_test_writer()
             .with_env_filter("warn")
             .try_init();
-        config.validate().expect("valid test config");
         let dir = tempfile::tempdir().unwrap();
         let services = open_services(dir.path(), generator);
+        Self::from_services(config, services, dir)
+    }
+
+    /// Builds the app over `services` opened elsewhere (e.g. by `startup::open` from an
+    /// installed bundle) in `dir`, with one local admin.
+    pub fn from_services(config: Config, services: Services, dir: tempfile::TempDir) -> Self {
+        config.validate().expect("valid test config");
         let admin = services
             .acl
             .add_user(
