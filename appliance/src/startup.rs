@@ -161,12 +161,32 @@ pub fn load_embedder(bundle: &VerifiedBundle) -> Result<Arc<Embedder>, StartupEr
     Ok(Arc::new(e))
 }
 
-/// Loads the bundle's reranker (the first catalogue entry with the `reranker` role, a BERT
-/// cross-encoder), if it carries one.
+/// Loads the bundle's reranker: the first catalogue entry with the `reranker` role, by its
+/// `params.kind`: `cross-encoder` (the default) is a BERT cross-encoder run as the rerank
+/// stage; `bi-encoder-rescore` (the demo's fallback: the embedder's f32 cosine) is what the
+/// rescoring stage of every search already computes from the stored vectors, so no stage is
+/// added for it. Any other kind is refused.
 pub fn load_reranker(bundle: &VerifiedBundle) -> Result<Option<Arc<CrossEncoder>>, StartupError> {
     let Some(entry) = bundle.catalogue.first_with_role(Role::Reranker) else {
         return Ok(None);
     };
+    match entry.params.get("kind").and_then(serde_json::Value::as_str) {
+        None | Some("cross-encoder") => {}
+        Some("bi-encoder-rescore") => {
+            tracing::info!(model = %entry.id, alias = %entry.alias,
+                "reranker is the embedder's f32 rescoring, which every search runs already");
+            return Ok(None);
+        }
+        Some(other) => {
+            return Err(StartupError::Catalogue {
+                version: bundle.version.clone(),
+                reason: format!(
+                    "reranker {:?} has unknown kind {other:?} (expected \"cross-encoder\" or \"bi-encoder-rescore\")",
+                    entry.id
+                ),
+            });
+        }
+    }
     let ce = bundle
         .catalogue
         .load_cross_encoder(entry)

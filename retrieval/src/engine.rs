@@ -413,6 +413,11 @@ impl Retrieval {
         })
     }
 
+    /// The name of the configured rerank stage's model, if there is one.
+    pub fn reranker_name(&self) -> Option<&str> {
+        self.reranker.as_deref().map(|r| r.name())
+    }
+
     /// What the last [`Retrieval::open`] repaired (all zero after a clean shutdown).
     pub fn last_repair(&self) -> &RepairReport {
         &self.repair

@@ -117,22 +117,22 @@ fn write_cross_encoder(dir: &Path) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bundled_cross_encoder_reranks_at_rung_0_only() {
-    let tmp = tempfile::tempdir().unwrap();
-    let staging = tmp.path().join("staging");
+/// Stages MiniLM + SmolLM2 plus `reranker` (a catalogue entry; `ce/` holds a generated
+/// cross-encoder), builds, signs and installs the bundle under `tmp`, and opens it as
+/// `airlock serve` does.
+fn open_with_reranker(
+    tmp: &Path,
+    reranker: Value,
+) -> Result<airlock::Services, startup::StartupError> {
+    let staging = tmp.join("staging");
     small_staging(&staging);
     write_cross_encoder(&staging.join("ce"));
     let cat_path = staging.join("catalogue.json");
     let mut cat: Vec<Value> = serde_json::from_slice(&std::fs::read(&cat_path).unwrap()).unwrap();
-    cat.push(
-        json!({"id": "ce", "role": "reranker", "alias": "airlock-rerank",
-        "files": ["ce/model.safetensors", "ce/config.json", "ce/tokenizer.json"],
-        "params": {"max_tokens": 256, "batch_size": 8}}),
-    );
+    cat.push(reranker);
     std::fs::write(&cat_path, serde_json::to_vec_pretty(&cat).unwrap()).unwrap();
     let key = KeyPair::generate();
-    let bundle = tmp.path().join("b.tar.zst");
+    let bundle = tmp.join("b.tar.zst");
     airlock_bundle::build(
         &staging,
         &BuildOptions::new("airlock-test", "2.0.0".parse().unwrap()),
@@ -141,7 +141,7 @@ async fn a_bundled_cross_encoder_reranks_at_rung_0_only() {
         &NoProgress,
     )
     .unwrap();
-    let data = tmp.path().join("data");
+    let data = tmp.join("data");
     let keyring = Keyring::new(1, &[key.public()]).unwrap();
     std::fs::create_dir_all(data.join("keys")).unwrap();
     keyring.save(&data.join("keys/trusted.json")).unwrap();
@@ -149,11 +149,54 @@ async fn a_bundled_cross_encoder_reranks_at_rung_0_only() {
         .unwrap()
         .install(&bundle, &keyring, &InstallOptions::default())
         .unwrap();
-    let services = startup::open(&Config {
-        data: Some(data.clone()),
+    startup::open(&Config {
+        data: Some(data),
         ..Config::default()
     })
-    .expect("a bundle with a reranker opens");
+}
+
+#[test]
+fn the_demo_fallback_reranker_adds_no_stage_and_unknown_kinds_are_refused() {
+    // The demo bundle's entry: the embedder's f32 cosine, which the rescoring stage computes
+    // from stored vectors already.
+    let tmp = tempfile::tempdir().unwrap();
+    let services = open_with_reranker(
+        tmp.path(),
+        json!({"id": "minilm-cosine-rescore", "role": "reranker", "alias": "airlock-rerank",
+            "files": ["minilm/model.safetensors", "minilm/config.json", "minilm/tokenizer.json"],
+            "params": {"kind": "bi-encoder-rescore", "embedder": "minilm"}}),
+    )
+    .expect("the demo's fallback reranker opens");
+    assert_eq!(services.retrieval.reranker_name(), None);
+    drop(services);
+
+    let tmp = tempfile::tempdir().unwrap();
+    let err = open_with_reranker(
+        tmp.path(),
+        json!({"id": "ce", "role": "reranker", "alias": "airlock-rerank",
+            "files": ["ce/model.safetensors", "ce/config.json", "ce/tokenizer.json"],
+            "params": {"kind": "colbert"}}),
+    )
+    .err()
+    .expect("an unknown reranker kind is refused");
+    assert!(
+        err.to_string().contains("unknown kind \"colbert\""),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundled_cross_encoder_reranks_at_rung_0_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let staging = tmp.path().join("staging");
+    let services = open_with_reranker(
+        tmp.path(),
+        json!({"id": "ce", "role": "reranker", "alias": "airlock-rerank",
+            "files": ["ce/model.safetensors", "ce/config.json", "ce/tokenizer.json"],
+            "params": {"max_tokens": 256, "batch_size": 8}}),
+    )
+    .expect("a bundle with a cross-encoder opens");
+    assert_eq!(services.retrieval.reranker_name(), Some("ce"));
     let aliases: Vec<&str> = services.catalogue.iter().map(|c| c.id.as_str()).collect();
     assert_eq!(
         aliases,
