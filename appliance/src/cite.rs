@@ -39,6 +39,10 @@ pub enum CitedBy {
     Support,
     /// No source was relevant enough: the answer says so and was not generated.
     NoSource,
+    /// The answer has content words of its own (beyond the question's and generic answer
+    /// vocabulary) and no valid marker, and no source supports them: a figure or name the model
+    /// made up. A non-streaming answer is withheld (`withhold_unsupported_answers`).
+    Unsupported,
 }
 
 /// The sources an answer used: 1-based source numbers, ascending.
@@ -60,10 +64,13 @@ pub fn cited(answer: &str, question: &str, sources: &[&str]) -> Cited {
             by: CitedBy::Markers,
         };
     }
-    Cited {
-        sources: support(answer, question, sources),
-        by: CitedBy::Support,
-    }
+    let (sources, has_content) = support(answer, question, sources);
+    let by = if sources.is_empty() && has_content {
+        CitedBy::Unsupported
+    } else {
+        CitedBy::Support
+    };
+    Cited { sources, by }
 }
 
 /// Valid `[n]` / `[n, m]` markers in `answer`, ascending and unique.
@@ -89,14 +96,15 @@ fn markers(answer: &str, n_sources: usize) -> Vec<usize> {
     out.into_iter().collect()
 }
 
-/// The greedy cover of the answer's content words (see the module doc).
-fn support(answer: &str, question: &str, sources: &[&str]) -> Vec<usize> {
+/// The greedy cover of the answer's content words (see the module doc), and whether the answer
+/// has content words at all.
+fn support(answer: &str, question: &str, sources: &[&str]) -> (Vec<usize>, bool) {
     let question: HashSet<String> = words(question).collect();
     let content: HashSet<String> = words(&strip_markers(answer))
         .filter(|w| !question.contains(w) && !is_noise(w))
         .collect();
     if content.is_empty() || sources.is_empty() {
-        return Vec::new();
+        return (Vec::new(), !content.is_empty());
     }
     let per_source: Vec<HashSet<String>> = sources
         .iter()
@@ -157,7 +165,7 @@ fn support(answer: &str, question: &str, sources: &[&str]) -> Vec<usize> {
         covered.extend(new);
     }
     picked.sort_unstable();
-    picked
+    (picked, true)
 }
 
 /// `answer` without its bracketed source numbers (so "[2]" is not read as the number 2).
@@ -414,6 +422,41 @@ mod tests {
         assert!(c.sources.is_empty(), "{c:?}");
         assert!(cited("", "q", &sources).sources.is_empty());
         assert!(cited("Anything at all.", "q", &[]).sources.is_empty());
+    }
+
+    #[test]
+    fn a_figure_no_source_holds_is_unsupported() {
+        let sources = [S1, S2, S3];
+        let c = cited(
+            "The per-share price proposed in Project Zinnia is 1.00 dollars.",
+            "What per-share price is being proposed in Project Zinnia?",
+            &sources,
+        );
+        assert_eq!(
+            c,
+            Cited {
+                sources: vec![],
+                by: CitedBy::Unsupported
+            }
+        );
+        // An answer that only repeats the question has nothing of its own to support.
+        let c = cited(
+            "The travel policy for flights.",
+            "What is the travel policy for flights?",
+            &sources,
+        );
+        assert_eq!(c.by, CitedBy::Support, "{c:?}");
+        // A supported figure is cited, a valid marker counts as the model's own citation.
+        let c = cited(
+            "Within 60 days of the statement date.",
+            "How long?",
+            &sources,
+        );
+        assert_eq!((c.sources, c.by), (vec![3], CitedBy::Support));
+        assert_eq!(
+            cited("It is 99 days [2].", "q", &sources).by,
+            CitedBy::Markers
+        );
     }
 
     #[test]

@@ -133,6 +133,12 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_ABSTAIN_ON_UNMATCHED_NAMES")]
     pub abstain_on_unmatched_names: Option<bool>,
 
+    /// Withhold a generated (non-streaming) answer whose own content words no source supports
+    /// (a figure or name the model made up; `cited_by: unsupported`) and answer "cannot find"
+    /// instead; a stream cannot take back what it sent and only reports it [default: true].
+    #[arg(long, env = "AIRLOCK_WITHHOLD_UNSUPPORTED_ANSWERS")]
+    pub withhold_unsupported_answers: Option<bool>,
+
     /// Source focus: a chat prompt keeps only the documents whose best sentence matches the
     /// question's distinguishing words at least this share as well as the best document does
     /// (near-copies about another customer segment, person or branch are set aside); 0 keeps
@@ -281,6 +287,10 @@ impl fmt::Debug for Config {
                 "abstain_on_unmatched_names",
                 &self.abstain_on_unmatched_names,
             )
+            .field(
+                "withhold_unsupported_answers",
+                &self.withhold_unsupported_answers,
+            )
             .field("max_tokens", &self.max_tokens)
             .field("user_requests_per_minute", &self.user_requests_per_minute)
             .field("user_tokens_per_minute", &self.user_tokens_per_minute)
@@ -372,6 +382,9 @@ impl Config {
             abstain_on_unmatched_names: self
                 .abstain_on_unmatched_names
                 .or(lower.abstain_on_unmatched_names),
+            withhold_unsupported_answers: self
+                .withhold_unsupported_answers
+                .or(lower.withhold_unsupported_answers),
             max_tokens: self.max_tokens.or(lower.max_tokens),
             user_requests_per_minute: self
                 .user_requests_per_minute
@@ -625,6 +638,11 @@ impl Config {
     /// Whether a question naming something no source mentions is answered "cannot find".
     pub fn abstain_on_unmatched_names(&self) -> bool {
         self.abstain_on_unmatched_names.unwrap_or(true)
+    }
+
+    /// Whether a non-streaming answer no source supports is replaced by "cannot find".
+    pub fn withhold_unsupported_answers(&self) -> bool {
+        self.withhold_unsupported_answers.unwrap_or(true)
     }
 
     /// Default completion length.

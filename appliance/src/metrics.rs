@@ -105,6 +105,10 @@ pub struct Metrics {
     /// `airlock_unmatched_names_total`: chat questions whose sources were all set aside
     /// because the question names something none of them mentions.
     pub unmatched_names: Counter,
+    /// `airlock_unsupported_answers_total`: generated chat answers whose own content no source
+    /// supports (`cited_by: unsupported`); non-streaming ones are withheld unless
+    /// `withhold_unsupported_answers` is off.
+    pub unsupported_answers: Counter,
     /// `airlock_sources_out_of_focus_total`: retrieved chunks kept out of a chat prompt because
     /// their document matches the question's distinguishing words less well than another
     /// (`source_focus`).
@@ -177,6 +181,7 @@ impl Metrics {
             no_source_answers: Counter::default(),
             unmatched_names: Counter::default(),
             out_of_focus: Counter::default(),
+            unsupported_answers: Counter::default(),
             cancelled: Counter::default(),
             engine_active: Gauge::default(),
             kv_bytes: Gauge::default(),
@@ -255,6 +260,11 @@ impl Metrics {
             "no_source_answers",
             "Chat answers given without generation: no readable source was relevant enough",
             m.no_source_answers.clone(),
+        );
+        r.register(
+            "unsupported_answers",
+            "Generated chat answers whose own content no source supports",
+            m.unsupported_answers.clone(),
         );
         r.register(
             "unmatched_names",
@@ -398,6 +408,7 @@ mod tests {
             "airlock_sources_below_floor_total ",
             "airlock_no_source_answers_total ",
             "airlock_unmatched_names_total ",
+            "airlock_unsupported_answers_total ",
             "airlock_generation_cancelled_total ",
             "airlock_engine_active_sequences ",
             "airlock_kv_bytes ",

@@ -428,7 +428,8 @@ pub async fn completions(
             )
             .into_response()
     } else {
-        complete(generation, id, model_alias, airlock, cite)
+        let withhold = state.config().withhold_unsupported_answers();
+        complete(generation, id, model_alias, airlock, cite, withhold)
             .await?
             .into_response()
     };
@@ -777,6 +778,7 @@ async fn complete(
     model: String,
     airlock: AirlockResponse,
     cite: Option<CiteInput>,
+    withhold_unsupported: bool,
 ) -> Result<Json<ChatResponse>, ApiError> {
     let mut text = String::new();
     loop {
@@ -795,6 +797,13 @@ async fn complete(
                 let mut airlock = airlock;
                 if let Some(cite) = &cite {
                     let c = cite.cited(&text);
+                    if c.by == CitedBy::Unsupported {
+                        generation.metrics.unsupported_answers.inc();
+                        if withhold_unsupported {
+                            // A figure or name no source holds: not shown to the user.
+                            text = prompt::NO_SOURCE_ANSWER.to_string();
+                        }
+                    }
                     airlock.cited = Some(c.sources);
                     airlock.cited_by = Some(c.by);
                 }
@@ -968,6 +977,9 @@ fn sse(
                                 );
                                 if let Some(cite) = &st.cite {
                                     let cited = cite.cited(&st.text);
+                                    if cited.by == CitedBy::Unsupported {
+                                        st.generation.metrics.unsupported_answers.inc();
+                                    }
                                     c.airlock = Some(ChunkAirlock::End {
                                         cited: cited.sources,
                                         cited_by: cited.by,

@@ -831,3 +831,56 @@ fn data_events(raw: &str) -> (Vec<(usize, Value)>, Vec<usize>) {
     }
     (events, tokens)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_no_source_supports_is_withheld() {
+    // A question the source cannot answer: a small model states a figure anyway.
+    let body = || {
+        let mut b = question(json!({"max_tokens": 32}));
+        b["messages"][0]["content"] =
+            json!("How many days does parental leave last, counted in days?");
+        b
+    };
+    let unsupported_metric = |text: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("airlock_unsupported_answers_total "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no airlock_unsupported_answers_total in {text}"))
+    };
+    // Shown as generated when withholding is off: this is what the model says.
+    let t = TestApp::with_config(Config {
+        withhold_unsupported_answers: Some(false),
+        ..test_config()
+    });
+    let (_, hank) = seed(&t).await;
+    let r = ask(&t, &hank, body()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let said = r.json["choices"][0]["message"]["content"].clone();
+    let by = r.json["airlock"]["cited_by"].clone();
+    assert_eq!(
+        by, "unsupported",
+        "the model's answer {said} rests on no source: {}",
+        r.text
+    );
+    assert_eq!(r.json["airlock"]["cited"], json!([]));
+    assert_ne!(said, airlock::prompt::NO_SOURCE_ANSWER);
+    let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
+    assert_eq!(unsupported_metric(&m.text), 1);
+
+    // The default: the same generation is withheld and "cannot find" answered instead.
+    let t = TestApp::new();
+    let (_, hank) = seed(&t).await;
+    let r = ask(&t, &hank, body()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["airlock"]["cited_by"], "unsupported", "{}", r.text);
+    assert_eq!(
+        r.json["choices"][0]["message"]["content"],
+        airlock::prompt::NO_SOURCE_ANSWER
+    );
+    assert!(
+        r.json["usage"]["completion_tokens"].as_u64().unwrap() > 0,
+        "it was generated"
+    );
+    let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
+    assert_eq!(unsupported_metric(&m.text), 1);
+}
