@@ -154,7 +154,8 @@ pub struct AirlockResponse {
     /// stream sends them on its last event): see [`crate::cite`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cited: Option<Vec<usize>>,
-    /// How `cited` was found: `markers` (the answer's `[n]`) or `support` (word overlap).
+    /// How `cited` was found: `markers` (the answer's `[n]`), `support` (word overlap),
+    /// `unsupported` (no source supports the answer's own words) or `no_source`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cited_by: Option<crate::cite::CitedBy>,
 }
