@@ -266,6 +266,8 @@ export async function startDevServer(opts = {}) {
     } else if (q.includes('slow')) {
       text = SLOW_WORDS;
       delay = 125;
+    } else if (q.includes('unsupported')) {
+      text = 'The fee is EUR 1,234,567.';
     }
     if (rung >= 2) citations = citations.slice(0, 2);
 
@@ -312,9 +314,11 @@ export async function startDevServer(opts = {}) {
     }
     if (closed) return;
     // The daemon names the sources the answer used on the last event (API.md): the default
-    // answer cites [1] and [2] with markers; the others use none.
+    // answer cites [1] and [2] with markers; the others use none ("unsupported": a figure that
+    // no source holds, as the daemon reports it).
     const cited = text === DEFAULT_ANSWER ? [1, 2].filter((n) => n <= citations.length) : [];
-    send(chunk({}, 'stop', { airlock: { cited, cited_by: 'markers' } }));
+    const citedBy = q.includes('unsupported') ? 'unsupported' : 'markers';
+    send(chunk({}, 'stop', { airlock: { cited, cited_by: citedBy } }));
     res.write('data: [DONE]\n\n');
     finished = true;
     state.completed += 1;

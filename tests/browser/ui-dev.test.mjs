@@ -199,6 +199,22 @@ describe('web UI against the dev server (fake API)', { skip: missing || false },
     await page.context().close();
   });
 
+  test('an answer no source supports carries a warning above its sources', async () => {
+    const page = await openPage(browser, srv.url);
+    await signIn(page, srv.tokens.user);
+    const plain = await ask(page, 'What is the EDD threshold in Ireland?');
+    await settled(plain);
+    assert.equal(await plain.locator('.unsupported').count(), 0, 'a supported answer has no warning');
+    const answer = await ask(page, 'What fee applies? (unsupported)');
+    await settled(answer);
+    const warn = answer.locator('.unsupported');
+    assert.equal(await warn.getAttribute('role'), 'note');
+    assert.match(await warn.textContent(), /No source below supports this answer/);
+    assert.match(await answer.locator('.sources-title').textContent(), /Sources \(3, 0 used by the answer\)/);
+    assertClean(page);
+    await page.close();
+  });
+
   test('HTML and script in sources and answer render inert', async () => {
     const page = await openPage(browser, srv.url);
     await signIn(page, srv.tokens.user);

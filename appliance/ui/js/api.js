@@ -269,6 +269,7 @@ export class Api {
             if ('citations' in ext) meta.citations = cleanCitations(ext.citations);
             const cited = cleanCited(ext.cited);
             if (cited) meta.cited = cited;
+            if (ext.cited_by === 'unsupported') meta.unsupported = true;
             const r = rungOf(ext.rung);
             if (r !== null) meta.rung = r;
             if (typeof ext.bundle_version === 'string') meta.bundleVersion = ext.bundle_version;

@@ -57,6 +57,8 @@ function emptyAnswer() {
     citationsReceived: false,
     /** Source numbers the answer used (`null` until the daemon says). */
     cited: null,
+    /** No source supports the answer's own words (`cited_by: "unsupported"`). */
+    unsupported: false,
     rung: null,
     requestId: '',
     status: 'waiting',
@@ -244,6 +246,7 @@ function serializeTurn(t) {
       citations: a.citations,
       citationsReceived: a.citationsReceived,
       cited: a.cited,
+      unsupported: a.unsupported,
       rung: a.rung,
       requestId: a.requestId,
       status: a.status === 'waiting' || a.status === 'streaming' ? 'stopped' : a.status,
@@ -268,6 +271,7 @@ function restoreTurn(raw) {
       citations: cleanCitations(a.citations),
       citationsReceived: Boolean(a.citationsReceived),
       cited: cleanCited(a.cited),
+      unsupported: a.unsupported === true,
       rung: rungOf(a.rung),
       requestId: typeof a.requestId === 'string' ? a.requestId : '',
       status,
@@ -417,6 +421,7 @@ async function run(turn, view) {
           turn.answer.citationsReceived = true;
         }
         if (m.cited) turn.answer.cited = m.cited;
+        if (m.unsupported) turn.answer.unsupported = true;
         if (m.rung !== undefined && m.rung !== null) turn.answer.rung = m.rung;
         if (m.requestId) turn.answer.requestId = m.requestId;
         if (m.bundleVersion) setBundleVersion(m.bundleVersion);

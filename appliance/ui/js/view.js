@@ -309,7 +309,7 @@ export class TurnView {
 
   renderSources() {
     const a = this.turn.answer;
-    const key = `${a.citationsReceived ? 1 : 0}${JSON.stringify(a.citations)}${JSON.stringify(a.cited)}`;
+    const key = `${a.citationsReceived ? 1 : 0}${a.unsupported ? 1 : 0}${JSON.stringify(a.citations)}${JSON.stringify(a.cited)}`;
     if (this.sourcesKey === key) return;
     this.sourcesKey = key;
     const doc = this.doc;
@@ -325,6 +325,16 @@ export class TurnView {
     const title = el(doc, 'h3', 'sources-title', count);
     title.id = this.sourcesTitleId;
     const parts = [title];
+    if (a.unsupported) {
+      const warn = el(
+        doc,
+        'p',
+        'unsupported',
+        'No source below supports this answer: its figures and names may be made up. Check the sources or ask again.',
+      );
+      warn.setAttribute('role', 'note');
+      parts.push(warn);
+    }
     if (a.citations.length === 0) {
       parts.push(el(doc, 'p', 'hint', 'No document you can read matched this question.'));
     } else {
