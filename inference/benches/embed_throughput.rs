@@ -9,7 +9,7 @@
 //! process CPU-second (less sensitive to other load on a shared box). `AIRLOCK_EMBED_N` embeds
 //! fewer pieces, `AIRLOCK_EMBED_BATCH` changes the texts per forward pass. Query latency: 150 Cranfield +
 //! 150 bank golden queries, one call each, 3 passes, the median pass. Reranker latency: one
-//! query with 50 Cranfield documents, per scorer.
+//! query with 50 Cranfield documents, per scorer (`AIRLOCK_RERANK_LLM=0` skips the LLM judge).
 
 #[path = "util/mod.rs"]
 mod util;
@@ -243,6 +243,10 @@ fn rerank_latency(emb: &Arc<airlock_inference::Embedder>) {
         rescorer.score(query, &passages).unwrap()
     });
 
+    // `AIRLOCK_RERANK_LLM=0` skips the LLM judge (minutes per call on a loaded box).
+    if std::env::var("AIRLOCK_RERANK_LLM").is_ok_and(|v| v == "0") {
+        return;
+    }
     let smol = util::models_dir().join("smollm2");
     let staged = tempfile::tempdir().unwrap();
     airlock_inference::tokenizer::gguf::write_artifacts(&smol.join("model.gguf"), staged.path())
