@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use airlock_acl::Acl;
 use airlock_bundle::{NoProgress, Store};
-use airlock_inference::catalogue::{Catalogue, Role};
+use airlock_inference::catalogue::{Catalogue, ModelEntry, Role};
 use airlock_inference::{CrossEncoder, Embedder};
 use airlock_retrieval::{Retrieval, RetrievalConfig};
 use airlock_signing::Keyring;
@@ -71,6 +71,17 @@ pub enum StartupError {
     /// The chat-completion and feedback tables could not be opened.
     #[error("opening the feedback store: {0}")]
     Feedback(Box<FeedbackError>),
+}
+
+impl StartupError {
+    /// The error of loading catalogue entry `entry` of bundle `version` (for `map_err`).
+    fn model(version: &str, entry: &ModelEntry) -> impl Fn(airlock_inference::Error) -> Self {
+        move |source| StartupError::Model {
+            version: version.to_owned(),
+            model: entry.id.clone(),
+            source: Box::new(source),
+        }
+    }
 }
 
 /// The pinned keyring path: `--keyring`, else `<data>/keys/trusted.json`.
@@ -153,11 +164,7 @@ pub fn load_embedder(bundle: &VerifiedBundle) -> Result<Arc<Embedder>, StartupEr
     let e = bundle
         .catalogue
         .load_embedder(entry)
-        .map_err(|source| StartupError::Model {
-            version: bundle.version.clone(),
-            model: entry.id.clone(),
-            source: Box::new(source),
-        })?;
+        .map_err(StartupError::model(&bundle.version, entry))?;
     Ok(Arc::new(e))
 }
 
@@ -190,11 +197,7 @@ pub fn load_reranker(bundle: &VerifiedBundle) -> Result<Option<Arc<CrossEncoder>
     let ce = bundle
         .catalogue
         .load_cross_encoder(entry)
-        .map_err(|source| StartupError::Model {
-            version: bundle.version.clone(),
-            model: entry.id.clone(),
-            source: Box::new(source),
-        })?;
+        .map_err(StartupError::model(&bundle.version, entry))?;
     tracing::info!(model = %entry.id, alias = %entry.alias, "reranker loaded");
     Ok(Some(Arc::new(ce)))
 }
@@ -270,12 +273,8 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
         .iter()
         .filter(|e| e.role == Role::Generator)
     {
-        let model_err = |source| StartupError::Model {
-            version: version.clone(),
-            model: entry.id.clone(),
-            source: Box::new(source),
-        };
-        let files = catalogue.generator_files(entry).map_err(model_err)?;
+        let model_err = StartupError::model(&version, entry);
+        let files = catalogue.generator_files(entry).map_err(&model_err)?;
         let g = Generator::load(&entry.alias, &entry.id, &files, config.engine_config())
             .map_err(model_err)?;
         tracing::info!(model = %entry.id, alias = %entry.alias, n_ctx = g.engine().n_ctx(),

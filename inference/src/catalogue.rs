@@ -56,8 +56,12 @@ impl ModelEntry {
             .find(|f| f.rsplit('/').next() == Some(name))
     }
 
-    fn param_u64(&self, key: &str) -> Option<u64> {
-        self.params.get(key).and_then(serde_json::Value::as_u64)
+    /// The numeric param `key`, else `default`.
+    fn param_usize(&self, key: &str, default: usize) -> usize {
+        self.params
+            .get(key)
+            .and_then(serde_json::Value::as_u64)
+            .map_or(default, |v| v as usize)
     }
 }
 
@@ -158,13 +162,23 @@ impl Catalogue {
         Ok(self.root.join(rel))
     }
 
+    /// The files of a BERT-layout entry with `role`: weights, config and tokenizer.
+    fn bert_files(&self, entry: &ModelEntry, role: Role) -> Result<[PathBuf; 3]> {
+        self.expect_role(entry, role)?;
+        Ok([
+            self.path_of(entry, "model.safetensors")?,
+            self.path_of(entry, "config.json")?,
+            self.path_of(entry, "tokenizer.json")?,
+        ])
+    }
+
     /// Resolves an embedder entry's files.
     pub fn embedder_files(&self, entry: &ModelEntry) -> Result<EmbedderFiles> {
-        self.expect_role(entry, Role::Embedder)?;
+        let [weights, config, tokenizer] = self.bert_files(entry, Role::Embedder)?;
         Ok(EmbedderFiles {
-            weights: self.path_of(entry, "model.safetensors")?,
-            config: self.path_of(entry, "config.json")?,
-            tokenizer: self.path_of(entry, "tokenizer.json")?,
+            weights,
+            config,
+            tokenizer,
         })
     }
 
@@ -173,12 +187,8 @@ impl Catalogue {
     pub fn load_embedder(&self, entry: &ModelEntry) -> Result<Embedder> {
         let files = self.embedder_files(entry)?;
         let defaults = EmbedderConfig::default();
-        let max_tokens = entry
-            .param_u64("max_tokens")
-            .map_or(defaults.max_tokens, |v| v as usize);
-        let batch_size = entry
-            .param_u64("batch_size")
-            .map_or(defaults.batch_size, |v| v as usize);
+        let max_tokens = entry.param_usize("max_tokens", defaults.max_tokens);
+        let batch_size = entry.param_usize("batch_size", defaults.batch_size);
         Embedder::load(
             &files,
             EmbedderConfig {
@@ -193,11 +203,11 @@ impl Catalogue {
     /// Resolves a reranker entry's files (a BERT cross-encoder: `model.safetensors`,
     /// `config.json`, `tokenizer.json`).
     pub fn cross_encoder_files(&self, entry: &ModelEntry) -> Result<CrossEncoderFiles> {
-        self.expect_role(entry, Role::Reranker)?;
+        let [weights, config, tokenizer] = self.bert_files(entry, Role::Reranker)?;
         Ok(CrossEncoderFiles {
-            weights: self.path_of(entry, "model.safetensors")?,
-            config: self.path_of(entry, "config.json")?,
-            tokenizer: self.path_of(entry, "tokenizer.json")?,
+            weights,
+            config,
+            tokenizer,
         })
     }
 
@@ -210,12 +220,8 @@ impl Catalogue {
             &files,
             CrossEncoderConfig {
                 name: entry.id.clone(),
-                max_tokens: entry
-                    .param_u64("max_tokens")
-                    .map_or(defaults.max_tokens, |v| v as usize),
-                batch_size: entry
-                    .param_u64("batch_size")
-                    .map_or(defaults.batch_size, |v| v as usize),
+                max_tokens: entry.param_usize("max_tokens", defaults.max_tokens),
+                batch_size: entry.param_usize("batch_size", defaults.batch_size),
             },
         )
     }
