@@ -211,13 +211,106 @@ pub fn keep(question: &str, candidates: &[Candidate<'_>], ratio: f32) -> Vec<boo
     if ratio <= 0.0 || candidates.len() < 2 {
         return vec![true; candidates.len()];
     }
-    let s = scores(question, candidates);
+    keep_scored(candidates, &scores(question, candidates), ratio)
+}
+
+/// The sentences a semantic judgement compares with the question: `(candidate index, text)`,
+/// each sentence or line (longer than 3 bytes) prefixed with its document's title
+/// (`"Wire Transfer Limits: The daily limit is …"`), candidates in order.
+pub fn sentence_units(candidates: &[Candidate<'_>]) -> Vec<(usize, String)> {
+    candidates
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            sentences(c.text)
+                .map(str::trim)
+                .filter(|s| s.len() > 3)
+                .map(move |s| (i, format!("{}: {s}", c.title)))
+        })
+        .collect()
+}
+
+/// Each candidate's best cosine between the question's vector and its sentences' vectors
+/// (`owners[j]` is the candidate of `sentences[j]`, as [`sentence_units`] gives them; vectors
+/// L2-normalised); 0 for a candidate without sentences.
+pub fn best_cosines(
+    question: &[f32],
+    sentences: &[Vec<f32>],
+    owners: &[usize],
+    n: usize,
+) -> Vec<f32> {
+    let mut best = vec![f32::NEG_INFINITY; n];
+    for (v, &i) in sentences.iter().zip(owners) {
+        let cos: f32 = question.iter().zip(v).map(|(a, b)| a * b).sum();
+        best[i] = best[i].max(cos);
+    }
+    best.into_iter()
+        .map(|b| if b.is_finite() { b } else { 0.0 })
+        .collect()
+}
+
+/// At most this many candidate sentences are embedded for a semantic judgement; a prompt with
+/// more (many long chunks) is judged lexically alone, so the cost stays bounded.
+pub const MAX_SEMANTIC_SENTENCES: usize = 256;
+
+/// The semantic judgement of the candidates: embeds the question and every candidate sentence
+/// ([`sentence_units`]) with `embed` (one call, question first) and returns each candidate's
+/// best cosine ([`best_cosines`]) and the number of sentences embedded; `Ok(None)` when there
+/// is no sentence or more than [`MAX_SEMANTIC_SENTENCES`].
+pub fn semantic_judgement<E>(
+    question: &str,
+    candidates: &[Candidate<'_>],
+    embed: impl FnOnce(&[&str]) -> Result<Vec<Vec<f32>>, E>,
+) -> Result<Option<(Vec<f32>, usize)>, E> {
+    let units = sentence_units(candidates);
+    if units.is_empty() || units.len() > MAX_SEMANTIC_SENTENCES {
+        return Ok(None);
+    }
+    let mut texts: Vec<&str> = Vec::with_capacity(units.len() + 1);
+    texts.push(question);
+    texts.extend(units.iter().map(|(_, t)| t.as_str()));
+    let vectors = embed(&texts)?;
+    if vectors.len() != texts.len() {
+        return Ok(None);
+    }
+    let owners: Vec<usize> = units.iter().map(|(i, _)| *i).collect();
+    let best = best_cosines(&vectors[0], &vectors[1..], &owners, candidates.len());
+    Ok(Some((best, units.len())))
+}
+
+/// [`keep`] with a semantic judgement added: each candidate scores its lexical focus score
+/// divided by the best candidate's (0 to 1) plus `semantic[i]`, the best cosine between the
+/// question and one of its sentences ([`best_cosines`]). The lexical score tells near-copies
+/// apart by the word that distinguishes them; the cosine keeps a document that says the same
+/// thing in other words ("send out by wire" for "wire transfer").
+pub fn keep_semantic(
+    question: &str,
+    candidates: &[Candidate<'_>],
+    ratio: f32,
+    semantic: &[f32],
+) -> Vec<bool> {
+    if ratio <= 0.0 || candidates.len() < 2 || semantic.len() != candidates.len() {
+        return keep(question, candidates, ratio);
+    }
+    let lexical = scores(question, candidates);
+    let top = lexical.iter().copied().fold(0.0, f32::max);
+    let blended: Vec<f32> = lexical
+        .iter()
+        .zip(semantic)
+        .map(|(&l, &s)| if top > 0.0 { l / top } else { 0.0 } + s)
+        .collect();
+    keep_scored(candidates, &blended, ratio)
+}
+
+/// Keeps every chunk of the documents whose best chunk scores at least `ratio` × the best
+/// document's; all when the best is ≤ 0.
+fn keep_scored(candidates: &[Candidate<'_>], s: &[f32], ratio: f32) -> Vec<bool> {
     let mut by_doc: HashMap<&str, f32> = HashMap::new();
-    for (c, &v) in candidates.iter().zip(&s) {
-        let e = by_doc.entry(c.doc_id).or_insert(0.0);
+    for (c, &v) in candidates.iter().zip(s) {
+        let e = by_doc.entry(c.doc_id).or_insert(f32::NEG_INFINITY);
         *e = e.max(v);
     }
-    let best = by_doc.values().copied().fold(0.0, f32::max);
+    let best = by_doc.values().copied().fold(f32::NEG_INFINITY, f32::max);
     if best <= 0.0 {
         return vec![true; candidates.len()];
     }
@@ -369,6 +462,63 @@ mod tests {
             ]
         );
         assert_eq!(keep(q, &cands, 0.9), [true, false, false]);
+    }
+
+    #[test]
+    fn sentence_units_carry_the_title_and_skip_fragments() {
+        let cands = [
+            c(
+                "a",
+                "Limits",
+                "Daily limit: USD 5,000. See annex.\n| Tier | Cap |\nok.",
+            ),
+            c("b", "Empty", ""),
+            c("c", "Other", "One more."),
+        ];
+        assert_eq!(
+            sentence_units(&cands),
+            [
+                (0, "Limits: Daily limit: USD 5,000.".to_string()),
+                (0, "Limits: See annex.".to_string()),
+                (0, "Limits: | Tier | Cap |".to_string()),
+                (2, "Other: One more.".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn best_cosines_take_each_candidates_best_sentence() {
+        let q = [1.0, 0.0];
+        let v = [vec![0.6, 0.8], vec![0.8, 0.6], vec![0.0, 1.0]];
+        assert_eq!(best_cosines(&q, &v, &[0, 0, 2], 3), [0.8, 0.0, 0.0]);
+        assert_eq!(best_cosines(&q, &[], &[], 2), [0.0, 0.0]);
+    }
+
+    #[test]
+    fn the_semantic_judgement_keeps_a_paraphrase() {
+        // The relevant document says "send out by wire"; its near-copy repeats the question's
+        // words about something else. Lexically only the near-copy stays; its best sentence is
+        // much further from the question in meaning.
+        let cands = [
+            c(
+                "outbound",
+                "Payments Handbook",
+                "Customers may send out up to USD 50,000 daily by wire.",
+            ),
+            c(
+                "inbound",
+                "Wire Transfer Limits",
+                "Incoming wire transfer limits are set by the sending bank.",
+            ),
+        ];
+        let q = "What is the daily outgoing wire transfer limit?";
+        assert_eq!(keep(q, &cands, 0.9), [false, true]);
+        assert_eq!(keep_semantic(q, &cands, 0.9, &[0.8, 0.45]), [true, true]);
+        // With no semantic difference the lexical judgement stands; a wrong-length judgement
+        // is ignored rather than misapplied.
+        assert_eq!(keep_semantic(q, &cands, 0.9, &[0.5, 0.5]), [false, true]);
+        assert_eq!(keep_semantic(q, &cands, 0.9, &[0.9]), [false, true]);
+        assert_eq!(keep_semantic(q, &cands, 0.0, &[0.0, 0.9]), [true, true]);
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub struct Metrics {
     /// their document matches the question's distinguishing words less well than another
     /// (`source_focus`).
     pub out_of_focus: Counter,
+    /// `airlock_focus_sentences_embedded_total`: candidate sentences embedded for source
+    /// focus's semantic judgement (`semantic_focus`; its cost).
+    pub focus_sentences: Counter,
     /// `airlock_generation_cancelled_total`: sequences cancelled because the client went away.
     pub cancelled: Counter,
     /// `airlock_engine_active_sequences`.
@@ -181,6 +184,7 @@ impl Metrics {
             no_source_answers: Counter::default(),
             unmatched_names: Counter::default(),
             out_of_focus: Counter::default(),
+            focus_sentences: Counter::default(),
             unsupported_answers: Counter::default(),
             cancelled: Counter::default(),
             engine_active: Gauge::default(),
@@ -275,6 +279,11 @@ impl Metrics {
             "sources_out_of_focus",
             "Retrieved chunks kept out of a chat prompt: their document matches the question less well than another (source_focus)",
             m.out_of_focus.clone(),
+        );
+        r.register(
+            "focus_sentences_embedded",
+            "Candidate sentences embedded for source focus's semantic judgement (semantic_focus)",
+            m.focus_sentences.clone(),
         );
         r.register(
             "generation_cancelled",

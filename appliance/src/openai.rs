@@ -182,6 +182,9 @@ pub struct ChatTimings {
     /// Retrieval stages (absent with `retrieval: false`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retrieval: Option<crate::rag::StageTimings>,
+    /// Choosing the prompt's sources among the retrieved chunks: similarity floor, name check,
+    /// source focus (with its semantic judgement at the full-pipeline rung).
+    pub sources: f64,
     /// Prompt building: sources, chat template, tokenization.
     pub prompt: f64,
     /// From submission to the engine until the first generated token (queue + prefill).

@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use airlock_inference::Embedder;
 use airlock_inference::generate::{
     EngineCounters, Event as GenEvent, FinishReason, GenerateRequest, SamplingParams, Stream,
     Usage as GenUsage,
@@ -54,6 +55,7 @@ struct Prepared {
     /// The question and the sources' texts, to find which sources the answer used.
     cite: Option<CiteInput>,
     retrieval: Option<StageTimings>,
+    sources_ms: f64,
     prompt_ms: f64,
 }
 
@@ -195,11 +197,13 @@ pub async fn completions(
     let floor = state.config().min_source_similarity();
     let check_names = state.config().abstain_on_unmatched_names();
     let focus = state.config().source_focus();
+    let semantic = state.config().semantic_focus() && plan.rerank;
     let prepared = {
         let services = services.clone();
         let user = caller.user_id.clone();
         let rid = request_id.clone();
         blocking(move || {
+            let mut sources_ms = 0.0;
             let (sources_owned, citations, retrieval_timings, cite) = if ext.retrieval {
                 let query = prompt::last_user_text(&conversation).unwrap_or_default();
                 let mut retrieved = rag::retrieve(
@@ -214,6 +218,7 @@ pub async fn completions(
                         rerank: plan.rerank,
                     },
                 )?;
+                let ts = Instant::now();
                 keep_prompt_sources(
                     &mut retrieved.chunks,
                     query,
@@ -221,9 +226,11 @@ pub async fn completions(
                         floor,
                         check_names,
                         focus,
+                        embedder: semantic.then_some(services.embedder.as_ref()),
                     },
                     &metrics,
                 );
+                sources_ms = crate::routes::ms_since(ts);
                 let citations: Vec<Citation> = retrieved
                     .chunks
                     .iter()
@@ -271,6 +278,7 @@ pub async fn completions(
                 citations,
                 cite,
                 retrieval: retrieval_timings,
+                sources_ms,
                 prompt_ms: crate::routes::ms_since(tp),
             })
         })
@@ -298,6 +306,7 @@ pub async fn completions(
             bundle_version: Some(services.bundle_version().to_string()),
             timings_ms: Some(ChatTimings {
                 retrieval: prepared.retrieval,
+                sources: prepared.sources_ms,
                 prompt: prepared.prompt_ms,
                 total: crate::routes::ms_since(t0),
                 ..ChatTimings::default()
@@ -408,6 +417,7 @@ pub async fn completions(
         bundle_version: Some(services.bundle_version().to_string()),
         timings_ms: Some(ChatTimings {
             retrieval: prepared.retrieval,
+            sources: prepared.sources_ms,
             prompt: prepared.prompt_ms,
             ..ChatTimings::default()
         }),
@@ -440,14 +450,16 @@ pub async fn completions(
 }
 
 /// How a chat chooses its prompt sources among the retrieved chunks (docs/OPERATIONS.md §10).
-#[derive(Debug, Clone, Copy)]
-struct SourceSelection {
+#[derive(Clone, Copy)]
+struct SourceSelection<'a> {
     /// `min_source_similarity`.
     floor: f32,
     /// `abstain_on_unmatched_names`.
     check_names: bool,
     /// `source_focus`.
     focus: f32,
+    /// The embedder for focus's semantic judgement (`semantic_focus`, full pipeline only).
+    embedder: Option<&'a Embedder>,
 }
 
 /// Keeps the retrieved chunks that may serve as prompt sources: chunks too far from the
@@ -487,7 +499,20 @@ fn keep_prompt_sources(
                 text: &c.text,
             })
             .collect();
-        let keep = crate::focus::keep(query, &candidates, sel.focus);
+        let judgement = sel.embedder.and_then(|e| {
+            crate::focus::semantic_judgement(query, &candidates, |t| e.embed(t))
+                .unwrap_or_else(|err| {
+                    tracing::warn!(error = %err, "semantic focus: embedding failed; lexical focus only");
+                    None
+                })
+        });
+        let keep = match judgement {
+            Some((cosines, embedded)) => {
+                metrics.focus_sentences.inc_by(embedded as u64);
+                crate::focus::keep_semantic(query, &candidates, sel.focus, &cosines)
+            }
+            None => crate::focus::keep(query, &candidates, sel.focus),
+        };
         let dropped = keep.iter().filter(|k| !**k).count();
         if dropped > 0 {
             let mut it = keep.into_iter();

@@ -361,6 +361,81 @@ async fn near_copies_about_something_else_stay_out_of_the_prompt() {
     assert_eq!(docs, ["doc-inst", "doc-retail"], "{}", r.text);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn focus_embeds_the_candidate_sentences_at_the_full_pipeline_rung_only() {
+    // What the judgement decides is tested on real retrieved chunks in `focus.rs`; here, when it
+    // runs: at rung 0 by default, not at the "skip reranker" rung, not when turned off.
+    async fn seed(t: &TestApp) -> String {
+        for (id, text) in [
+            (
+                "doc-out",
+                "Customers may send up to EUR 50,000 a day abroad by wire.",
+            ),
+            (
+                "doc-in",
+                "Incoming wire transfers are credited the same day.",
+            ),
+        ] {
+            let r = t
+                .call(
+                    Method::PUT,
+                    &format!("/v1/documents/{id}"),
+                    Some(&t.admin),
+                    Some(json!({"title": "Payments", "text": text,
+                                "acl": {"users": ["admin"], "groups": ["pay"]}})),
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        }
+        t.user("pia", &["pay"])
+    }
+    async fn embedded(t: &TestApp) -> u64 {
+        let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
+        m.text
+            .lines()
+            .find_map(|l| l.strip_prefix("airlock_focus_sentences_embedded_total "))
+            .unwrap_or_else(|| panic!("no focus metric in {}", m.text))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+    let body = json!({
+        "messages": [{"role": "user",
+                      "content": "How much money can a customer wire abroad per day?"}],
+        "max_tokens": 2,
+    });
+    let t = TestApp::new();
+    let pia = seed(&t).await;
+    let r = ask(&t, &pia, body.clone()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    // Two candidates of one sentence each, both above the floor.
+    assert_eq!(embedded(&t).await, 2, "{}", r.text);
+    assert!(r.json["airlock"]["timings_ms"]["sources"].as_f64().unwrap() > 0.0);
+    let mut forced = body.clone();
+    forced["airlock"] = json!({"rung": 1});
+    let r = ask(&t, &t.admin, forced).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["airlock"]["rung"], 1, "{}", r.text);
+    assert!(
+        !r.json["airlock"]["citations"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{}",
+        r.text
+    );
+    assert_eq!(embedded(&t).await, 2, "{}", r.text);
+
+    let t = TestApp::with_config(airlock::config::Config {
+        semantic_focus: Some(false),
+        ..test_config()
+    });
+    let pia = seed(&t).await;
+    let r = ask(&t, &pia, body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(embedded(&t).await, 0, "{}", r.text);
+}
+
 /// `cited` names sources by their `n` (1..=listed), ascending, with how they were found.
 fn assert_cited(airlock: &Value, listed: usize) {
     let cited: Vec<u64> = airlock["cited"]

@@ -6,6 +6,7 @@ mod chat;
 mod e2e;
 mod eval;
 mod feedback;
+mod focus;
 mod ladder;
 mod sandbox;
 mod startup;
