@@ -8,7 +8,8 @@
 //! 1. exact dense f32 top-50 (the baseline, no reranking);
 //! 2. an int8 first stage (per-vector symmetric scalar quantization, as an ANN index would hold)
 //!    and then f32 rescoring of its top-50 with the embedder (what `EmbeddingRescorer` does);
-//! 3. the LLM yes/no judge (SmolLM2-135M) reranking the dense top-20, on the first
+//! 3. the LLM yes/no judge (`AIRLOCK_BENCH_JUDGE`: `qwen` (default) or `smollm2`) reranking the
+//!    dense top-`AIRLOCK_BENCH_JUDGE_DEPTH` (default 20), on the first
 //!    `LLM_QUERIES` judged queries (default 30: it costs ~20 s per query on 2 cores), alone and
 //!    fused with the dense rank by reciprocal-rank fusion.
 //!
@@ -26,7 +27,6 @@ use airlock_inference::catalogue::GeneratorFiles;
 use airlock_inference::rerank::{LlmRelevanceScorer, LlmScorerConfig};
 
 const DEPTH: usize = 50;
-const LLM_DEPTH: usize = 20;
 
 fn ndcg10(ranked: &[usize], ids: &[String], rel: &HashSet<String>) -> f64 {
     let dcg: f64 = ranked
@@ -143,13 +143,19 @@ fn main() {
     if llm_queries == 0 {
         return;
     }
-    let smol = util::models_dir().join("smollm2");
+    let judge = std::env::var("AIRLOCK_BENCH_JUDGE").unwrap_or_else(|_| "qwen".into());
+    let depth: usize = std::env::var("AIRLOCK_BENCH_JUDGE_DEPTH")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
+        .clamp(1, DEPTH);
+    let dir = util::models_dir().join(&judge);
     let staged = tempfile::tempdir().unwrap();
-    airlock_inference::tokenizer::gguf::write_artifacts(&smol.join("model.gguf"), staged.path())
+    airlock_inference::tokenizer::gguf::write_artifacts(&dir.join("model.gguf"), staged.path())
         .unwrap();
     let llm = LlmRelevanceScorer::load(
         &GeneratorFiles {
-            gguf: smol.join("model.gguf"),
+            gguf: dir.join("model.gguf"),
             tokenizer: staged.path().join("tokenizer.json"),
             chat_template: staged.path().join("chat_template.jinja"),
         },
@@ -162,13 +168,13 @@ fn main() {
     for (i, &q) in judged.iter().take(n).enumerate() {
         let rel = &cran.qrels[&cran.query_ids[q]];
         let run = &dense_runs[i];
-        let head: Vec<&str> = run[..LLM_DEPTH].iter().map(|&d| docs[d]).collect();
+        let head: Vec<&str> = run[..depth].iter().map(|&d| docs[d]).collect();
         let s = llm.score(queries[q], &head).unwrap();
-        let order = top_k(&s, LLM_DEPTH);
+        let order = top_k(&s, depth);
         let mut llm_run: Vec<usize> = order.iter().map(|&j| run[j]).collect();
-        llm_run.extend_from_slice(&run[LLM_DEPTH..]);
+        llm_run.extend_from_slice(&run[depth..]);
         // RRF (k = 60) of the dense rank and the LLM rank over the head.
-        let mut rrf: Vec<(f64, usize)> = (0..LLM_DEPTH)
+        let mut rrf: Vec<(f64, usize)> = (0..depth)
             .map(|j| {
                 let llm_rank = order.iter().position(|&o| o == j).unwrap();
                 (1.0 / (61 + j) as f64 + 1.0 / (61 + llm_rank) as f64, run[j])
@@ -176,14 +182,14 @@ fn main() {
             .collect();
         rrf.sort_by(|a, b| b.0.total_cmp(&a.0));
         let mut fused_run: Vec<usize> = rrf.iter().map(|x| x.1).collect();
-        fused_run.extend_from_slice(&run[LLM_DEPTH..]);
+        fused_run.extend_from_slice(&run[depth..]);
         base.push(ndcg10(run, &cran.doc_ids, rel));
         alone.push(ndcg10(&llm_run, &cran.doc_ids, rel));
         fused.push(ndcg10(&fused_run, &cran.doc_ids, rel));
     }
     let per_q = t0.elapsed().as_secs_f64() / n as f64;
     println!(
-        "LLM judge on the first {n} judged queries (top-{LLM_DEPTH} reranked, {per_q:.1} s/query):"
+        "LLM judge {judge} on the first {n} judged queries (top-{depth} reranked, {per_q:.1} s/query):"
     );
     println!(
         "NDCG10 dense baseline (same {n} queries): {:.4}",

@@ -1,17 +1,17 @@
 //! A generator as relevance judge: the chat template asks "is the document relevant to the
 //! query?" and the score is `logsumexp(yes logits) - logsumexp(no logits)` at the first answer
-//! position. The prompt prefix (system message and query) is prefilled once per query and its KV
-//! cache shared by every passage (candle's quantized llama keeps tensors behind `Arc`s, so a
-//! clone of the prefilled model is cheap and the passage forward appends to its own copy).
+//! position. It runs on the engine's own decoder ([`DecoderModel`]: our quantized kernels, one
+//! thread pool, llama and qwen2 architectures). The prompt prefix (system message and query) is
+//! prefilled once per query; each passage continues from a copy of that KV cache, and the
+//! passages are prefilled together, [`PASSAGES_PER_FORWARD`] per batched forward, so every
+//! weight is read once for the group.
 
-use candle_core::quantized::gguf_file;
-use candle_core::{Device, Tensor};
-use candle_transformers::models::quantized_llama::ModelWeights;
 use tokenizers::Tokenizer;
 
 use crate::catalogue::GeneratorFiles;
 use crate::chat::{ChatMessage, ChatTemplate};
 use crate::error::{Error, Result};
+use crate::generate::{DecoderModel, SeqChunk};
 use crate::tokenizer;
 
 /// Settings of the LLM relevance scorer.
@@ -32,12 +32,16 @@ impl Default for LlmScorerConfig {
     }
 }
 
+/// Passages prefilled together in one batched forward (bounds the step's activations:
+/// ≤ 8 × (max_passage_tokens + suffix) rows).
+pub const PASSAGES_PER_FORWARD: usize = 8;
+
 const SYSTEM: &str = "You judge search results. Answer only yes or no.";
 const PLACEHOLDER: &str = "\u{1}PASSAGE\u{1}";
 
-/// A llama-architecture GGUF generator (SmolLM2) used as a yes/no relevance judge.
+/// A GGUF generator (SmolLM2, Qwen2.5) used as a yes/no relevance judge.
 pub struct LlmRelevanceScorer {
-    model: ModelWeights,
+    model: DecoderModel,
     tokenizer: Tokenizer,
     template: ChatTemplate,
     yes_ids: Vec<u32>,
@@ -54,25 +58,14 @@ impl std::fmt::Debug for LlmRelevanceScorer {
 }
 
 impl LlmRelevanceScorer {
-    /// Loads a llama-architecture generator from its bundle files.
+    /// Loads a generator from its bundle files.
     pub fn load(files: &GeneratorFiles, cfg: LlmScorerConfig) -> Result<Self> {
-        let mut f = std::fs::File::open(&files.gguf).map_err(|e| Error::io(&files.gguf, e))?;
-        let content = gguf_file::Content::read(&mut f)
-            .map_err(|e| Error::invalid(&files.gguf, format!("GGUF: {e}")))?;
-        let arch = content
-            .metadata
-            .get("general.architecture")
-            .and_then(|v| v.to_string().ok())
-            .cloned()
-            .unwrap_or_default();
-        if arch != "llama" {
-            return Err(Error::invalid(
-                &files.gguf,
-                format!("LLM scorer supports llama architecture, not {arch:?}"),
+        if cfg.max_passage_tokens == 0 {
+            return Err(Error::InvalidInput(
+                "LLM scorer: max_passage_tokens must be at least 1".into(),
             ));
         }
-        let model = ModelWeights::from_gguf(content, &mut f, &Device::Cpu)
-            .map_err(|e| Error::invalid(&files.gguf, format!("weights: {e}")))?;
+        let model = DecoderModel::load(&files.gguf)?;
         let tokenizer = tokenizer::load_plain(&files.tokenizer)?;
         let source = std::fs::read_to_string(&files.chat_template)
             .map_err(|e| Error::io(&files.chat_template, e))?;
@@ -105,6 +98,9 @@ impl LlmRelevanceScorer {
     pub fn score(&self, query: &str, passages: &[&str]) -> Result<Vec<f32>> {
         let _span = tracing::debug_span!("llm-rerank", model = %self.cfg.name, n = passages.len())
             .entered();
+        if passages.is_empty() {
+            return Ok(Vec::new());
+        }
         let user = format!(
             "Query: {query}\nDocument:\n{PLACEHOLDER}\nIs the document relevant to the query?"
         );
@@ -127,26 +123,38 @@ impl LlmRelevanceScorer {
                 .to_vec())
         };
         let prefix_ids = encode(prefix, true)?;
-        let suffix_ids = encode(suffix, true)?;
-        let tensor_err = Error::tensor(&self.cfg.name);
-        let mut base = self.model.clone();
-        let input = Tensor::new(prefix_ids.as_slice(), &Device::Cpu)
-            .and_then(|t| t.unsqueeze(0))
-            .and_then(|t| base.forward(&t, 0));
-        input.map_err(tensor_err)?;
-        let mut out = Vec::with_capacity(passages.len());
+        let suffix_ids = encode(suffix, false)?;
+        let mut base = self.model.new_cache();
+        self.model.forward(&mut [SeqChunk {
+            tokens: &prefix_ids,
+            cache: &mut base,
+            want_logits: false,
+        }])?;
+        let mut inputs = Vec::with_capacity(passages.len());
         for p in passages {
             let mut ids = encode(p, false)?;
             ids.truncate(self.cfg.max_passage_tokens);
             ids.extend_from_slice(&suffix_ids);
-            let mut m = base.clone();
-            let logits = Tensor::new(ids.as_slice(), &Device::Cpu)
-                .and_then(|t| t.unsqueeze(0))
-                .and_then(|t| m.forward(&t, prefix_ids.len()))
-                .and_then(|l| l.squeeze(0))
-                .and_then(|l| l.to_vec1::<f32>())
-                .map_err(Error::tensor(&self.cfg.name))?;
-            out.push(log_sum_exp(&logits, &self.yes_ids) - log_sum_exp(&logits, &self.no_ids));
+            inputs.push(ids);
+        }
+        let mut out = Vec::with_capacity(passages.len());
+        for group in inputs.chunks(PASSAGES_PER_FORWARD) {
+            let mut caches: Vec<_> = group.iter().map(|_| base.clone()).collect();
+            let mut chunks: Vec<SeqChunk<'_>> = group
+                .iter()
+                .zip(caches.iter_mut())
+                .map(|(ids, cache)| SeqChunk {
+                    tokens: ids,
+                    cache,
+                    want_logits: true,
+                })
+                .collect();
+            for logits in self.model.forward(&mut chunks)? {
+                let logits = logits.ok_or_else(|| {
+                    Error::InvalidInput("LLM scorer: the model returned no logits".into())
+                })?;
+                out.push(log_sum_exp(&logits, &self.yes_ids) - log_sum_exp(&logits, &self.no_ids));
+            }
         }
         Ok(out)
     }

@@ -7,8 +7,8 @@
 //! - [`EmbeddingRescorer`]: the fallback the demo bundle carries: full-precision cosine between
 //!   the query and each passage with the bundled embedder (restores the ranking lost to the
 //!   first stage's quantized vectors).
-//! - [`LlmRelevanceScorer`]: a generator judging relevance from its `yes`/`no` logits (measured,
-//!   see `docs/benchmarks/inference-embed.md`).
+//! - [`LlmRelevanceScorer`]: a generator judging relevance from its `yes`/`no` logits, on the
+//!   engine's decoder (measured on Cranfield, see `docs/benchmarks/inference-embed.md`).
 
 mod cross;
 mod llm;

@@ -380,3 +380,51 @@ fn cross_encoder_refuses_wrong_layout() {
     let err = CrossEncoder::load(&CrossEncoderFiles::in_dir(dir.path()), cfg).unwrap_err();
     assert!(err.to_string().contains("classifier"), "{err}");
 }
+
+/// The LLM judge on the real Qwen2.5-0.5B (our decoder, batched passages): a passage that answers
+/// the query scores above unrelated ones (SmolLM2-135M does not manage even this: it ranked the
+/// Lisbon passage first), the order of the input does not change a passage's score
+/// (each continues from its own copy of the query's KV cache), and nothing passed gives nothing.
+#[test]
+fn llm_judge_prefers_the_relevant_passage() {
+    use airlock_inference::catalogue::GeneratorFiles;
+    use airlock_inference::rerank::{LlmRelevanceScorer, LlmScorerConfig};
+
+    let gguf = crate::common::models_dir().join("qwen/model.gguf");
+    let staged = tempfile::tempdir().unwrap();
+    airlock_inference::tokenizer::gguf::write_artifacts(&gguf, staged.path()).unwrap();
+    let judge = LlmRelevanceScorer::load(
+        &GeneratorFiles {
+            gguf,
+            tokenizer: staged.path().join("tokenizer.json"),
+            chat_template: staged.path().join("chat_template.jinja"),
+        },
+        LlmScorerConfig::default(),
+    )
+    .unwrap();
+    let query = "What is the boiling point of water at sea level?";
+    let relevant = "At sea level, water boils at 100 degrees Celsius (212 degrees Fahrenheit).";
+    let others = [
+        "The 2019 annual report lists the bank's branches in Lisbon and Porto.",
+        "Cats are small carnivorous mammals often kept as pets.",
+    ];
+    let s = judge
+        .score(query, &[others[0], relevant, others[1]])
+        .unwrap();
+    assert_eq!(s.len(), 3);
+    assert!(s[1] > s[0] && s[1] > s[2], "{s:?}");
+    // Nine passages span two batched forwards; scores do not depend on the neighbours.
+    let mut many = vec![others[0]; 8];
+    many.push(relevant);
+    let t = judge.score(query, &many).unwrap();
+    assert_eq!(t.len(), 9);
+    assert!(
+        (t[8] - s[1]).abs() < 1e-3 * s[1].abs().max(1.0),
+        "{t:?} vs {s:?}"
+    );
+    assert!(
+        (t[0] - s[0]).abs() < 1e-3 * s[0].abs().max(1.0),
+        "{t:?} vs {s:?}"
+    );
+    assert!(judge.score(query, &[]).unwrap().is_empty());
+}
