@@ -214,6 +214,38 @@ pub fn keep(question: &str, candidates: &[Candidate<'_>], ratio: f32) -> Vec<boo
     keep_scored(candidates, &scores(question, candidates), ratio)
 }
 
+/// Name focus: when the question names something ("Zurich", "Tier 2", "Halcyon Premier Prepaid
+/// Card", as [`crate::cite::names`] finds them) and at least one candidate document mentions
+/// every such name (its title and candidate chunks together, multi-word names as one phrase),
+/// the documents missing one of them are near-copies about another branch, product or person:
+/// `Some(keep)` keeps only the complete ones. `None` (keep all) when the question names nothing
+/// or no document has every name (names spelled differently in the documents stay harmless).
+pub fn naming_all(question: &str, candidates: &[Candidate<'_>]) -> Option<Vec<bool>> {
+    if candidates.len() < 2 || crate::cite::names(question).is_empty() {
+        return None;
+    }
+    let mut docs: HashMap<&str, String> = HashMap::new();
+    for c in candidates {
+        let text = docs.entry(c.doc_id).or_insert_with(|| c.title.to_string());
+        text.push('\n');
+        text.push_str(c.text);
+    }
+    let complete: HashSet<&str> = docs
+        .iter()
+        .filter(|(_, text)| crate::cite::unmatched_names(question, &[text.as_str()]).is_empty())
+        .map(|(id, _)| *id)
+        .collect();
+    if complete.is_empty() {
+        return None;
+    }
+    Some(
+        candidates
+            .iter()
+            .map(|c| complete.contains(c.doc_id))
+            .collect(),
+    )
+}
+
 /// The sentences a semantic judgement compares with the question: `(candidate index, text)`,
 /// each sentence or line (longer than 3 bytes) prefixed with its document's title
 /// (`"Wire Transfer Limits: The daily limit is …"`), candidates in order.
@@ -519,6 +551,39 @@ mod tests {
         assert_eq!(keep_semantic(q, &cands, 0.9, &[0.5, 0.5]), [false, true]);
         assert_eq!(keep_semantic(q, &cands, 0.9, &[0.9]), [false, true]);
         assert_eq!(keep_semantic(q, &cands, 0.0, &[0.0, 0.9]), [true, true]);
+    }
+
+    #[test]
+    fn documents_missing_a_name_of_the_question_go_when_another_has_them_all() {
+        let cands = [
+            c(
+                "ldn",
+                "Outgoing Wire Limits: SME Clients, London Booking Centre",
+                "Tier 2 SME clients may send out USD 400,000 a day.",
+            ),
+            c(
+                "zrh",
+                "Treasury Procedure TP-731: Wire Transfer Limits for SME Clients",
+                "Scope: clients booked in Zurich.",
+            ),
+            c(
+                "zrh",
+                "Treasury Procedure TP-731: Wire Transfer Limits for SME Clients",
+                "Tier 2: CHF 250,000 per business day.",
+            ),
+        ];
+        let q = "How much can Tier 2 SME clients booked in Zurich send out by wire in a day?";
+        // The Zurich document has "Tier" and "Zurich" in its chunks together; London lacks Zurich.
+        assert_eq!(naming_all(q, &cands), Some(vec![false, true, true]));
+        // A name no document has (spelled otherwise, or another branch): no judgement here
+        // (the name check decides whether to abstain).
+        assert_eq!(
+            naming_all("What is the Tier 2 limit in Geneva?", &cands),
+            None
+        );
+        // No name, or one candidate: nothing to decide.
+        assert_eq!(naming_all("what is the daily wire limit?", &cands), None);
+        assert_eq!(naming_all(q, &cands[1..2]), None);
     }
 
     #[test]

@@ -110,8 +110,8 @@ pub struct Metrics {
     /// `withhold_unsupported_answers` is off.
     pub unsupported_answers: Counter,
     /// `airlock_sources_out_of_focus_total`: retrieved chunks kept out of a chat prompt because
-    /// their document matches the question's distinguishing words less well than another
-    /// (`source_focus`).
+    /// their document misses a name of the question another document has, or matches the
+    /// question's distinguishing words less well than another (`source_focus`).
     pub out_of_focus: Counter,
     /// `airlock_focus_sentences_embedded_total`: candidate sentences embedded for source
     /// focus's semantic judgement (`semantic_focus`; its cost).
@@ -277,7 +277,7 @@ impl Metrics {
         );
         r.register(
             "sources_out_of_focus",
-            "Retrieved chunks kept out of a chat prompt: their document matches the question less well than another (source_focus)",
+            "Retrieved chunks kept out of a chat prompt: their document misses a name of the question another has, or matches the question less well than another (source_focus)",
             m.out_of_focus.clone(),
         );
         r.register(

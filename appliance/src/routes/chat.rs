@@ -465,9 +465,11 @@ struct SourceSelection<'a> {
 /// Keeps the retrieved chunks that may serve as prompt sources: chunks too far from the
 /// question go (without them a small model answers from whatever it was given instead of
 /// saying it cannot find it); all go when the question names something none of them
-/// mentions (another vendor, person, project), however close their topic; and of the rest,
-/// the documents that match the question's distinguishing words clearly less well than the
-/// best one go ([`crate::focus`]: near-copies about another segment, person or branch).
+/// mentions (another vendor, person, project), however close their topic; of the rest, the
+/// documents missing one of the question's names go when another document has them all
+/// ([`crate::focus::naming_all`]); and then the documents that match the question's
+/// distinguishing words clearly less well than the best one ([`crate::focus`]: near-copies
+/// about another segment, person or branch).
 fn keep_prompt_sources(
     chunks: &mut Vec<SearchResult>,
     query: &str,
@@ -491,14 +493,16 @@ fn keep_prompt_sources(
         }
     }
     if sel.focus > 0.0 && chunks.len() > 1 {
-        let candidates: Vec<crate::focus::Candidate<'_>> = chunks
-            .iter()
-            .map(|c| crate::focus::Candidate {
-                doc_id: &c.doc_id,
-                title: &c.title,
-                text: &c.text,
-            })
-            .collect();
+        let naming = crate::focus::naming_all(query, &focus_candidates(chunks));
+        if let Some(keep) = naming {
+            let dropped = keep.iter().filter(|k| !**k).count();
+            let mut it = keep.into_iter();
+            chunks.retain(|_| it.next().unwrap_or(true));
+            metrics.out_of_focus.inc_by(dropped as u64);
+        }
+    }
+    if sel.focus > 0.0 && chunks.len() > 1 {
+        let candidates = focus_candidates(chunks);
         let judgement = sel.embedder.and_then(|e| {
             crate::focus::semantic_judgement(query, &candidates, |t| e.embed(t))
                 .unwrap_or_else(|err| {
@@ -520,6 +524,18 @@ fn keep_prompt_sources(
             metrics.out_of_focus.inc_by(dropped as u64);
         }
     }
+}
+
+/// The chunks as source-focus candidates.
+fn focus_candidates(chunks: &[SearchResult]) -> Vec<crate::focus::Candidate<'_>> {
+    chunks
+        .iter()
+        .map(|c| crate::focus::Candidate {
+            doc_id: &c.doc_id,
+            title: &c.title,
+            text: &c.text,
+        })
+        .collect()
 }
 
 /// Records a served completion for feedback (id, user, model, rung, bundle; never text).
