@@ -495,10 +495,7 @@ fn keep_prompt_sources(
     if sel.focus > 0.0 && chunks.len() > 1 {
         let naming = crate::focus::naming_all(query, &focus_candidates(chunks));
         if let Some(keep) = naming {
-            let dropped = keep.iter().filter(|k| !**k).count();
-            let mut it = keep.into_iter();
-            chunks.retain(|_| it.next().unwrap_or(true));
-            metrics.out_of_focus.inc_by(dropped as u64);
+            metrics.out_of_focus.inc_by(retain_kept(chunks, keep));
         }
     }
     if sel.focus > 0.0 && chunks.len() > 1 {
@@ -517,13 +514,16 @@ fn keep_prompt_sources(
             }
             None => crate::focus::keep(query, &candidates, sel.focus),
         };
-        let dropped = keep.iter().filter(|k| !**k).count();
-        if dropped > 0 {
-            let mut it = keep.into_iter();
-            chunks.retain(|_| it.next().unwrap_or(true));
-            metrics.out_of_focus.inc_by(dropped as u64);
-        }
+        metrics.out_of_focus.inc_by(retain_kept(chunks, keep));
     }
+}
+
+/// Keeps the chunks whose flag in `keep` is set (one per chunk, in order); returns how many went.
+fn retain_kept(chunks: &mut Vec<SearchResult>, keep: Vec<bool>) -> u64 {
+    let before = chunks.len();
+    let mut it = keep.into_iter();
+    chunks.retain(|_| it.next().unwrap_or(true));
+    (before - chunks.len()) as u64
 }
 
 /// The chunks as source-focus candidates.
