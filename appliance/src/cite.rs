@@ -99,8 +99,8 @@ fn markers(answer: &str, n_sources: usize) -> Vec<usize> {
 /// The greedy cover of the answer's content words (see the module doc), and whether the answer
 /// has content words at all.
 fn support(answer: &str, question: &str, sources: &[&str]) -> (Vec<usize>, bool) {
-    let question: HashSet<String> = words(question).collect();
-    let content: HashSet<String> = words(&strip_markers(answer))
+    let question: HashSet<String> = words(&comparable(question)).collect();
+    let content: HashSet<String> = words(&comparable(&strip_markers(answer)))
         .filter(|w| !question.contains(w) && !is_noise(w))
         .collect();
     if content.is_empty() || sources.is_empty() {
@@ -108,7 +108,11 @@ fn support(answer: &str, question: &str, sources: &[&str]) -> (Vec<usize>, bool)
     }
     let per_source: Vec<HashSet<String>> = sources
         .iter()
-        .map(|s| words(s).filter(|w| content.contains(w)).collect())
+        .map(|s| {
+            words(&comparable(s))
+                .filter(|w| content.contains(w))
+                .collect()
+        })
         .collect();
     let mut df: HashMap<&str, usize> = HashMap::new();
     for set in &per_source {
@@ -190,6 +194,42 @@ fn strip_markers(answer: &str) -> String {
         }
     }
     out.push_str(rest);
+    out
+}
+
+/// `text` with figures and dates written one way, as the evals match answers
+/// ([`airlock_eval::metrics::normalize`]: `49,600` → `49600`, `14 July 2026` → `2026-07-14`),
+/// and each ISO date joined into one word (`20260714`): a bare "14" is not supported by a
+/// source dated 14 July, and "2025-11-24" is not supported by a source that has 2025 and 24 in
+/// other places.
+fn comparable(text: &str) -> String {
+    let text = airlock_eval::metrics::normalize(text);
+    let b = text.as_bytes();
+    let digits =
+        |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        let starts_word = i == 0 || !b[i - 1].is_ascii_alphanumeric();
+        let ends_word = b.get(i + 10).is_none_or(|c| !c.is_ascii_alphanumeric());
+        if starts_word
+            && ends_word
+            && digits(i..i + 4)
+            && b.get(i + 4) == Some(&b'-')
+            && digits(i + 5..i + 7)
+            && b.get(i + 7) == Some(&b'-')
+            && digits(i + 8..i + 10)
+        {
+            out.push_str(&text[i..i + 4]);
+            out.push_str(&text[i + 5..i + 7]);
+            out.push_str(&text[i + 8..i + 10]);
+            i += 10;
+            continue;
+        }
+        let c = text[i..].chars().next().unwrap_or(' ');
+        out.push(c);
+        i += c.len_utf8();
+    }
     out
 }
 
@@ -575,6 +615,67 @@ pub fn unmatched_names(question: &str, sources: &[&str]) -> Vec<String> {
     out
 }
 
+/// Whether `text` names each of the question's name runs on its own at least once: an
+/// occurrence followed (across spaces on the same line) by a further capitalised word that the
+/// question does not use is a longer, different name ("Beverley Market Square" is not the
+/// "Beverley branch"; "Beverley Branch" is, the question saying "branch"). `true` when the
+/// question names nothing.
+pub fn names_stand_alone(question: &str, text: &str) -> bool {
+    let runs = name_runs(question);
+    if runs.is_empty() {
+        return true;
+    }
+    let asked: HashSet<String> = pieces(question).into_iter().collect();
+    // Alphanumeric pieces of the text with their original case, and whether only spaces or
+    // tabs separate each from the one before.
+    let mut tokens: Vec<(&str, bool)> = Vec::new();
+    let mut gap_is_space = false;
+    let mut start = None;
+    for (i, c) in text.char_indices() {
+        if c.is_alphanumeric() {
+            start.get_or_insert(i);
+            continue;
+        }
+        if let Some(s) = start.take() {
+            tokens.push((&text[s..i], gap_is_space));
+            gap_is_space = true;
+        }
+        if !matches!(c, ' ' | '\t') {
+            gap_is_space = false;
+        }
+    }
+    if let Some(s) = start {
+        tokens.push((&text[s..], gap_is_space));
+    }
+    let lower: Vec<String> = tokens.iter().map(|(t, _)| t.to_lowercase()).collect();
+    runs.iter().all(|run| {
+        let phrase: Vec<String> = run.iter().flat_map(|w| pieces(w)).collect();
+        if phrase.is_empty() {
+            return true;
+        }
+        lower
+            .windows(phrase.len())
+            .enumerate()
+            .filter(|(_, w)| *w == phrase.as_slice())
+            .any(|(at, _)| {
+                let capitals = |t: &str| t.chars().all(char::is_uppercase);
+                let shouted = tokens[at..at + phrase.len()]
+                    .iter()
+                    .all(|(t, _)| capitals(t));
+                let extended = tokens.get(at + phrase.len()).is_some_and(|(next, spaced)| {
+                    *spaced
+                        && next.chars().next().is_some_and(char::is_uppercase)
+                        && next.chars().all(char::is_alphabetic)
+                        // An acronym after a name qualifies it ("London SME lending"), unless
+                        // the whole line is in capitals ("NAILSEA RETAIL PARK").
+                        && (shouted || !capitals(next))
+                        && !asked.contains(&next.to_lowercase())
+                });
+                !extended
+            })
+    })
+}
+
 #[cfg(test)]
 mod name_tests {
     use super::*;
@@ -618,6 +719,63 @@ mod name_tests {
         assert!(unmatched_names("What RPO applies to CormorantSync?", &sources).is_empty());
         assert!(unmatched_names("Which systems are Halcyon hosted?", &sources).is_empty());
         assert!(unmatched_names("what is the rpo?", &sources).is_empty());
+    }
+
+    #[test]
+    fn a_name_stands_alone_unless_a_further_capitalised_word_extends_it() {
+        let q = "What is the vault limit at the Beverley branch?";
+        assert!(names_stand_alone(
+            q,
+            "For the Beverley branch, the limit is USD 1."
+        ));
+        // The question says "branch": "Beverley Branch" is the same thing.
+        assert!(names_stand_alone(
+            q,
+            "Cash Procedure - Beverley Branch\nLimits"
+        ));
+        assert!(!names_stand_alone(
+            q,
+            "Limits: Beverley Market Square Branch"
+        ));
+        assert!(!names_stand_alone(q, "LIMITS: BEVERLEY MARKET SQUARE"));
+        // A line break, punctuation or a lower-case word ends the name; an acronym qualifies it.
+        assert!(names_stand_alone(q, "Limits for Beverley\nMarket rules"));
+        assert!(names_stand_alone(q, "Branches: Beverley, Nailsea Central"));
+        assert!(names_stand_alone(q, "Beverley SME lending"));
+        assert!(names_stand_alone(
+            "what is the vault limit?",
+            "Beverley Market Square"
+        ));
+        // Several names: each must stand alone somewhere.
+        let q = "Who owns TallyVault at the Leyburn branch?";
+        assert!(!names_stand_alone(
+            q,
+            "TallyVault is run from Leyburn Retail Park."
+        ));
+        assert!(names_stand_alone(
+            q,
+            "TallyVault Ops, Leyburn. TallyVault is ours."
+        ));
+    }
+
+    #[test]
+    fn figures_and_dates_compare_as_written_once() {
+        // A bare day of the month is not a figure a dated source supports.
+        let dated = "Issued: 14 July 2026. Details are restricted.";
+        let report = "A total of 387,099 records were exposed on 2026-06-27.";
+        assert_eq!(
+            cited("14", "How many records?", &[dated]).by,
+            CitedBy::Unsupported
+        );
+        let c = cited("387099 records.", "How many?", &[dated, report]);
+        assert_eq!((c.sources, c.by), (vec![2], CitedBy::Support));
+        // The same date written two ways is the same word.
+        let c = cited("It was 27 June 2026.", "When?", &[dated, report]);
+        assert_eq!((c.sources, c.by), (vec![2], CitedBy::Support));
+        assert_eq!(
+            comparable("on 2026-06-27, ref 2026-06-271"),
+            "on 20260627, ref 2026-06-271"
+        );
     }
 
     #[test]

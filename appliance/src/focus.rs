@@ -220,6 +220,8 @@ pub fn keep(question: &str, candidates: &[Candidate<'_>], ratio: f32) -> Vec<boo
 /// the documents missing one of them are near-copies about another branch, product or person:
 /// `Some(keep)` keeps only the complete ones. `None` (keep all) when the question names nothing
 /// or no document has every name (names spelled differently in the documents stay harmless).
+/// When some complete documents name each name on its own and others only inside a longer
+/// name ([`crate::cite::names_stand_alone`]), only the former are kept.
 pub fn naming_all(question: &str, candidates: &[Candidate<'_>]) -> Option<Vec<bool>> {
     if candidates.len() < 2 || crate::cite::names(question).is_empty() {
         return None;
@@ -238,6 +240,15 @@ pub fn naming_all(question: &str, candidates: &[Candidate<'_>]) -> Option<Vec<bo
     if complete.is_empty() {
         return None;
     }
+    // Among those, a document that only ever writes a name as part of a longer one
+    // ("Beverley Market Square" for "the Beverley branch") is about something else when
+    // another names it on its own.
+    let alone: HashSet<&str> = complete
+        .iter()
+        .copied()
+        .filter(|id| crate::cite::names_stand_alone(question, &docs[id]))
+        .collect();
+    let complete = if alone.is_empty() { complete } else { alone };
     Some(
         candidates
             .iter()
@@ -584,6 +595,31 @@ mod tests {
         // No name, or one candidate: nothing to decide.
         assert_eq!(naming_all("what is the daily wire limit?", &cands), None);
         assert_eq!(naming_all(q, &cands[1..2]), None);
+    }
+
+    #[test]
+    fn a_name_written_only_inside_a_longer_name_is_another_thing() {
+        let cands = [
+            c(
+                "square",
+                "Cash Holding Limits: Beverley Market Square Branch",
+                "Teller drawer (trading hours): USD 39,200.",
+            ),
+            c(
+                "beverley",
+                "Branch Cash Management Procedure - Beverley Branch",
+                "For the Beverley branch, cashiers sell down once a drawer exceeds USD 49,600.",
+            ),
+            c(
+                "shouted",
+                "CASH LIMITS: BEVERLEY NORTH BRANCH",
+                "Teller drawer: USD 12,000.",
+            ),
+        ];
+        let q = "What may a teller drawer at the Beverley branch contain?";
+        assert_eq!(naming_all(q, &cands), Some(vec![false, true, false]));
+        // Without the document that names it on its own, all three stay.
+        assert_eq!(naming_all(q, &[cands[0], cands[2]]), Some(vec![true, true]));
     }
 
     #[test]
