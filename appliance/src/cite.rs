@@ -17,8 +17,9 @@
 //!    of a cited source adds nothing new and is not cited; an answer that abstains shares no
 //!    content with the sources and cites nothing.
 //!
-//! The text is compared as lower-case alphanumeric words with a plural `s` removed; nothing is
-//! logged.
+//! The text is compared as lower-case alphanumeric words with a plural `s` removed, figures and
+//! dates written one way (`49,600` is one word; `14 July 2026` and `2026-07-14` are the same
+//! word, and a bare `14` is not part of it); nothing is logged.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 

@@ -153,6 +153,13 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_SEMANTIC_FOCUS")]
     pub semantic_focus: Option<bool>,
 
+    /// Retrieve a chat question that asks the same thing about two subjects ("the rate for X,
+    /// and what is it for Y", "compare A with that of B", "for both X and Y") once per subject,
+    /// and give the model both subjects' sources (one more retrieval for such questions)
+    /// [default: true].
+    #[arg(long, env = "AIRLOCK_FACET_RETRIEVAL")]
+    pub facet_retrieval: Option<bool>,
+
     /// Default `max_tokens` of a chat completion [default: 256].
     #[arg(long, env = "AIRLOCK_MAX_TOKENS")]
     pub max_tokens: Option<u32>,
@@ -291,6 +298,7 @@ impl fmt::Debug for Config {
             .field("min_source_similarity", &self.min_source_similarity)
             .field("source_focus", &self.source_focus)
             .field("semantic_focus", &self.semantic_focus)
+            .field("facet_retrieval", &self.facet_retrieval)
             .field(
                 "abstain_on_unmatched_names",
                 &self.abstain_on_unmatched_names,
@@ -388,6 +396,7 @@ impl Config {
             min_source_similarity: self.min_source_similarity.or(lower.min_source_similarity),
             source_focus: self.source_focus.or(lower.source_focus),
             semantic_focus: self.semantic_focus.or(lower.semantic_focus),
+            facet_retrieval: self.facet_retrieval.or(lower.facet_retrieval),
             abstain_on_unmatched_names: self
                 .abstain_on_unmatched_names
                 .or(lower.abstain_on_unmatched_names),
@@ -647,6 +656,11 @@ impl Config {
     /// Whether source focus adds the embedder's judgement at rung 0 (see the field).
     pub fn semantic_focus(&self) -> bool {
         self.semantic_focus.unwrap_or(true)
+    }
+
+    /// Whether a two-subject question is retrieved once per subject (see the field).
+    pub fn facet_retrieval(&self) -> bool {
+        self.facet_retrieval.unwrap_or(true)
     }
 
     /// Whether a question naming something no source mentions is answered "cannot find".

@@ -221,9 +221,12 @@ pub fn keep(question: &str, candidates: &[Candidate<'_>], ratio: f32) -> Vec<boo
 /// `Some(keep)` keeps only the complete ones. `None` (keep all) when the question names nothing
 /// or no document has every name (names spelled differently in the documents stay harmless).
 /// When some complete documents name each name on its own and others only inside a longer
-/// name ([`crate::cite::names_stand_alone`]), only the former are kept.
+/// name ([`crate::cite::names_stand_alone`]), only the former are kept. The question's
+/// [`years`] count as names here ("the 2023 pay review" is not in the 2024 salary review),
+/// though not in the name check that abstains (a document may date its facts otherwise).
 pub fn naming_all(question: &str, candidates: &[Candidate<'_>]) -> Option<Vec<bool>> {
-    if candidates.len() < 2 || crate::cite::names(question).is_empty() {
+    let years = years(question);
+    if candidates.len() < 2 || (crate::cite::names(question).is_empty() && years.is_empty()) {
         return None;
     }
     let mut docs: HashMap<&str, String> = HashMap::new();
@@ -235,6 +238,13 @@ pub fn naming_all(question: &str, candidates: &[Candidate<'_>]) -> Option<Vec<bo
     let complete: HashSet<&str> = docs
         .iter()
         .filter(|(_, text)| crate::cite::unmatched_names(question, &[text.as_str()]).is_empty())
+        .filter(|(_, text)| {
+            let pieces: HashSet<&str> = text
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|p| p.len() == 4)
+                .collect();
+            years.iter().all(|y| pieces.contains(y.as_str()))
+        })
         .map(|(id, _)| *id)
         .collect();
     if complete.is_empty() {
@@ -255,6 +265,22 @@ pub fn naming_all(question: &str, candidates: &[Candidate<'_>]) -> Option<Vec<bo
             .map(|c| complete.contains(c.doc_id))
             .collect(),
     )
+}
+
+/// The years a question names ("the 2023 pay review", "for 2026"): whole numbers 1900–2099.
+pub fn years(question: &str) -> Vec<String> {
+    let mut out: Vec<String> = question
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| {
+            w.len() == 4
+                && w.bytes().all(|b| b.is_ascii_digit())
+                && (w.starts_with("19") || w.starts_with("20"))
+        })
+        .map(str::to_string)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The sentences a semantic judgement compares with the question: `(candidate index, text)`,
@@ -595,6 +621,39 @@ mod tests {
         // No name, or one candidate: nothing to decide.
         assert_eq!(naming_all("what is the daily wire limit?", &cands), None);
         assert_eq!(naming_all(q, &cands[1..2]), None);
+    }
+
+    #[test]
+    fn a_year_of_the_question_is_a_name() {
+        assert_eq!(
+            years("the 2023 pay review, FY2024, 2023-07-31 or 1850?"),
+            ["2023"]
+        );
+        let cands = [
+            c(
+                "r24",
+                "Salary Review 2024 - Tariq Karlsson",
+                "Effective 22 June 2024.",
+            ),
+            c(
+                "l23",
+                "Compensation Letter for Tariq Karlsson",
+                "Effective 2023-07-31.",
+            ),
+            c(
+                "other",
+                "Compensation Letter for Rosa Morrow",
+                "Effective 2023-05-01.",
+            ),
+        ];
+        let q = "When did the pay change take effect for Tariq Karlsson in the 2023 pay review?";
+        assert_eq!(naming_all(q, &cands), Some(vec![false, true, false]));
+        // A year alone is enough to decide; no document with it: keep all.
+        assert_eq!(
+            naming_all("what changed in 2023?", &cands),
+            Some(vec![false, true, true])
+        );
+        assert_eq!(naming_all("what changed in 2019?", &cands), None);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod facets;
 pub mod feedback;
 pub mod focus;
 pub mod generator;

@@ -116,6 +116,9 @@ pub struct Metrics {
     /// `airlock_focus_sentences_embedded_total`: candidate sentences embedded for source
     /// focus's semantic judgement (`semantic_focus`; its cost).
     pub focus_sentences: Counter,
+    /// `airlock_facet_questions_total`: chat questions about two subjects, retrieved once per
+    /// subject (`facet_retrieval`).
+    pub facet_questions: Counter,
     /// `airlock_generation_cancelled_total`: sequences cancelled because the client went away.
     pub cancelled: Counter,
     /// `airlock_engine_active_sequences`.
@@ -185,6 +188,7 @@ impl Metrics {
             unmatched_names: Counter::default(),
             out_of_focus: Counter::default(),
             focus_sentences: Counter::default(),
+            facet_questions: Counter::default(),
             unsupported_answers: Counter::default(),
             cancelled: Counter::default(),
             engine_active: Gauge::default(),
@@ -284,6 +288,11 @@ impl Metrics {
             "focus_sentences_embedded",
             "Candidate sentences embedded for source focus's semantic judgement (semantic_focus)",
             m.focus_sentences.clone(),
+        );
+        r.register(
+            "facet_questions",
+            "Chat questions about two subjects, retrieved once per subject (facet_retrieval)",
+            m.facet_questions.clone(),
         );
         r.register(
             "generation_cancelled",
@@ -418,6 +427,7 @@ mod tests {
             "airlock_no_source_answers_total ",
             "airlock_unmatched_names_total ",
             "airlock_unsupported_answers_total ",
+            "airlock_facet_questions_total ",
             "airlock_generation_cancelled_total ",
             "airlock_engine_active_sequences ",
             "airlock_kv_bytes ",

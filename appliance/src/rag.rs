@@ -67,6 +67,19 @@ impl StageTimings {
         }
     }
 
+    /// Adds another retrieval's stages (a question retrieved once per facet).
+    pub fn add(&mut self, o: &StageTimings) {
+        self.embed += o.embed;
+        self.bm25 += o.bm25;
+        self.vector += o.vector;
+        self.fusion += o.fusion;
+        self.rescore += o.rescore;
+        self.rerank += o.rerank;
+        self.fetch += o.fetch;
+        self.recheck += o.recheck;
+        self.total += o.total;
+    }
+
     /// Records every stage in `airlock_retrieval_stage_seconds`.
     pub fn observe(&self, m: &Metrics) {
         for (stage, ms) in [

@@ -198,6 +198,7 @@ pub async fn completions(
     let check_names = state.config().abstain_on_unmatched_names();
     let focus = state.config().source_focus();
     let semantic = state.config().semantic_focus() && plan.rerank;
+    let split_facets = state.config().facet_retrieval();
     let prepared = {
         let services = services.clone();
         let user = caller.user_id.clone();
@@ -206,33 +207,51 @@ pub async fn completions(
             let mut sources_ms = 0.0;
             let (sources_owned, citations, retrieval_timings, cite) = if ext.retrieval {
                 let query = prompt::last_user_text(&conversation).unwrap_or_default();
-                let mut retrieved = rag::retrieve(
-                    &services,
-                    &metrics,
-                    &RetrieveParams {
-                        user_id: &user,
-                        request_id: &rid,
-                        query,
-                        k,
-                        mode: services.default_mode(),
-                        rerank: plan.rerank,
-                    },
-                )?;
-                let ts = Instant::now();
-                keep_prompt_sources(
-                    &mut retrieved.chunks,
-                    query,
-                    SourceSelection {
-                        floor,
-                        check_names,
-                        focus,
-                        embedder: semantic.then_some(services.embedder.as_ref()),
-                    },
-                    &metrics,
-                );
-                sources_ms = crate::routes::ms_since(ts);
-                let citations: Vec<Citation> = retrieved
-                    .chunks
+                // A question about two subjects is retrieved and focused once per subject.
+                let facets = split_facets.then(|| crate::facets::facets(query)).flatten();
+                if facets.is_some() {
+                    metrics.facet_questions.inc();
+                }
+                let questions: Vec<&str> = match &facets {
+                    Some(f) => f.iter().map(String::as_str).collect(),
+                    None => vec![query],
+                };
+                let mut per_question = Vec::with_capacity(questions.len());
+                let mut timings: Option<rag::StageTimings> = None;
+                for q in questions {
+                    let mut retrieved = rag::retrieve(
+                        &services,
+                        &metrics,
+                        &RetrieveParams {
+                            user_id: &user,
+                            request_id: &rid,
+                            query: q,
+                            k,
+                            mode: services.default_mode(),
+                            rerank: plan.rerank,
+                        },
+                    )?;
+                    let ts = Instant::now();
+                    keep_prompt_sources(
+                        &mut retrieved.chunks,
+                        q,
+                        SourceSelection {
+                            floor,
+                            check_names,
+                            focus,
+                            embedder: semantic.then_some(services.embedder.as_ref()),
+                        },
+                        &metrics,
+                    );
+                    sources_ms += crate::routes::ms_since(ts);
+                    match &mut timings {
+                        Some(t) => t.add(&retrieved.timings),
+                        None => timings = Some(retrieved.timings),
+                    }
+                    per_question.push(retrieved.chunks);
+                }
+                let chunks = interleave(per_question, k);
+                let citations: Vec<Citation> = chunks
                     .iter()
                     .enumerate()
                     .map(|(i, c)| Citation {
@@ -250,14 +269,9 @@ pub async fn completions(
                 }
                 let cite = CiteInput {
                     question: query.to_string(),
-                    sources: retrieved.chunks.iter().map(|c| c.text.clone()).collect(),
+                    sources: chunks.iter().map(|c| c.text.clone()).collect(),
                 };
-                (
-                    Some(retrieved.chunks),
-                    citations,
-                    Some(retrieved.timings),
-                    Some(cite),
-                )
+                (Some(chunks), citations, timings, Some(cite))
             } else {
                 (None, Vec::new(), None, None)
             };
@@ -516,6 +530,33 @@ fn keep_prompt_sources(
         };
         metrics.out_of_focus.inc_by(retain_kept(chunks, keep));
     }
+}
+
+/// The prompt sources of a question retrieved once per facet: the lists taken in turn (each
+/// facet's best first), a chunk already taken skipped, at most `k`. One list is returned as is.
+fn interleave(lists: Vec<Vec<SearchResult>>, k: usize) -> Vec<SearchResult> {
+    if lists.len() == 1 {
+        return lists.into_iter().next().unwrap_or_default();
+    }
+    let mut out: Vec<SearchResult> = Vec::new();
+    let mut iters: Vec<_> = lists.into_iter().map(Vec::into_iter).collect();
+    let mut any = true;
+    while any && out.len() < k {
+        any = false;
+        for it in &mut iters {
+            if out.len() >= k {
+                break;
+            }
+            for c in it.by_ref() {
+                any = true;
+                if !out.iter().any(|o| o.chunk_id == c.chunk_id) {
+                    out.push(c);
+                    break;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Keeps the chunks whose flag in `keep` is set (one per chunk, in order); returns how many went.
@@ -1062,7 +1103,33 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
-    use super::{Stalled, until_stalled};
+    use airlock_retrieval::SearchResult;
+
+    use super::{Stalled, interleave, until_stalled};
+
+    fn chunk(id: u32) -> SearchResult {
+        SearchResult {
+            chunk_id: id,
+            doc_id: format!("doc-{id}"),
+            doc_ordinal: id,
+            title: String::new(),
+            position: 0,
+            text: String::new(),
+            score: 0.0,
+            stage_scores: Default::default(),
+        }
+    }
+
+    #[test]
+    fn facet_sources_take_turns_without_repeats_up_to_k() {
+        let ids = |v: Vec<SearchResult>| v.iter().map(|c| c.chunk_id).collect::<Vec<_>>();
+        let lists = || vec![vec![chunk(1), chunk(2), chunk(3)], vec![chunk(2), chunk(4)]];
+        assert_eq!(ids(interleave(lists(), 10)), [1, 2, 3, 4]);
+        assert_eq!(ids(interleave(lists(), 3)), [1, 2, 3]);
+        // One facet found nothing: the other's sources stand; one list is kept as it is.
+        assert_eq!(ids(interleave(vec![vec![], vec![chunk(5)]], 4)), [5]);
+        assert_eq!(ids(interleave(vec![vec![chunk(7), chunk(6)]], 1)), [7, 6]);
+    }
 
     #[tokio::test]
     async fn a_stuck_engine_ends_the_wait_after_the_idle_timeout() {

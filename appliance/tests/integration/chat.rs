@@ -436,6 +436,99 @@ async fn focus_embeds_the_candidate_sentences_at_the_full_pipeline_rung_only() {
     assert_eq!(embedded(&t).await, 0, "{}", r.text);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_about_two_subjects_gets_each_subjects_sources() {
+    // Two documents about the Family ISA, one about the Student Mortgage that the user may
+    // read, and one about it that they may not.
+    async fn seed(t: &TestApp) -> String {
+        for (id, title, text, group) in [
+            (
+                "doc-isa",
+                "Halcyon Family ISA: interest rate",
+                "The Halcyon Family ISA pays an interest rate of 1.14% a year.",
+                "retail",
+            ),
+            (
+                "doc-isa-terms",
+                "Halcyon Family ISA: terms",
+                "The Halcyon Family ISA interest rate is variable; the Family ISA allowance \
+                 is set each tax year.",
+                "retail",
+            ),
+            (
+                "doc-mortgage",
+                "Halcyon Student Mortgage: rates",
+                "The Halcyon Student Mortgage is charged at a rate of 1.51% a year.",
+                "retail",
+            ),
+            (
+                "doc-secret",
+                "Halcyon Student Mortgage: staff rate",
+                "Staff pay an interest rate of 0.25% on the Halcyon Student Mortgage.",
+                "staff",
+            ),
+        ] {
+            let r = t
+                .call(
+                    Method::PUT,
+                    &format!("/v1/documents/{id}"),
+                    Some(&t.admin),
+                    Some(json!({"title": title, "text": text,
+                                "acl": {"users": [], "groups": [group]}})),
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        }
+        t.user("ria", &["retail"])
+    }
+    async fn facets(t: &TestApp) -> String {
+        let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
+        m.text
+            .lines()
+            .find(|l| l.starts_with("airlock_facet_questions_total "))
+            .unwrap_or_else(|| panic!("no facet metric in {}", m.text))
+            .to_string()
+    }
+    let body = json!({
+        "messages": [{"role": "user",
+                      "content": "What is the interest rate for the Halcyon Family ISA, and \
+                                  what is it for the Halcyon Student Mortgage?"}],
+        "max_tokens": 2,
+        "airlock": {"top_k": 2},
+    });
+    let listed = |r: &crate::support::Resp| -> Vec<String> {
+        let mut docs: Vec<String> = r.json["airlock"]["citations"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no citations in {}", r.text))
+            .iter()
+            .map(|c| c["doc_id"].as_str().unwrap().to_string())
+            .collect();
+        docs.sort();
+        docs
+    };
+    // Each subject is retrieved on its own: the mortgage's source is there beside the ISA's,
+    // within top_k, and the one the user may not read is not.
+    let t = TestApp::new();
+    let ria = seed(&t).await;
+    let r = ask(&t, &ria, body.clone()).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(listed(&r), ["doc-isa", "doc-mortgage"], "{}", r.text);
+    assert_eq!(facets(&t).await, "airlock_facet_questions_total 1");
+
+    // One retrieval for the whole question: its top 2 are both about the ISA.
+    let t = TestApp::with_config(airlock::config::Config {
+        facet_retrieval: Some(false),
+        ..test_config()
+    });
+    let ria = seed(&t).await;
+    let r = ask(&t, &ria, body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let docs = listed(&r);
+    assert!(!docs.contains(&"doc-mortgage".to_string()), "{}", r.text);
+    assert!(!docs.contains(&"doc-secret".to_string()), "{}", r.text);
+    assert_eq!(facets(&t).await, "airlock_facet_questions_total 0");
+}
+
 /// `cited` names sources by their `n` (1..=listed), ascending, with how they were found.
 fn assert_cited(airlock: &Value, listed: usize) {
     let cited: Vec<u64> = airlock["cited"]
