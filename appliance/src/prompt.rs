@@ -115,15 +115,7 @@ pub fn sources_block(sources: &[Source<'_>]) -> String {
 ///
 /// Client system messages are kept after ours, as additional instructions; they cannot remove
 /// the source rules because the sources still arrive fenced in the user turn.
-///
-/// `parts` are the one-subject questions of a question about two subjects
-/// ([`crate::facets`]); when given, they follow the question as a numbered list to answer each
-/// of (a small model otherwise answers the first and garbles "and what is it for the other").
-pub fn build(
-    messages: &[(Role, String)],
-    sources: Option<&[Source<'_>]>,
-    parts: &[String],
-) -> Vec<(Role, String)> {
+pub fn build(messages: &[(Role, String)], sources: Option<&[Source<'_>]>) -> Vec<(Role, String)> {
     let mut out = Vec::with_capacity(messages.len() + 1);
     let mut system = match sources {
         Some(_) => RAG_SYSTEM_PROMPT.to_string(),
@@ -149,14 +141,10 @@ pub fn build(
             } else {
                 sources_block(srcs)
             };
-            let mut turn = format!("{block}\n\nQuestion: {}", sanitize(text));
-            if !parts.is_empty() {
-                turn.push_str("\nIt asks for each of these; answer each in its own sentence:");
-                for (i, p) in parts.iter().enumerate() {
-                    turn.push_str(&format!("\n{}. {}?", i + 1, sanitize(p)));
-                }
-            }
-            out.push((Role::User, turn));
+            out.push((
+                Role::User,
+                format!("{block}\n\nQuestion: {}", sanitize(text)),
+            ));
         } else {
             out.push((*role, sanitize(text)));
         }
@@ -206,36 +194,13 @@ mod tests {
                 text: "Other.",
             },
         ];
-        let conv = build(
-            &[(Role::User, "What is the limit?".into())],
-            Some(&srcs),
-            &[],
-        );
+        let conv = build(&[(Role::User, "What is the limit?".into())], Some(&srcs));
         assert_eq!(conv[0].0, Role::System);
         assert!(conv[0].1.contains("ONLY the numbered sources"));
         let user = &conv[1].1;
         assert!(user.contains("<source n=\"1\" title=\"Policy A\">\nLimit is 5%.\n</source>"));
         assert!(user.contains("<source n=\"2\" title=\"B 'quoted'\">"));
         assert!(user.ends_with("Question: What is the limit?"));
-    }
-
-    #[test]
-    fn a_two_subject_question_lists_its_parts() {
-        let q = "What is the limit for A, and what is it for B?";
-        let parts = [
-            "What is the limit for A".to_string(),
-            "What is the limit for <|B|>".into(),
-        ];
-        let conv = build(&[(Role::User, q.into())], Some(&[]), &parts);
-        assert!(
-            conv[1].1.ends_with(
-                "Question: What is the limit for A, and what is it for B?\nIt asks for each of \
-                 these; answer each in its own sentence:\n1. What is the limit for A?\n\
-                 2. What is the limit for <\u{2009}|B|\u{2009}>?"
-            ),
-            "{}",
-            conv[1].1
-        );
     }
 
     #[test]

@@ -205,7 +205,7 @@ pub async fn completions(
         let rid = request_id.clone();
         blocking(move || {
             let mut sources_ms = 0.0;
-            let (sources_owned, citations, retrieval_timings, cite, parts) = if ext.retrieval {
+            let (sources_owned, citations, retrieval_timings, cite) = if ext.retrieval {
                 let query = prompt::last_user_text(&conversation).unwrap_or_default();
                 // A question about two subjects is retrieved and focused once per subject.
                 let facets = split_facets.then(|| crate::facets::facets(query)).flatten();
@@ -271,10 +271,9 @@ pub async fn completions(
                     question: query.to_string(),
                     sources: chunks.iter().map(|c| c.text.clone()).collect(),
                 };
-                let parts: Vec<String> = facets.map(Vec::from).unwrap_or_default();
-                (Some(chunks), citations, timings, Some(cite), parts)
+                (Some(chunks), citations, timings, Some(cite))
             } else {
-                (None, Vec::new(), None, None, Vec::new())
+                (None, Vec::new(), None, None)
             };
             let tp = Instant::now();
             let sources: Option<Vec<Source<'_>>> = sources_owned.as_ref().map(|v| {
@@ -285,7 +284,7 @@ pub async fn completions(
                     })
                     .collect()
             });
-            let built = prompt::build(&conversation, sources.as_deref(), &parts);
+            let built = prompt::build(&conversation, sources.as_deref());
             let prompt = generator.prompt_ids(&built)?;
             Ok(Prepared {
                 generator,
