@@ -204,7 +204,7 @@ fn strip_markers(answer: &str) -> String {
 /// source dated 14 July, and "2025-11-24" is not supported by a source that has 2025 and 24 in
 /// other places.
 fn comparable(text: &str) -> String {
-    let text = airlock_eval::metrics::normalize(text);
+    let text = airlock_eval::metrics::normalize(&without_list_numbers(text));
     let b = text.as_bytes();
     let digits =
         |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
@@ -230,6 +230,24 @@ fn comparable(text: &str) -> String {
         let c = text[i..].chars().next().unwrap_or(' ');
         out.push(c);
         i += c.len_utf8();
+    }
+    out
+}
+
+/// `text` without the numbers of numbered list items ("2. Escalate …" at the start of a line):
+/// they order steps and are not figures an answer could take from the source.
+fn without_list_numbers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.split_inclusive('\n') {
+        let body = line.trim_start();
+        let digits = body.bytes().take_while(u8::is_ascii_digit).count();
+        let numbered = (1..=3).contains(&digits)
+            && matches!(body.as_bytes().get(digits), Some(b'.' | b')'))
+            && body
+                .as_bytes()
+                .get(digits + 1)
+                .is_some_and(u8::is_ascii_whitespace);
+        out.push_str(if numbered { &body[digits + 1..] } else { line });
     }
     out
 }
@@ -777,6 +795,14 @@ mod name_tests {
             comparable("on 2026-06-27, ref 2026-06-271"),
             "on 20260627, ref 2026-06-271"
         );
+        // The number of a list item is not a figure; a figure at the start of a line is.
+        let steps = "Actions:\n1. Review the logs.\n 2) Escalate.\n12 accounts were closed.";
+        assert_eq!(
+            cited("2", "Which incident number?", &[steps]).by,
+            CitedBy::Unsupported
+        );
+        assert_eq!(cited("12", "How many accounts?", &[steps]).sources, [1]);
+        assert_eq!(without_list_numbers("1. a\n2.5 b\n3.\tc"), " a\n2.5 b\n\tc");
     }
 
     #[test]
