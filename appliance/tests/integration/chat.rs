@@ -148,6 +148,16 @@ async fn non_streaming_answer_cites_only_readable_chunks() {
 }
 
 /// `POST /v1/chat/completions` as `token`.
+/// The value of an unlabelled counter in `/metrics`.
+async fn counter(t: &TestApp, name: &str) -> u64 {
+    let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
+    m.text
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {}", m.text))
+}
+
 async fn ask(t: &TestApp, token: &str, body: Value) -> crate::support::Resp {
     t.call(
         Method::POST,
@@ -390,14 +400,7 @@ async fn focus_embeds_the_candidate_sentences_at_the_full_pipeline_rung_only() {
         t.user("pia", &["pay"])
     }
     async fn embedded(t: &TestApp) -> u64 {
-        let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
-        m.text
-            .lines()
-            .find_map(|l| l.strip_prefix("airlock_focus_sentences_embedded_total "))
-            .unwrap_or_else(|| panic!("no focus metric in {}", m.text))
-            .trim()
-            .parse()
-            .unwrap()
+        counter(t, "airlock_focus_sentences_embedded_total").await
     }
     let body = json!({
         "messages": [{"role": "user",
@@ -481,14 +484,6 @@ async fn a_question_about_two_subjects_gets_each_subjects_sources() {
         }
         t.user("ria", &["retail"])
     }
-    async fn facets(t: &TestApp) -> String {
-        let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
-        m.text
-            .lines()
-            .find(|l| l.starts_with("airlock_facet_questions_total "))
-            .unwrap_or_else(|| panic!("no facet metric in {}", m.text))
-            .to_string()
-    }
     let body = json!({
         "messages": [{"role": "user",
                       "content": "What is the interest rate for the Halcyon Family ISA, and \
@@ -513,7 +508,7 @@ async fn a_question_about_two_subjects_gets_each_subjects_sources() {
     let r = ask(&t, &ria, body.clone()).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     assert_eq!(listed(&r), ["doc-isa", "doc-mortgage"], "{}", r.text);
-    assert_eq!(facets(&t).await, "airlock_facet_questions_total 1");
+    assert_eq!(counter(&t, "airlock_facet_questions_total").await, 1);
 
     // One retrieval for the whole question: its top 2 are both about the ISA.
     let t = TestApp::with_config(airlock::config::Config {
@@ -526,7 +521,7 @@ async fn a_question_about_two_subjects_gets_each_subjects_sources() {
     let docs = listed(&r);
     assert!(!docs.contains(&"doc-mortgage".to_string()), "{}", r.text);
     assert!(!docs.contains(&"doc-secret".to_string()), "{}", r.text);
-    assert_eq!(facets(&t).await, "airlock_facet_questions_total 0");
+    assert_eq!(counter(&t, "airlock_facet_questions_total").await, 0);
 }
 
 /// `cited` names sources by their `n` (1..=listed), ascending, with how they were found.
