@@ -69,6 +69,16 @@ pub struct DocGrants {
     pub groups: Vec<String>,
 }
 
+impl DocGrants {
+    /// Checks the document id and every user and group id (what [`Acl::set_document_grants`]
+    /// refuses), so a caller can refuse a request before doing any other work.
+    pub fn validate(&self, doc_id: &str) -> Result<(), Error> {
+        check_id(IdKind::Document, doc_id)?;
+        check_ids(IdKind::User, &self.users)?;
+        check_ids(IdKind::Group, &self.groups)
+    }
+}
+
 /// Result of [`Acl::set_document_grants`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct GrantOutcome {
@@ -464,10 +474,27 @@ impl Acl {
         doc_id: &str,
         grants: &DocGrants,
     ) -> Result<GrantOutcome, Error> {
-        check_id(IdKind::Document, doc_id)?;
-        check_ids(IdKind::User, &grants.users)?;
-        check_ids(IdKind::Group, &grants.groups)?;
-        let ((ordinal, changed), access_changed) = self.mutate(
+        self.set_document_grants_with(actor, doc_id, grants, |_| Ok(()), || {})
+    }
+
+    /// [`Acl::set_document_grants`] with another write in the same SQLite transaction: `also`
+    /// runs after the grant rows are written and before the commit (an `Err` from it rolls the
+    /// grant back with it, and nothing changes), and `before_publish` runs after the commit,
+    /// just before the new readable sets are published.
+    ///
+    /// `PUT /v1/documents/{doc_id}` with an `acl` stores the document's content through
+    /// `also`, so content and grant commit together or not at all, and hides the old version's
+    /// chunks in `before_publish`, so no reader ever sees the old content under the new grant.
+    pub fn set_document_grants_with(
+        &self,
+        actor: &str,
+        doc_id: &str,
+        grants: &DocGrants,
+        also: impl FnOnce(&Transaction<'_>) -> Result<(), Error>,
+        before_publish: impl FnOnce(),
+    ) -> Result<GrantOutcome, Error> {
+        grants.validate(doc_id)?;
+        let ((ordinal, changed), access_changed) = self.mutate_with(
             |tx, m, p| {
                 let (ordinal, fresh) = resolve_ordinal(tx, m, doc_id)?;
                 let g = m.grant_from(&grants.users, &grants.groups);
@@ -477,6 +504,8 @@ impl Acl {
                     store::write_grant(tx, ordinal, &old, &g)
                         .map_err(Error::db("writing a document grant"))?;
                 }
+                // Before the model is touched: an `Err` here leaves it as it was.
+                also(tx)?;
                 if let Some(id) = fresh {
                     m.ordinals.insert(id, ordinal);
                 }
@@ -491,6 +520,7 @@ impl Acl {
                 detail: json!({"action": "document_grants", "doc_id": doc_id,
                                "users": grants.users, "groups": grants.groups}),
             },
+            before_publish,
         )?;
         Ok(GrantOutcome {
             ordinal,
@@ -614,6 +644,16 @@ impl Acl {
         op: impl FnOnce(&Transaction<'_>, &mut Model, &mut Pending) -> Result<T, Error>,
         record: impl FnOnce(&T, usize) -> Record<'r>,
     ) -> Result<(T, usize), Error> {
+        self.mutate_with(op, record, || {})
+    }
+
+    /// [`Acl::mutate`] with a hook run after the commit, before the new view is published.
+    fn mutate_with<'r, T>(
+        &self,
+        op: impl FnOnce(&Transaction<'_>, &mut Model, &mut Pending) -> Result<T, Error>,
+        record: impl FnOnce(&T, usize) -> Record<'r>,
+        before_publish: impl FnOnce(),
+    ) -> Result<(T, usize), Error> {
         let mut guard = self.writer.lock();
         let w = &mut *guard;
         if w.stale {
@@ -647,6 +687,7 @@ impl Acl {
             commit_ms = (t.elapsed().as_millis() as u64).saturating_sub(recompute_ms),
             "acl change committed"
         );
+        before_publish();
         let old = self.view.load_full();
         let mut users = old.users.clone();
         for (u, v) in prepared.users {

@@ -129,6 +129,14 @@ pub enum Error {
         /// Highest version this build knows.
         supported: i64,
     },
+    /// A write committed together with an ACL change (see [`crate::Acl::set_document_grants_with`])
+    /// failed; the change was rolled back with it.
+    #[error("a write joined to the ACL change failed; nothing was applied")]
+    Joined {
+        /// The joined write's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The stored state violates an invariant (e.g. an unknown role name in a row).
     #[error("ACL database is inconsistent: {detail}")]
     Corrupt {
@@ -151,6 +159,7 @@ impl Error {
             | Error::Open { .. }
             | Error::Database { .. }
             | Error::SchemaTooNew { .. }
+            | Error::Joined { .. }
             | Error::Corrupt { .. } => false,
         }
     }

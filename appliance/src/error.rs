@@ -188,6 +188,7 @@ impl From<airlock_acl::Error> for ApiError {
             | E::Open { .. }
             | E::Database { .. }
             | E::SchemaTooNew { .. }
+            | E::Joined { .. }
             | E::Corrupt { .. } => ApiError::internal(error_chain(&e)),
         }
     }

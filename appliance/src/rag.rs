@@ -153,22 +153,40 @@ pub fn retrieve(
 /// The generation-time re-check: keeps a chunk only if the caller may read its document in the
 /// CURRENT ACL state and the chunk is still live (not tombstoned or superseded). Returns the
 /// kept chunks and the document ids of the dropped ones.
+///
+/// The ACL state and the chunk snapshot are published separately, so the check reads one ACL
+/// state, checks every chunk against it, and starts again if the ACL state changed meanwhile:
+/// writers hide a document's old chunks before a new grant is published and show its new
+/// chunks only after, so a chunk live under a stable ACL state is readable under that state's
+/// grant. When the ACL state keeps changing, nothing is kept.
 pub fn recheck(
     services: &Services,
     user_id: &str,
     results: Vec<SearchResult>,
 ) -> (Vec<SearchResult>, Vec<String>) {
-    let allow_now = services.acl.allow_set(user_id);
-    let mut kept = Vec::with_capacity(results.len());
-    let mut dropped = Vec::new();
-    for r in results {
-        if services.acl.can_read(user_id, r.doc_ordinal)
-            && services.retrieval.is_visible(r.chunk_id, &allow_now)
-        {
-            kept.push(r);
-        } else {
-            dropped.push(r.doc_id);
+    const ATTEMPTS: usize = 8;
+    for _ in 0..ATTEMPTS {
+        let state = services.acl.snapshot();
+        let allow = state.allow_set(user_id);
+        let keep: Vec<bool> = results
+            .iter()
+            .map(|r| services.retrieval.is_visible(r.chunk_id, &allow))
+            .collect();
+        if services.acl.snapshot().generation() != state.generation() {
+            continue;
         }
+        let mut kept = Vec::with_capacity(results.len());
+        let mut dropped = Vec::new();
+        for (r, k) in results.into_iter().zip(keep) {
+            if k {
+                kept.push(r);
+            } else {
+                dropped.push(r.doc_id);
+            }
+        }
+        return (kept, dropped);
     }
-    (kept, dropped)
+    tracing::warn!("re-check: the ACL state changed during every attempt; dropping all chunks");
+    let dropped = results.into_iter().map(|r| r.doc_id).collect();
+    (Vec::new(), dropped)
 }

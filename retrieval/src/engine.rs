@@ -688,41 +688,39 @@ impl Retrieval {
         if docs.is_empty() {
             return Ok(());
         }
-        let mut committed = store.upsert(docs)?;
+        let committed = store.upsert(docs)?;
+        self.publish_and_index(&store, committed, Publish::All, report, progress)?;
+        drop(store);
+        Ok(())
+    }
+
+    /// Makes committed rows visible: the replaced versions' chunks die and the new chunks are
+    /// mapped (in one snapshot, or only one of the two with `only`), then the new chunks are
+    /// indexed.
+    fn publish_and_index(
+        &self,
+        store: &Store,
+        mut committed: Committed,
+        only: Publish,
+        report: &mut IngestReport,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<()> {
         // A document given twice in one batch: its first version's chunks died in the same
         // transaction; they are neither mapped nor indexed.
         if !committed.dead.is_empty() {
             let dead: RoaringBitmap = committed.dead.iter().copied().collect();
             committed.added.retain(|a| !dead.contains(a.0));
         }
-        progress(Progress::Committed {
-            docs: committed.outcomes.len(),
-            chunks: committed.added.len(),
-        });
-        // Publish: the old versions' chunks are dead from here on.
-        let old = self.snapshot.load_full();
-        let mut map = old.map.clone();
-        let mut dead = old.dead.clone();
-        for &ord in &committed.replaced_docs {
-            map.remove_doc(ord);
+        if only != Publish::Additions {
+            progress(Progress::Committed {
+                docs: committed.outcomes.len(),
+                chunks: committed.added.len(),
+            });
         }
-        dead.extend(committed.dead.iter().copied());
-        for (id, ord, _, _) in &committed.added {
-            map.insert(*id, *ord);
+        self.publish(store, &committed, only)?;
+        if only == Publish::Removals {
+            return Ok(());
         }
-        let live_docs = store.live_doc_count()?;
-        let was_live = committed
-            .dead
-            .iter()
-            .filter(|&&c| old.map.doc_of(c).is_some())
-            .count();
-        let live_chunks = old.live_chunks + committed.added.len() as u64 - was_live as u64;
-        self.snapshot.store(Arc::new(Snapshot {
-            map,
-            dead,
-            live_chunks,
-            live_docs,
-        }));
         // Index (idempotent by chunk id; repaired on open if this does not finish).
         let idx = self.indexes.load_full();
         let bm25_add: Vec<(u32, String)> = committed
@@ -743,9 +741,136 @@ impl Retrieval {
         progress(Progress::Indexed {
             chunks: committed.added.len(),
         });
-        drop(store);
         report.outcomes.extend(committed.outcomes);
         Ok(())
+    }
+
+    /// Publishes a new snapshot: from here on the replaced versions' chunks are dead
+    /// ([`Publish::Removals`]), the new chunks are mapped ([`Publish::Additions`]), or both.
+    fn publish(&self, store: &Store, committed: &Committed, only: Publish) -> Result<()> {
+        let live_docs = store.live_doc_count()?;
+        self.publish_counted(committed, only, live_docs);
+        Ok(())
+    }
+
+    /// [`Retrieval::publish`] with the live document count given (no I/O, cannot fail).
+    fn publish_counted(&self, committed: &Committed, only: Publish, live_docs: u64) {
+        let old = self.snapshot.load_full();
+        let mut map = old.map.clone();
+        let mut dead = old.dead.clone();
+        let mut live_chunks = old.live_chunks;
+        if only != Publish::Additions {
+            let was_live = committed
+                .dead
+                .iter()
+                .filter(|&&c| old.map.doc_of(c).is_some())
+                .count();
+            for &ord in &committed.replaced_docs {
+                map.remove_doc(ord);
+            }
+            dead.extend(committed.dead.iter().copied());
+            live_chunks -= was_live as u64;
+        }
+        if only != Publish::Removals {
+            for (id, ord, _, _) in &committed.added {
+                map.insert(*id, *ord);
+            }
+            live_chunks += committed.added.len() as u64;
+        }
+        self.snapshot.store(Arc::new(Snapshot {
+            map,
+            dead,
+            live_chunks,
+            live_docs,
+        }));
+    }
+
+    /// Validates, chunks and embeds one document without storing anything (the refusals of
+    /// [`Retrieval::upsert_one`] happen here), for [`Retrieval::upsert_joined`].
+    pub fn stage(&self, doc: DocumentInput) -> Result<Staged> {
+        let existing = self.live_versions(std::iter::once(doc.doc_id.as_str()))?;
+        match self.prepare(doc, &existing)? {
+            Err(same) => Ok(Staged {
+                doc: None,
+                unchanged: Some(same),
+            }),
+            Ok(p) => {
+                let total = p.spans.len();
+                let doc = self.embed_prepared(vec![p], total, &mut |_| {})?.pop();
+                Ok(Staged {
+                    doc,
+                    unchanged: None,
+                })
+            }
+        }
+    }
+
+    /// Stores a staged document in a transaction of its own ([`Retrieval::upsert_one`] after
+    /// [`Retrieval::stage`]).
+    pub fn upsert_staged(&self, staged: Staged) -> Result<UpsertOutcome> {
+        let mut report = IngestReport::default();
+        if let Some(doc) = staged.doc {
+            let writer = self.writer.lock();
+            self.commit_and_index(writer, vec![doc], &mut report, &mut |_| {})?;
+        }
+        report
+            .outcomes
+            .pop()
+            .or(staged.unchanged)
+            .ok_or_else(|| Error::Corrupt("upsert of one document reported nothing".into()))
+    }
+
+    /// Stores a staged document in another component's SQLite transaction (the document's
+    /// grant, written by `airlock-acl`): `commit` opens the transaction on the same database
+    /// file, calls [`JointWrite::write`] inside it, commits, then calls
+    /// [`JointWrite::hide_replaced`] before it publishes its own change. The old version's
+    /// chunks are therefore invisible before the new grant applies, and the new chunks become
+    /// visible only after it. When `commit` fails before committing, nothing is stored.
+    /// Other writes of this engine wait meanwhile.
+    pub fn upsert_joined<E>(
+        &self,
+        staged: Staged,
+        commit: impl FnOnce(&mut JointWrite<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<UpsertOutcome, E>
+    where
+        E: From<Error>,
+    {
+        let store = self.writer.lock();
+        let mut joint = JointWrite {
+            engine: self,
+            store: &store,
+            doc: staged.doc,
+            committed: None,
+            hidden: false,
+        };
+        let result = commit(&mut joint);
+        let JointWrite {
+            committed, hidden, ..
+        } = joint;
+        let mut report = IngestReport::default();
+        if let Some(committed) = committed {
+            // Rows written: were they committed? Always so once hidden (after the commit);
+            // otherwise the store says whether the new version is there.
+            let landed = hidden || {
+                let o = &committed.outcomes[0];
+                let info = Store::document(&store.conn, &o.doc_id).map_err(|e| store.err(e))?;
+                info.is_some_and(|i| i.version == o.version && i.deleted_at_ms.is_none())
+            };
+            if landed {
+                let only = if hidden {
+                    Publish::Additions
+                } else {
+                    Publish::All
+                };
+                self.publish_and_index(&store, committed, only, &mut report, &mut |_| {})?;
+            }
+        }
+        result?;
+        drop(store);
+        if let Some(outcome) = report.outcomes.pop().or(staged.unchanged) {
+            return Ok(outcome);
+        }
+        Err(Error::Corrupt("a joined upsert stored nothing".into()).into())
     }
 
     // ----------------------------------------------------------------------------------------
@@ -1072,6 +1197,56 @@ impl Retrieval {
             pool.push(conn);
         }
         r
+    }
+}
+
+/// Which half of a committed write [`Retrieval::publish`] makes visible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Publish {
+    /// The replaced versions die and the new chunks appear, in one snapshot.
+    All,
+    /// Only the replaced versions die (the new chunks stay unmapped, hence invisible).
+    Removals,
+    /// Only the new chunks appear (after [`Publish::Removals`]).
+    Additions,
+}
+
+/// A document validated, chunked and embedded by [`Retrieval::stage`], not yet stored.
+pub struct Staged {
+    doc: Option<NewDocument>,
+    unchanged: Option<UpsertOutcome>,
+}
+
+/// The engine's side of a write committed in another component's transaction (see
+/// [`Retrieval::upsert_joined`]).
+pub struct JointWrite<'a> {
+    engine: &'a Retrieval,
+    store: &'a Store,
+    doc: Option<NewDocument>,
+    committed: Option<Committed>,
+    hidden: bool,
+}
+
+impl JointWrite<'_> {
+    /// Writes the staged document's rows in `tx` (a transaction on the engine's database file,
+    /// committed by the caller). Nothing to write when the document is unchanged.
+    pub fn write(&mut self, tx: &rusqlite::Transaction<'_>) -> Result<()> {
+        if let Some(doc) = self.doc.take() {
+            self.committed = Some(Store::upsert_in(tx, &self.store.path, vec![doc])?);
+        }
+        Ok(())
+    }
+
+    /// Called once the transaction is committed: the replaced version's chunks die now, while
+    /// the new chunks stay invisible until [`Retrieval::upsert_joined`] returns.
+    /// Cannot fail: it does no I/O (the live document count is corrected when the new chunks
+    /// appear).
+    pub fn hide_replaced(&mut self) {
+        if let Some(c) = &self.committed {
+            let live_docs = self.engine.snapshot.load().live_docs;
+            self.engine.publish_counted(c, Publish::Removals, live_docs);
+            self.hidden = true;
+        }
     }
 }
 

@@ -298,11 +298,26 @@ impl Store {
     /// unchanged documents are skipped. Returns what to index.
     pub(crate) fn upsert(&mut self, docs: Vec<NewDocument>) -> Result<Committed> {
         let path = self.path.clone();
-        let e = |source| Error::Store {
+        let tx = self.conn.transaction().map_err(|source| Error::Store {
             path: path.clone(),
             source,
+        })?;
+        let out = Store::upsert_in(&tx, &path, docs)?;
+        tx.commit().map_err(|source| Error::Store { path, source })?;
+        Ok(out)
+    }
+
+    /// The rows of [`Store::upsert`], written in `tx` (which the caller commits: a document and
+    /// its grant are written in one transaction). `path` names the file in errors.
+    pub(crate) fn upsert_in(
+        tx: &rusqlite::Transaction<'_>,
+        path: &Path,
+        docs: Vec<NewDocument>,
+    ) -> Result<Committed> {
+        let e = |source| Error::Store {
+            path: path.to_path_buf(),
+            source,
         };
-        let tx = self.conn.transaction().map_err(e)?;
         let mut next: i64 = tx
             .query_row(
                 "SELECT value FROM retrieval_meta WHERE key = 'next_chunk_id'",
@@ -400,8 +415,7 @@ impl Store {
                 status,
             });
         }
-        Store::set_meta(&tx, "next_chunk_id", next).map_err(e)?;
-        tx.commit().map_err(e)?;
+        Store::set_meta(tx, "next_chunk_id", next).map_err(e)?;
         out.next_chunk_id = next as u32;
         Ok(out)
     }

@@ -33,8 +33,12 @@ pub struct PutDocument {
 }
 
 /// `PUT /v1/documents/{doc_id}` → 201 created / 200 replaced `{"doc_id","version","chunks"}`,
-/// durable when sent. The grant is written before the content, so new content is never
-/// readable under an older, wider grant.
+/// durable when sent.
+///
+/// Everything is validated first (id, grant, size, text, chunking, embedding); a refused
+/// request changes nothing. With an `acl`, content and grant are written in one SQLite
+/// transaction, and the old version's chunks are hidden before the new grant applies, so no
+/// reader ever sees the old content under the new grant or the new content under the old one.
 pub async fn put(
     State(state): State<AppState>,
     Admin(actor): Admin,
@@ -45,13 +49,32 @@ pub async fn put(
     let outcome = blocking(move || {
         airlock_retrieval::ingest::validate_doc_id(&doc_id)?;
         if let Some(grants) = &body.acl {
-            services
-                .acl
-                .set_document_grants(&actor.user_id, &doc_id, grants)?;
+            grants.validate(&doc_id)?;
         }
-        let mut doc = DocumentInput::new(doc_id, body.title, body.text);
+        let mut doc = DocumentInput::new(doc_id.clone(), body.title, body.text);
         doc.metadata = body.metadata;
-        Ok(services.retrieval.upsert_one(doc)?)
+        let staged = services.retrieval.stage(doc)?;
+        let Some(grants) = &body.acl else {
+            return Ok(services.retrieval.upsert_staged(staged)?);
+        };
+        services.retrieval.upsert_joined(staged, |joint| {
+            let joint = std::cell::RefCell::new(joint);
+            services.acl.set_document_grants_with(
+                &actor.user_id,
+                &doc_id,
+                grants,
+                |tx| {
+                    joint
+                        .borrow_mut()
+                        .write(tx)
+                        .map_err(|e| airlock_acl::Error::Joined {
+                            source: Box::new(e),
+                        })
+                },
+                || joint.borrow_mut().hide_replaced(),
+            )?;
+            Ok::<_, ApiError>(())
+        })
     })
     .await?;
     let status = match outcome.status {

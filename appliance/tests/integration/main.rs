@@ -8,6 +8,7 @@ mod eval;
 mod feedback;
 mod focus;
 mod ladder;
+mod refusals;
 mod sandbox;
 mod startup;
 mod support;
