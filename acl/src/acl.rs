@@ -69,6 +69,31 @@ pub struct DocGrants {
     pub groups: Vec<String>,
 }
 
+/// Who makes an admin change, for its audit row: the acting user and, for a change made over
+/// HTTP, the request id. A plain `&str` is an actor without a request id (CLI, tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Actor<'a> {
+    /// The acting user (or the CLI's fixed actor name).
+    pub user_id: &'a str,
+    /// The HTTP request that made the change.
+    pub request_id: Option<&'a str>,
+}
+
+impl<'a> From<&'a str> for Actor<'a> {
+    fn from(user_id: &'a str) -> Self {
+        Actor {
+            user_id,
+            request_id: None,
+        }
+    }
+}
+
+impl<'a> From<&'a String> for Actor<'a> {
+    fn from(user_id: &'a String) -> Self {
+        Actor::from(user_id.as_str())
+    }
+}
+
 impl DocGrants {
     /// Checks the document id and every user and group id (what [`Acl::set_document_grants`]
     /// refuses), so a caller can refuse a request before doing any other work.
@@ -106,6 +131,14 @@ pub struct SyncCounts {
     /// Users whose readable set differs afterwards (removed users who could read something
     /// count).
     pub users_access_changed: usize,
+}
+
+/// Options of [`Acl::sync_snapshot_with`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyncOptions {
+    /// Apply a snapshot with no user and no document line (removes every user but the local
+    /// operators, and every grant). Refused otherwise.
+    pub allow_empty: bool,
 }
 
 /// Users touched by one change, with their new entries computed before the commit.
@@ -309,7 +342,13 @@ impl Acl {
     /// Creates a user with groups and roles and issues their first bearer token, which is
     /// returned and never retrievable again (`airlock user add`, `airlock demo`).
     /// Errors: [`Error::UserExists`], [`Error::InvalidId`].
-    pub fn add_user(&self, actor: &str, user_id: &str, new: &NewUser) -> Result<String, Error> {
+    pub fn add_user<'a>(
+        &self,
+        actor: impl Into<Actor<'a>>,
+        user_id: &str,
+        new: &NewUser,
+    ) -> Result<String, Error> {
+        let actor = actor.into();
         check_id(IdKind::User, user_id)?;
         check_ids(IdKind::Group, &new.groups)?;
         let (token, digest) = token::generate();
@@ -341,9 +380,9 @@ impl Acl {
             },
             |_, _| Record {
                 kind: AuditKind::Admin,
-                actor: Some(actor),
+                actor: Some(actor.user_id),
                 user_id: Some(user_id),
-                request_id: None,
+                request_id: actor.request_id,
                 detail: json!({"action": "user_add", "groups": new.groups,
                                "roles": new.roles, "local": new.local}),
             },
@@ -353,12 +392,13 @@ impl Acl {
 
     /// `PUT /v1/acl/users/{user_id}`: replaces the user's groups (and roles when given). A new
     /// id is created as a local user without a token (issue one with [`Acl::issue_token`]).
-    pub fn put_user(
+    pub fn put_user<'a>(
         &self,
-        actor: &str,
+        actor: impl Into<Actor<'a>>,
         user_id: &str,
         spec: &UserSpec,
     ) -> Result<PutUserOutcome, Error> {
+        let actor = actor.into();
         check_id(IdKind::User, user_id)?;
         check_ids(IdKind::Group, &spec.groups)?;
         let (created, access_changed) = self.mutate(
@@ -392,9 +432,9 @@ impl Acl {
             },
             |created, _| Record {
                 kind: AuditKind::Admin,
-                actor: Some(actor),
+                actor: Some(actor.user_id),
                 user_id: Some(user_id),
-                request_id: None,
+                request_id: actor.request_id,
                 detail: json!({"action": "user_put", "created": created,
                                "groups": spec.groups, "roles": spec.roles}),
             },
@@ -408,7 +448,8 @@ impl Acl {
     /// Removes a user (local or not) with memberships, roles and token: their token fails at
     /// once and their set becomes empty. Grants naming the id stay on the documents.
     /// Errors: [`Error::UnknownUser`].
-    pub fn remove_user(&self, actor: &str, user_id: &str) -> Result<(), Error> {
+    pub fn remove_user<'a>(&self, actor: impl Into<Actor<'a>>, user_id: &str) -> Result<(), Error> {
+        let actor = actor.into();
         self.mutate(
             |tx, m, p| {
                 let Some(u) = m.users.get_key_value(user_id).map(|(k, _)| k.clone()) else {
@@ -424,9 +465,9 @@ impl Acl {
             },
             |_, _| Record {
                 kind: AuditKind::Admin,
-                actor: Some(actor),
+                actor: Some(actor.user_id),
                 user_id: Some(user_id),
-                request_id: None,
+                request_id: actor.request_id,
                 detail: json!({"action": "user_remove"}),
             },
         )
@@ -436,7 +477,12 @@ impl Acl {
     /// Issues a new bearer token for an existing user, invalidating the previous one at once
     /// (`POST /v1/acl/users/{id}/token`, `airlock user token ID`). The token is returned once;
     /// only its SHA-256 is stored. Errors: [`Error::UnknownUser`].
-    pub fn issue_token(&self, actor: &str, user_id: &str) -> Result<String, Error> {
+    pub fn issue_token<'a>(
+        &self,
+        actor: impl Into<Actor<'a>>,
+        user_id: &str,
+    ) -> Result<String, Error> {
+        let actor = actor.into();
         let (token, digest) = token::generate();
         self.mutate(
             |tx, m, p| {
@@ -455,9 +501,9 @@ impl Acl {
             },
             |_, _| Record {
                 kind: AuditKind::Admin,
-                actor: Some(actor),
+                actor: Some(actor.user_id),
                 user_id: Some(user_id),
-                request_id: None,
+                request_id: actor.request_id,
                 detail: json!({"action": "token_issue"}),
             },
         )?;
@@ -468,9 +514,9 @@ impl Acl {
     /// replaces who may read the document. Assigns the document's ordinal if it has none yet.
     /// Only the users named in the old or new grant and the members of its old or new groups are
     /// recomputed.
-    pub fn set_document_grants(
+    pub fn set_document_grants<'a>(
         &self,
-        actor: &str,
+        actor: impl Into<Actor<'a>>,
         doc_id: &str,
         grants: &DocGrants,
     ) -> Result<GrantOutcome, Error> {
@@ -485,14 +531,15 @@ impl Acl {
     /// `PUT /v1/documents/{doc_id}` with an `acl` stores the document's content through
     /// `also`, so content and grant commit together or not at all, and hides the old version's
     /// chunks in `before_publish`, so no reader ever sees the old content under the new grant.
-    pub fn set_document_grants_with(
+    pub fn set_document_grants_with<'a>(
         &self,
-        actor: &str,
+        actor: impl Into<Actor<'a>>,
         doc_id: &str,
         grants: &DocGrants,
         also: impl FnOnce(&Transaction<'_>) -> Result<(), Error>,
         before_publish: impl FnOnce(),
     ) -> Result<GrantOutcome, Error> {
+        let actor = actor.into();
         grants.validate(doc_id)?;
         let ((ordinal, changed), access_changed) = self.mutate_with(
             |tx, m, p| {
@@ -514,9 +561,9 @@ impl Acl {
             },
             |_, _| Record {
                 kind: AuditKind::Admin,
-                actor: Some(actor),
+                actor: Some(actor.user_id),
                 user_id: None,
-                request_id: None,
+                request_id: actor.request_id,
                 detail: json!({"action": "document_grants", "doc_id": doc_id,
                                "users": grants.users, "groups": grants.groups}),
             },
@@ -560,10 +607,32 @@ impl Acl {
     /// users keep their roles and token; if the snapshot names one, its groups apply to it.
     /// Only the affected users' bitmaps are recomputed, then the new state is swapped in.
     /// Applying the same snapshot twice changes nothing (all counts zero the second time).
-    pub fn sync_snapshot(&self, actor: &str, input: impl Read) -> Result<SyncCounts, Error> {
+    ///
+    /// A snapshot with no line at all (which would remove every user but the local operators,
+    /// and every grant) is refused with [`Error::EmptySnapshot`]; see
+    /// [`Acl::sync_snapshot_with`] to apply one on purpose.
+    pub fn sync_snapshot<'a>(
+        &self,
+        actor: impl Into<Actor<'a>>,
+        input: impl Read,
+    ) -> Result<SyncCounts, Error> {
+        self.sync_snapshot_with(actor, input, SyncOptions::default())
+    }
+
+    /// [`Acl::sync_snapshot`] with options (`allow_empty`: apply an empty snapshot).
+    pub fn sync_snapshot_with<'a>(
+        &self,
+        actor: impl Into<Actor<'a>>,
+        input: impl Read,
+        options: SyncOptions,
+    ) -> Result<SyncCounts, Error> {
+        let actor = actor.into();
         let started = std::time::Instant::now();
         let buf = snapshot::read_all(input)?;
         let snap = snapshot::parse(&buf)?;
+        if snap.users.is_empty() && snap.docs.is_empty() && !options.allow_empty {
+            return Err(Error::EmptySnapshot);
+        }
         tracing::info!(
             parse_ms = started.elapsed().as_millis() as u64,
             users = snap.users.len(),
@@ -574,9 +643,9 @@ impl Acl {
             |tx, m, p| apply_snapshot(tx, m, p, &snap),
             |counts, access_changed| Record {
                 kind: AuditKind::Sync,
-                actor: Some(actor),
+                actor: Some(actor.user_id),
                 user_id: None,
-                request_id: None,
+                request_id: actor.request_id,
                 detail: json!(SyncCounts {
                     users_access_changed: access_changed,
                     ..*counts
@@ -587,6 +656,26 @@ impl Acl {
             users_access_changed: access_changed,
             ..counts
         })
+    }
+
+    /// Audits an admin change made outside this crate (document writes, deletes, reconcile,
+    /// purge): ids and counts only, never content.
+    pub fn audit_admin<'a>(
+        &self,
+        actor: impl Into<Actor<'a>>,
+        detail: serde_json::Value,
+    ) -> Result<(), Error> {
+        let actor = actor.into();
+        audit::append(
+            &self.side.lock(),
+            &Record {
+                kind: AuditKind::Admin,
+                actor: Some(actor.user_id),
+                user_id: None,
+                request_id: actor.request_id,
+                detail,
+            },
+        )
     }
 
     /// Audits the document ids shown to `user_id` (used as context or cited) for one request.

@@ -94,6 +94,14 @@ pub enum Error {
         /// How many lines were rejected in total.
         total: usize,
     },
+    /// The IAM snapshot has no user and no document line; applying it would remove every user
+    /// but the local operators and every document grant. Nothing was applied.
+    #[error(
+        "the IAM snapshot is empty (no user or document line): applying it would remove every \
+         user except local operators and every document grant; nothing was applied (say \
+         allow_empty to apply it on purpose)"
+    )]
+    EmptySnapshot,
     /// Reading the snapshot stream failed (I/O); nothing was applied.
     #[error("reading the IAM snapshot failed at line {line}")]
     SnapshotRead {
@@ -154,7 +162,8 @@ impl Error {
             | Error::UnknownUser { .. }
             | Error::UserExists { .. }
             | Error::UnknownRole { .. }
-            | Error::Snapshot { .. } => true,
+            | Error::Snapshot { .. }
+            | Error::EmptySnapshot => true,
             Error::SnapshotRead { .. }
             | Error::Open { .. }
             | Error::Database { .. }

@@ -32,7 +32,9 @@ mod store;
 pub mod token;
 mod view;
 
-pub use acl::{Acl, DocGrants, GrantOutcome, NewUser, PutUserOutcome, SyncCounts, UserSpec};
+pub use acl::{
+    Acl, Actor, DocGrants, GrantOutcome, NewUser, PutUserOutcome, SyncCounts, SyncOptions, UserSpec,
+};
 pub use allow::AllowSet;
 pub use audit::{AuditEntry, AuditKind, AuditQuery};
 pub use error::{Error, IdKind, LineError, MAX_ID_BYTES};

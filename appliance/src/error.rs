@@ -183,7 +183,8 @@ impl From<airlock_acl::Error> for ApiError {
             E::InvalidId { .. }
             | E::UserExists { .. }
             | E::UnknownRole { .. }
-            | E::Snapshot { .. } => ApiError::InvalidRequest(e.to_string()),
+            | E::Snapshot { .. }
+            | E::EmptySnapshot => ApiError::InvalidRequest(e.to_string()),
             E::SnapshotRead { .. }
             | E::Open { .. }
             | E::Database { .. }

@@ -31,7 +31,7 @@ use crate::dense::DenseIndex;
 use crate::error::{Error, Result};
 use crate::fusion;
 use crate::ingest::{self, DocumentInput};
-use crate::store::{self, DocumentInfo, NewChunk, NewDocument, Store, UpsertOutcome};
+use crate::store::{self, Committed, DocumentInfo, NewChunk, NewDocument, Store, UpsertOutcome};
 use crate::traits::{Embed, Rerank};
 use crate::visibility::{ChunkMap, Visibility};
 
@@ -237,6 +237,28 @@ pub struct ReindexReport {
     pub chunks: u64,
     /// Index entries of dead chunks dropped.
     pub dropped: u64,
+    /// Wall time.
+    pub elapsed_ms: f64,
+}
+
+/// One document removed for good by [`Retrieval::purge`] (ids only, no content).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PurgedDocument {
+    /// External document id.
+    pub doc_id: String,
+    /// The version that was tombstoned.
+    pub version: String,
+    /// When it was tombstoned (Unix milliseconds).
+    pub deleted_at_ms: i64,
+}
+
+/// Result of [`Retrieval::purge`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PurgeReport {
+    /// The documents removed, sorted by id.
+    pub purged: Vec<PurgedDocument>,
+    /// The index rebuild that dropped them (none when nothing was due).
+    pub reindex: Option<ReindexReport>,
     /// Wall time.
     pub elapsed_ms: f64,
 }
@@ -924,7 +946,17 @@ impl Retrieval {
 
     /// Compares the store with the source's current id list: live documents the source no
     /// longer has are tombstoned, source ids with no live document are reported missing.
-    pub fn reconcile(&self, source_ids: &[String]) -> Result<ReconcileReport> {
+    ///
+    /// An empty list (which would tombstone every document) is refused with
+    /// [`Error::InvalidRequest`] unless `allow_empty`; nothing changes then.
+    pub fn reconcile(&self, source_ids: &[String], allow_empty: bool) -> Result<ReconcileReport> {
+        if source_ids.is_empty() && !allow_empty {
+            return Err(Error::InvalidRequest(
+                "the source id list is empty: reconciling it would tombstone every document; \
+                 nothing was changed (say allow_empty to do it on purpose)"
+                    .into(),
+            ));
+        }
         let live: std::collections::BTreeSet<String> =
             self.writer.lock().live_doc_ids()?.into_iter().collect();
         let source: std::collections::BTreeSet<&str> =
@@ -956,8 +988,42 @@ impl Retrieval {
     /// removes the old generation. Dead chunks are not carried over. Writes wait meanwhile;
     /// searches continue on the old generation until the switch.
     pub fn reindex(&self) -> Result<ReindexReport> {
-        let t = Instant::now();
         let store = self.writer.lock();
+        self.reindex_locked(&store)
+    }
+
+    /// Physically removes tombstoned documents deleted at or before `deleted_before_ms` (Unix
+    /// milliseconds): their rows leave the store, the indexes are rebuilt without them (the old
+    /// generation's files are removed), and the database file is vacuumed with its write-ahead
+    /// log truncated, so their text is in no file of the index root or the database. Writes
+    /// wait meanwhile; searches go on. Nothing is rebuilt when nothing is due.
+    pub fn purge(&self, deleted_before_ms: i64) -> Result<PurgeReport> {
+        let t = Instant::now();
+        let mut store = self.writer.lock();
+        let purged = store.purge(deleted_before_ms)?;
+        let reindex = if purged.is_empty() {
+            None
+        } else {
+            let r = self.reindex_locked(&store)?;
+            store.vacuum()?;
+            Some(r)
+        };
+        Ok(PurgeReport {
+            purged: purged
+                .into_iter()
+                .map(|(doc_id, version, deleted_at_ms)| PurgedDocument {
+                    doc_id,
+                    version,
+                    deleted_at_ms,
+                })
+                .collect(),
+            reindex,
+            elapsed_ms: ms(t),
+        })
+    }
+
+    fn reindex_locked(&self, store: &Store) -> Result<ReindexReport> {
+        let t = Instant::now();
         let old = self.indexes.load_full();
         let old_entries = old.bm25.num_docs();
         let generation = old.generation + 1;
@@ -1008,7 +1074,6 @@ impl Retrieval {
             // Searches still holding the old generation keep their open (mmapped) files.
             std::fs::remove_dir_all(&old_dir).map_err(|e| Error::io(&old_dir, e))?;
         }
-        drop(store);
         Ok(ReindexReport {
             generation,
             chunks,

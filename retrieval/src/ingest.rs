@@ -63,8 +63,9 @@ impl SourceFormat {
     }
 }
 
-/// Longest accepted document id, in bytes.
-pub const MAX_DOC_ID_BYTES: usize = 512;
+/// Longest accepted document id, in bytes: the ACL's id limit, so every stored document can be
+/// granted.
+pub const MAX_DOC_ID_BYTES: usize = airlock_acl::MAX_ID_BYTES;
 
 /// Checks an external document id: non-empty, at most [`MAX_DOC_ID_BYTES`], no control
 /// characters, no leading or trailing whitespace.
@@ -72,7 +73,7 @@ pub fn validate_doc_id(doc_id: &str) -> Result<()> {
     let reason = if doc_id.is_empty() {
         Some("empty")
     } else if doc_id.len() > MAX_DOC_ID_BYTES {
-        Some("longer than 512 bytes")
+        Some("longer than 256 bytes")
     } else if doc_id.chars().any(char::is_control) {
         Some("contains control characters")
     } else if doc_id.trim() != doc_id {

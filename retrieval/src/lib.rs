@@ -28,9 +28,9 @@ pub mod visibility;
 
 pub use config::{Bm25Config, ChunkConfig, RetrievalConfig, SearchConfig, StopWords};
 pub use engine::{
-    DeleteOutcome, IngestReport, JointWrite, Progress, ReconcileReport, ReindexReport,
-    RepairReport, Retrieval, SearchMode, SearchRequest, SearchResponse, SearchResult, StageScores,
-    Staged, Stats, Timings,
+    DeleteOutcome, IngestReport, JointWrite, Progress, PurgeReport, PurgedDocument,
+    ReconcileReport, ReindexReport, RepairReport, Retrieval, SearchMode, SearchRequest,
+    SearchResponse, SearchResult, StageScores, Staged, Stats, Timings,
 };
 pub use error::{Error, Result};
 pub use ingest::{DocumentInput, SourceFormat};

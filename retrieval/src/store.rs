@@ -303,7 +303,8 @@ impl Store {
             source,
         })?;
         let out = Store::upsert_in(&tx, &path, docs)?;
-        tx.commit().map_err(|source| Error::Store { path, source })?;
+        tx.commit()
+            .map_err(|source| Error::Store { path, source })?;
         Ok(out)
     }
 
@@ -334,7 +335,7 @@ impl Store {
             next_chunk_id: 0,
         };
         for doc in docs {
-            let ordinal = airlock_acl::ordinals::ensure(&tx, &doc.doc_id).map_err(e)?;
+            let ordinal = airlock_acl::ordinals::ensure(tx, &doc.doc_id).map_err(e)?;
             let existing: Option<(String, Option<i64>)> = tx
                 .query_row(
                     "SELECT version, deleted_at FROM documents WHERE ordinal = ?1",
@@ -364,7 +365,7 @@ impl Store {
                 Some((_, None)) => UpsertStatus::Replaced,
                 Some((_, Some(_))) | None => UpsertStatus::Created,
             };
-            let dead = delete_chunks(&tx, ordinal).map_err(e)?;
+            let dead = delete_chunks(tx, ordinal).map_err(e)?;
             if !dead.is_empty() {
                 out.replaced_docs.push(ordinal);
             }
@@ -468,6 +469,51 @@ impl Store {
             .map_err(|s| self.err(s))
     }
 
+    /// Removes tombstoned documents deleted at or before `cutoff_ms` for good: their rows go
+    /// (in one transaction, with `secure_delete` zeroing the freed space), then the file is
+    /// vacuumed and the write-ahead log truncated, so no page of the file keeps their text.
+    /// Returns what was removed (sorted by id).
+    pub(crate) fn purge(&mut self, cutoff_ms: i64) -> Result<Vec<(String, String, i64)>> {
+        let path = self.path.clone();
+        let e = |source| Error::Store {
+            path: path.clone(),
+            source,
+        };
+        let tx = self.conn.transaction().map_err(e)?;
+        let purged: Vec<(u32, String, String, i64)> = {
+            let mut st = tx
+                .prepare(
+                    "SELECT ordinal, doc_id, version, deleted_at FROM documents
+                     WHERE deleted_at IS NOT NULL AND deleted_at <= ?1 ORDER BY doc_id",
+                )
+                .map_err(e)?;
+            let rows = st
+                .query_map([cutoff_ms], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
+                .map_err(e)?;
+            rows.collect::<rusqlite::Result<_>>().map_err(e)?
+        };
+        for (ordinal, ..) in &purged {
+            delete_chunks(&tx, *ordinal).map_err(e)?;
+            tx.execute("DELETE FROM documents WHERE ordinal = ?1", [ordinal])
+                .map_err(e)?;
+        }
+        tx.commit().map_err(e)?;
+        Ok(purged
+            .into_iter()
+            .map(|(_, id, version, at)| (id, version, at))
+            .collect())
+    }
+
+    /// Rewrites the database file without free pages and truncates the write-ahead log, so
+    /// nothing deleted earlier remains in either file.
+    pub(crate) fn vacuum(&self) -> Result<()> {
+        self.conn
+            .execute_batch("VACUUM; PRAGMA wal_checkpoint(TRUNCATE);")
+            .map_err(|s| self.err(s))
+    }
+
     /// Number of live documents.
     pub(crate) fn live_doc_count(&self) -> Result<u64> {
         self.conn
@@ -553,6 +599,9 @@ pub(crate) fn open_conn(path: &Path) -> Result<Connection> {
     // an appliance that acknowledges on commit needs.
     conn.pragma_update(None, "synchronous", "FULL").map_err(e)?;
     conn.pragma_update(None, "foreign_keys", "ON").map_err(e)?;
+    // Deleted rows (tombstoned chunks, purged documents) are overwritten with zeros in the
+    // file instead of lingering in free pages (`airlock purge` also vacuums what came before).
+    conn.pragma_update(None, "secure_delete", "ON").map_err(e)?;
     Ok(conn)
 }
 

@@ -128,3 +128,65 @@ fn users_with_the_same_groups_share_one_bitmap() {
     assert_eq!(a.len(), 1);
     assert_eq!(c.len(), 2);
 }
+
+#[test]
+fn an_empty_snapshot_is_applied_only_on_purpose() {
+    let (_dir, acl) = temp_acl();
+    acl.put_user("root", "ann", &spec(&["hr"])).unwrap();
+    let g = DocGrants {
+        users: vec![],
+        groups: vec!["hr".into()],
+    };
+    acl.set_document_grants("root", "hr-1", &g).unwrap();
+    let ord = acl.ordinal("hr-1").unwrap().unwrap();
+    for empty in ["", "\n", "  \n\n \t\n"] {
+        let e = acl.sync_snapshot("root", empty.as_bytes()).unwrap_err();
+        assert!(matches!(e, airlock_acl::Error::EmptySnapshot), "{e}");
+        assert!(e.is_user_error());
+        assert!(
+            acl.can_read("ann", ord),
+            "a refused empty snapshot changed access"
+        );
+    }
+    let counts = acl
+        .sync_snapshot_with(
+            "root",
+            &b""[..],
+            airlock_acl::SyncOptions { allow_empty: true },
+        )
+        .unwrap();
+    assert_eq!(counts.grants_changed, 1);
+    assert!(!acl.can_read("ann", ord));
+}
+
+/// A joined write that fails rolls the grant back with it, and the published state is as before.
+#[test]
+fn a_failed_joined_write_changes_nothing() {
+    let (_dir, acl) = temp_acl();
+    acl.put_user("root", "ann", &spec(&["hr"])).unwrap();
+    let g = DocGrants {
+        users: vec![],
+        groups: vec!["hr".into()],
+    };
+    let mut published_hook = false;
+    let e = acl
+        .set_document_grants_with(
+            "root",
+            "doc-1",
+            &g,
+            |_| {
+                Err(airlock_acl::Error::Joined {
+                    source: "disk full".into(),
+                })
+            },
+            || published_hook = true,
+        )
+        .unwrap_err();
+    assert!(matches!(e, airlock_acl::Error::Joined { .. }));
+    assert!(!published_hook);
+    assert_eq!(acl.document_grants("doc-1").unwrap(), None);
+    assert!(acl.allow_set("ann").is_empty());
+    // The next write works from the unchanged state.
+    acl.set_document_grants("root", "doc-1", &g).unwrap();
+    assert_eq!(acl.allow_set("ann").len(), 1);
+}

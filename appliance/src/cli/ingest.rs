@@ -73,6 +73,55 @@ pub struct ReconcileArgs {
     /// The source's current document ids: one per line, or a JSON array.
     #[arg(long)]
     pub source_ids: PathBuf,
+    /// Accept an empty list (tombstones every document).
+    #[arg(long)]
+    pub allow_empty: bool,
+}
+
+/// `airlock purge`.
+#[derive(Debug, clap::Args)]
+pub struct PurgeArgs {
+    /// Data directory and keyring.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Only documents tombstoned at least this long ago: seconds, or a number with s, m, h or
+    /// d (`30d`). Default 0: every tombstoned document.
+    #[arg(long, default_value = "0", value_parser = parse_retention)]
+    pub retention: std::time::Duration,
+}
+
+fn parse_retention(s: &str) -> Result<std::time::Duration, String> {
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}`: expected a whole number with s, m, h or d"))?;
+    let secs = match unit {
+        "s" => Some(n),
+        "m" => n.checked_mul(60),
+        "h" => n.checked_mul(3600),
+        "d" => n.checked_mul(86_400),
+        _ => None,
+    }
+    .ok_or_else(|| format!("`{s}`: expected a whole number with s, m, h or d"))?;
+    Ok(std::time::Duration::from_secs(secs))
+}
+
+/// Removes tombstoned documents for good and prints the purge record.
+pub fn purge(args: PurgeArgs) -> anyhow::Result<bool> {
+    let retrieval = args.store.retrieval()?;
+    let acl = startup::open_acl(&args.store.data)?;
+    let record = crate::routes::documents::purge_documents(
+        &acl,
+        &retrieval,
+        airlock_acl::Actor::from(crate::cli::users::ACTOR),
+        args.retention,
+    )
+    .map_err(|e| anyhow::anyhow!("{}", e.problem().detail))?;
+    println!("{}", serde_json::to_string_pretty(&record)?);
+    Ok(true)
 }
 
 /// `airlock reindex`.
@@ -151,7 +200,7 @@ pub fn read_ids(path: &std::path::Path) -> anyhow::Result<Vec<String>> {
 pub fn reconcile(args: ReconcileArgs) -> anyhow::Result<bool> {
     let ids = read_ids(&args.source_ids)?;
     let retrieval = args.store.retrieval()?;
-    let report = retrieval.reconcile(&ids)?;
+    let report = retrieval.reconcile(&ids, args.allow_empty)?;
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(true)
 }

@@ -61,6 +61,8 @@ pub enum Command {
     Reconcile(ingest::ReconcileArgs),
     /// Rebuild the indexes from the document store (offline).
     Reindex(ingest::ReindexArgs),
+    /// Remove tombstoned documents for good: rows, chunks, vectors, index entries (offline).
+    Purge(ingest::PurgeArgs),
     /// Access control: apply an IAM snapshot.
     #[command(subcommand)]
     Acl(users::AclCommand),
@@ -106,6 +108,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Delete(args) => ingest::delete(args),
         Command::Reconcile(args) => ingest::reconcile(args),
         Command::Reindex(args) => ingest::reindex(args),
+        Command::Purge(args) => ingest::purge(args),
         Command::Acl(cmd) => users::acl(cmd),
         Command::User(cmd) => users::user(cmd),
         Command::Audit(args) => users::audit(args),

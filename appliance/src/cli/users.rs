@@ -11,7 +11,7 @@ use anyhow::Context;
 use crate::startup;
 
 /// The actor recorded in the audit log for CLI changes.
-const ACTOR: &str = "cli";
+pub(crate) const ACTOR: &str = "cli";
 
 /// `airlock acl ...`.
 #[derive(Debug, clap::Subcommand)]
@@ -28,6 +28,9 @@ pub struct SyncArgs {
     pub data: PathBuf,
     /// The snapshot (`{"user",...}` and `{"doc",...}` lines).
     pub file: PathBuf,
+    /// Apply an empty snapshot (removes every user but the local operators, and every grant).
+    #[arg(long)]
+    pub allow_empty: bool,
 }
 
 /// `airlock user ...`.
@@ -91,7 +94,10 @@ pub fn acl(cmd: AclCommand) -> anyhow::Result<bool> {
             let acl = startup::open_acl(&a.data)?;
             let file = std::fs::File::open(&a.file)
                 .with_context(|| format!("opening {}", a.file.display()))?;
-            let counts = acl.sync_snapshot(ACTOR, BufReader::new(file))?;
+            let options = airlock_acl::SyncOptions {
+                allow_empty: a.allow_empty,
+            };
+            let counts = acl.sync_snapshot_with(ACTOR, BufReader::new(file), options)?;
             println!("{}", serde_json::to_string_pretty(&counts)?);
             Ok(true)
         }

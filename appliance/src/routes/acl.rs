@@ -3,17 +3,25 @@
 
 use std::io::Cursor;
 
-use airlock_acl::{DocGrants, SyncCounts, UserSpec};
+use airlock_acl::{Actor, DocGrants, SyncCounts, SyncOptions, UserSpec};
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::auth::Admin;
 use crate::error::ApiError;
-use crate::extract::{ApiJson, NdjsonText};
+use crate::extract::{ApiJson, NdjsonText, RequestId};
 use crate::state::AppState;
+
+/// The audit actor of an admin request: the caller and the request id.
+pub(crate) fn actor_of<'a>(caller: &'a crate::auth::Caller, request_id: &'a str) -> Actor<'a> {
+    Actor {
+        user_id: &caller.user_id,
+        request_id: Some(request_id),
+    }
+}
 
 /// Runs blocking work (SQLite, models) off the async runtime.
 pub(crate) async fn blocking<T: Send + 'static>(
@@ -29,13 +37,14 @@ pub(crate) async fn blocking<T: Send + 'static>(
 pub async fn put_user(
     State(state): State<AppState>,
     Admin(actor): Admin,
+    RequestId(request_id): RequestId,
     Path(user_id): Path<String>,
     ApiJson(spec): ApiJson<UserSpec>,
 ) -> Result<Response, ApiError> {
     let services = state.services()?;
     let acl = services.acl.clone();
     let (outcome, info) = blocking(move || {
-        let outcome = acl.put_user(&actor.user_id, &user_id, &spec)?;
+        let outcome = acl.put_user(actor_of(&actor, &request_id), &user_id, &spec)?;
         let info = acl.user(&user_id);
         Ok((outcome, info))
     })
@@ -60,11 +69,13 @@ pub async fn put_user(
 pub async fn issue_token(
     State(state): State<AppState>,
     Admin(actor): Admin,
+    RequestId(request_id): RequestId,
     Path(user_id): Path<String>,
 ) -> Result<Response, ApiError> {
     let services = state.services()?;
     let acl = services.acl.clone();
-    let token = blocking(move || Ok(acl.issue_token(&actor.user_id, &user_id)?)).await?;
+    let token =
+        blocking(move || Ok(acl.issue_token(actor_of(&actor, &request_id), &user_id)?)).await?;
     Ok((StatusCode::CREATED, Json(json!({ "token": token }))).into_response())
 }
 
@@ -72,14 +83,17 @@ pub async fn issue_token(
 pub async fn put_document(
     State(state): State<AppState>,
     Admin(actor): Admin,
+    RequestId(request_id): RequestId,
     Path(doc_id): Path<String>,
     ApiJson(grants): ApiJson<DocGrants>,
 ) -> Result<Response, ApiError> {
     let services = state.services()?;
     let acl = services.acl.clone();
     let id = doc_id.clone();
-    let outcome =
-        blocking(move || Ok(acl.set_document_grants(&actor.user_id, &id, &grants)?)).await?;
+    let outcome = blocking(move || {
+        Ok(acl.set_document_grants(actor_of(&actor, &request_id), &id, &grants)?)
+    })
+    .await?;
     Ok(Json(json!({
         "doc_id": doc_id,
         "changed": outcome.changed,
@@ -88,16 +102,42 @@ pub async fn put_document(
     .into_response())
 }
 
-/// `POST /v1/acl/sync` (JSON Lines IAM snapshot) → 200 with the diff counts, sent after the
-/// new state is swapped in.
+/// `POST /v1/acl/sync[?allow_empty=true]` (JSON Lines IAM snapshot) → 200 with the diff counts,
+/// sent after the new state is swapped in. An empty snapshot is refused without
+/// `allow_empty=true`.
 pub async fn sync(
     State(state): State<AppState>,
     Admin(actor): Admin,
+    RequestId(request_id): RequestId,
+    RawQuery(query): RawQuery,
     NdjsonText(body): NdjsonText,
 ) -> Result<Json<SyncCounts>, ApiError> {
+    let options = SyncOptions {
+        allow_empty: allow_empty(query.as_deref())?,
+    };
     let services = state.services()?;
     let acl = services.acl.clone();
-    let counts =
-        blocking(move || Ok(acl.sync_snapshot(&actor.user_id, Cursor::new(body))?)).await?;
+    let counts = blocking(move || {
+        Ok(acl.sync_snapshot_with(actor_of(&actor, &request_id), Cursor::new(body), options)?)
+    })
+    .await?;
     Ok(Json(counts))
+}
+
+/// The query string of the two writes that can empty everything (`POST /v1/acl/sync`,
+/// `POST /v1/reconcile`): nothing, or `allow_empty=true|false`. Anything else is refused.
+pub(crate) fn allow_empty(query: Option<&str>) -> Result<bool, ApiError> {
+    let mut allow = false;
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        allow = match pair {
+            "allow_empty=true" => true,
+            "allow_empty=false" => false,
+            _ => {
+                return Err(ApiError::InvalidRequest(
+                    "the only query parameter accepted here is `allow_empty=true|false`".into(),
+                ));
+            }
+        };
+    }
+    Ok(allow)
 }

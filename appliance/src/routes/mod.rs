@@ -51,6 +51,7 @@ pub fn app(state: AppState) -> Router {
                 .delete(documents::delete),
         )
         .route("/v1/reconcile", post(documents::reconcile))
+        .route("/v1/purge", post(documents::purge))
         .route("/v1/acl/users/{user_id}", put(acl::put_user))
         .route("/v1/acl/users/{user_id}/token", post(acl::issue_token))
         .route("/v1/acl/documents/{doc_id}", put(acl::put_document))

@@ -114,7 +114,17 @@ pub async fn retrieve(
             mode: req.mode.unwrap_or_else(|| services.default_mode()),
             rerank: req.rerank && plan.rerank,
         };
-        rag::retrieve(&services, &metrics, &p)
+        let retrieved = rag::retrieve(&services, &metrics, &p)?;
+        // Every document shown to the caller is audited, as for chat citations.
+        if !retrieved.chunks.is_empty() {
+            let mut ids: Vec<&str> = retrieved.chunks.iter().map(|c| c.doc_id.as_str()).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            services
+                .acl
+                .audit_shown(&request_id, &caller.user_id, &ids)?;
+        }
+        Ok(retrieved)
     })
     .await?;
     drop(ticket);

@@ -1,6 +1,7 @@
 //! Integration tests of the `airlock` crate (one binary for link time).
 
 mod api;
+mod audit;
 mod bundle_cli;
 mod chat;
 mod e2e;
@@ -8,6 +9,7 @@ mod eval;
 mod feedback;
 mod focus;
 mod ladder;
+mod purge;
 mod refusals;
 mod sandbox;
 mod startup;

@@ -135,7 +135,12 @@ async fn refused_document_write_never_changes_access() {
             "a refused write widened access: {}",
             r.text
         );
-        assert_eq!(state_digest(&t), before, "refused write changed state: {}", r.text);
+        assert_eq!(
+            state_digest(&t),
+            before,
+            "refused write changed state: {}",
+            r.text
+        );
     }
     // The admin view still shows the old grant.
     let r = t
@@ -234,7 +239,10 @@ async fn concurrent_readers_never_see_old_content_under_a_new_grant() {
     }
     stop.store(true, Ordering::Relaxed);
     let (reads, public_seen) = reader.await.unwrap();
-    assert!(reads > 0 && public_seen > 0, "reads {reads}, public {public_seen}");
+    assert!(
+        reads > 0 && public_seen > 0,
+        "reads {reads}, public {public_seen}"
+    );
 }
 
 /// Every refusal path of every admin write endpoint leaves the state as it was.
@@ -264,7 +272,12 @@ async fn every_refused_admin_write_changes_nothing() {
         201
     );
     let r = t
-        .call(Method::DELETE, "/v1/documents/doc-gone", Some(&t.admin), None)
+        .call(
+            Method::DELETE,
+            "/v1/documents/doc-gone",
+            Some(&t.admin),
+            None,
+        )
         .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let before = state_digest(&t);
@@ -292,27 +305,54 @@ async fn every_refused_admin_write_changes_nothing() {
         // Documents.
         (
             "put: not admin",
-            json_req(Method::PUT, "/v1/documents/doc-a".into(), &bob, json!({"text": "x"})),
+            json_req(
+                Method::PUT,
+                "/v1/documents/doc-a".into(),
+                &bob,
+                json!({"text": "x"}),
+            ),
             403,
         ),
         (
             "put: long id",
-            json_req(Method::PUT, format!("/v1/documents/{long}"), &admin, json!({"text": "x"})),
+            json_req(
+                Method::PUT,
+                format!("/v1/documents/{long}"),
+                &admin,
+                json!({"text": "x"}),
+            ),
             400,
         ),
         (
             "put: not JSON",
-            raw(Method::PUT, "/v1/documents/doc-a", &admin, "application/json", "{"),
+            raw(
+                Method::PUT,
+                "/v1/documents/doc-a",
+                &admin,
+                "application/json",
+                "{",
+            ),
             400,
         ),
         (
             "put: wrong media type",
-            raw(Method::PUT, "/v1/documents/doc-a", &admin, "text/plain", "hello"),
-            415,
+            raw(
+                Method::PUT,
+                "/v1/documents/doc-a",
+                &admin,
+                "text/plain",
+                "hello",
+            ),
+            400,
         ),
         (
             "put: no text",
-            json_req(Method::PUT, "/v1/documents/doc-a".into(), &admin, json!({"title": "A"})),
+            json_req(
+                Method::PUT,
+                "/v1/documents/doc-a".into(),
+                &admin,
+                json!({"title": "A"}),
+            ),
             400,
         ),
         (
@@ -358,33 +398,94 @@ async fn every_refused_admin_write_changes_nothing() {
         // Delete and reconcile.
         (
             "delete: not admin",
-            json_req(Method::DELETE, "/v1/documents/doc-a".into(), &bob, json!({})),
+            json_req(
+                Method::DELETE,
+                "/v1/documents/doc-a".into(),
+                &bob,
+                json!({}),
+            ),
             403,
         ),
         (
             "delete: unknown id",
-            json_req(Method::DELETE, "/v1/documents/doc-never".into(), &admin, json!({})),
+            json_req(
+                Method::DELETE,
+                "/v1/documents/doc-never".into(),
+                &admin,
+                json!({}),
+            ),
             404,
         ),
         (
             "reconcile: not admin",
-            json_req(Method::POST, "/v1/reconcile".into(), &bob, json!({"source_ids": []})),
+            json_req(
+                Method::POST,
+                "/v1/reconcile".into(),
+                &bob,
+                json!({"source_ids": []}),
+            ),
             403,
         ),
         (
             "reconcile: bad body",
-            json_req(Method::POST, "/v1/reconcile".into(), &admin, json!({"ids": ["doc-a"]})),
+            json_req(
+                Method::POST,
+                "/v1/reconcile".into(),
+                &admin,
+                json!({"ids": ["doc-a"]}),
+            ),
+            400,
+        ),
+        // F12: an empty list would tombstone every document.
+        (
+            "reconcile: empty list",
+            json_req(
+                Method::POST,
+                "/v1/reconcile".into(),
+                &admin,
+                json!({"source_ids": []}),
+            ),
+            400,
+        ),
+        (
+            "reconcile: empty list, allow_empty=false",
+            json_req(
+                Method::POST,
+                "/v1/reconcile?allow_empty=false".into(),
+                &admin,
+                json!({"source_ids": []}),
+            ),
+            400,
+        ),
+        (
+            "reconcile: unknown query parameter",
+            json_req(
+                Method::POST,
+                "/v1/reconcile?allow_empty=yes".into(),
+                &admin,
+                json!({"source_ids": []}),
+            ),
             400,
         ),
         (
             "reconcile: ids not strings",
-            json_req(Method::POST, "/v1/reconcile".into(), &admin, json!({"source_ids": [1]})),
+            json_req(
+                Method::POST,
+                "/v1/reconcile".into(),
+                &admin,
+                json!({"source_ids": [1]}),
+            ),
             400,
         ),
         // Users and tokens.
         (
             "user: not admin",
-            json_req(Method::PUT, "/v1/acl/users/carol".into(), &bob, json!({"groups": []})),
+            json_req(
+                Method::PUT,
+                "/v1/acl/users/carol".into(),
+                &bob,
+                json!({"groups": []}),
+            ),
             403,
         ),
         (
@@ -409,7 +510,12 @@ async fn every_refused_admin_write_changes_nothing() {
         ),
         (
             "user: long id",
-            json_req(Method::PUT, format!("/v1/acl/users/{long}"), &admin, json!({"groups": []})),
+            json_req(
+                Method::PUT,
+                format!("/v1/acl/users/{long}"),
+                &admin,
+                json!({"groups": []}),
+            ),
             400,
         ),
         (
@@ -424,12 +530,22 @@ async fn every_refused_admin_write_changes_nothing() {
         ),
         (
             "token: unknown user",
-            json_req(Method::POST, "/v1/acl/users/nobody/token".into(), &admin, json!({})),
+            json_req(
+                Method::POST,
+                "/v1/acl/users/nobody/token".into(),
+                &admin,
+                json!({}),
+            ),
             404,
         ),
         (
             "token: not admin",
-            json_req(Method::POST, "/v1/acl/users/bob/token".into(), &bob, json!({})),
+            json_req(
+                Method::POST,
+                "/v1/acl/users/bob/token".into(),
+                &bob,
+                json!({}),
+            ),
             403,
         ),
         // Grants.
@@ -475,6 +591,40 @@ async fn every_refused_admin_write_changes_nothing() {
             ),
             403,
         ),
+        // F12: an empty snapshot would remove every user and every grant.
+        (
+            "sync: empty body",
+            raw(
+                Method::POST,
+                "/v1/acl/sync",
+                &admin,
+                "application/x-ndjson",
+                "",
+            ),
+            400,
+        ),
+        (
+            "sync: blank lines only",
+            raw(
+                Method::POST,
+                "/v1/acl/sync",
+                &admin,
+                "application/x-ndjson",
+                "\n  \n\n",
+            ),
+            400,
+        ),
+        (
+            "sync: unknown query parameter",
+            raw(
+                Method::POST,
+                "/v1/acl/sync?force=1",
+                &admin,
+                "application/x-ndjson",
+                "{\"user\":\"bob\",\"groups\":[]}\n",
+            ),
+            400,
+        ),
         (
             "sync: malformed line after good ones",
             raw(
@@ -511,4 +661,78 @@ async fn every_refused_admin_write_changes_nothing() {
     // The state still works as before.
     assert_eq!(retrieve(&t, &bob, "alpha branch").await.len(), 1);
     assert!(retrieve(&t, &bob, "deleted").await.is_empty());
+}
+
+/// F12: the two writes that can empty everything need the request to say so.
+#[tokio::test]
+async fn empty_snapshot_and_reconcile_need_allow_empty() {
+    let t = TestApp::new();
+    let bob = t.user("bob", &["all-staff"]);
+    assert_eq!(
+        put_doc(
+            &t,
+            "doc-a",
+            json!({"title": "A", "text": "Alpha text.", "acl": {"users": ["bob"], "groups": []}}),
+        )
+        .await
+        .status,
+        201
+    );
+    let sync = |uri: &str, body: &str| {
+        Request::builder()
+            .method(Method::POST)
+            .uri(uri)
+            .header(header::AUTHORIZATION, format!("Bearer {}", t.admin))
+            .header(header::CONTENT_TYPE, "application/x-ndjson")
+            .body(Body::from(body.to_owned()))
+            .unwrap()
+    };
+    let r = t.send(sync("/v1/acl/sync", "")).await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(
+        r.json["detail"].as_str().unwrap().contains("allow_empty"),
+        "{}",
+        r.text
+    );
+    // Still a user with a grant.
+    assert_eq!(retrieve(&t, &bob, "alpha").await.len(), 1);
+    let r = t.send(sync("/v1/acl/sync?allow_empty=true", "\n")).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["users_removed"], 1, "{}", r.text);
+    assert_eq!(r.json["grants_changed"], 1, "{}", r.text);
+    // The operator is kept; bob is gone.
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/retrieve",
+            Some(&bob),
+            Some(json!({"query": "alpha"})),
+        )
+        .await;
+    assert_eq!(r.status, 401, "{}", r.text);
+
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/reconcile",
+            Some(&t.admin),
+            Some(json!({"source_ids": []})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.text);
+    assert!(r.json["detail"].as_str().unwrap().contains("allow_empty"));
+    let r = t
+        .call(Method::GET, "/v1/documents/doc-a", Some(&t.admin), None)
+        .await;
+    assert_eq!(r.json["deleted_at"], Value::Null);
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/reconcile?allow_empty=true",
+            Some(&t.admin),
+            Some(json!({"source_ids": []})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["orphans_tombstoned"], json!(["doc-a"]));
 }

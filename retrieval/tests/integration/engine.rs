@@ -206,14 +206,14 @@ fn reconcile_tombstones_orphans_and_reports_missing() {
         "e".into(),
         "e".into(),
     ];
-    let rep = eng.reconcile(&source).unwrap();
+    let rep = eng.reconcile(&source, false).unwrap();
     assert_eq!(rep.orphans_tombstoned, vec!["b"]);
     assert_eq!(rep.missing, vec!["d", "e"]);
     let mut got = ids(&eng.search(&bm25("policy", 10), &allow_all()).unwrap());
     got.sort();
     assert_eq!(got, vec!["a", "c"]);
     // Idempotent.
-    let again = eng.reconcile(&source).unwrap();
+    let again = eng.reconcile(&source, false).unwrap();
     assert!(again.orphans_tombstoned.is_empty());
 }
 

@@ -1,0 +1,162 @@
+//! F6: deletion made physical. After `POST /v1/purge`, the text of a purged document is in no
+//! file of the data directory (byte scan of SQLite, its WAL, the tantivy segments and the vector
+//! files), and a purge record (ids, versions, times; no content) is in the audit log.
+
+use std::path::Path;
+
+use airlock_acl::AuditQuery;
+use axum::http::Method;
+use serde_json::json;
+
+use crate::support::TestApp;
+
+const CANARY: &str = "QUETZALPURGE4471";
+
+/// The files below `dir` that contain `needle` (ASCII, case-insensitive: tantivy lowercases).
+fn files_containing(dir: &Path, needle: &str) -> Vec<String> {
+    let needle = needle.to_ascii_lowercase().into_bytes();
+    let mut hits = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let p = entry.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let bytes = std::fs::read(&p).unwrap().to_ascii_lowercase();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_slice()) {
+                    hits.push(p.display().to_string());
+                }
+            }
+        }
+    }
+    hits
+}
+
+#[tokio::test]
+async fn purge_removes_every_byte_of_a_deleted_document() {
+    let t = TestApp::new();
+    let bob = t.user("bob", &["staff"]);
+    let data = t._dir.path().to_path_buf();
+    let text = format!(
+        "Board minutes. The acquisition code name is {CANARY}. {}",
+        "The committee discussed the liquidity position at length. ".repeat(60)
+    );
+    for (id, body) in [
+        (
+            "gone",
+            json!({"title": "Minutes", "text": text, "acl": {"users": [], "groups": ["staff"]}}),
+        ),
+        (
+            "keep",
+            json!({"title": "Keep", "text": "The branch opening hours are nine to five.",
+                   "acl": {"users": [], "groups": ["staff"]}}),
+        ),
+    ] {
+        let r = t
+            .call(
+                Method::PUT,
+                &format!("/v1/documents/{id}"),
+                Some(&t.admin),
+                Some(body),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let r = t
+        .call(Method::DELETE, "/v1/documents/gone", Some(&t.admin), None)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    // A tombstone alone leaves the text on disk (this is what the scan can see).
+    assert!(
+        !files_containing(&data, CANARY).is_empty(),
+        "the canary should be on disk before the purge"
+    );
+    // A purge with a retention the tombstone has not reached yet removes nothing.
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/purge",
+            Some(&t.admin),
+            Some(json!({"retention_secs": 3600})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["documents"], json!([]));
+    assert!(!files_containing(&data, CANARY).is_empty());
+    // Non-admins cannot purge.
+    let r = t
+        .call(Method::POST, "/v1/purge", Some(&bob), Some(json!({})))
+        .await;
+    assert_eq!(r.status, 403, "{}", r.text);
+
+    let r = t
+        .call(Method::POST, "/v1/purge", Some(&t.admin), Some(json!({})))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["action"], "purge");
+    let docs = r.json["documents"].as_array().unwrap();
+    assert_eq!(docs.len(), 1, "{}", r.text);
+    assert_eq!(docs[0]["doc_id"], "gone");
+    assert!(docs[0]["version"].as_str().unwrap().len() >= 16);
+    assert_eq!(
+        files_containing(&data, CANARY),
+        Vec::<String>::new(),
+        "purged text still on disk"
+    );
+    assert_eq!(
+        files_containing(&data, "acquisition code name"),
+        Vec::<String>::new()
+    );
+    // The purged document is gone from the admin view; the other one still serves.
+    let r = t
+        .call(Method::GET, "/v1/documents/gone", Some(&t.admin), None)
+        .await;
+    assert_eq!(r.status, 404, "{}", r.text);
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/retrieve",
+            Some(&bob),
+            Some(json!({"query": "branch opening hours"})),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["results"][0]["doc_id"], "keep");
+    // The purge record: in the audit log, without content.
+    let acl = t.state.services().unwrap().acl.clone();
+    let entries = acl.audit_query(&AuditQuery::default()).unwrap();
+    let purges: Vec<_> = entries
+        .iter()
+        .filter(|e| e.detail["action"] == "purge")
+        .collect();
+    assert_eq!(purges.len(), 2);
+    assert_eq!(purges[1].detail["documents"][0]["doc_id"], "gone");
+    assert!(!serde_json::to_string(&entries).unwrap().contains(CANARY));
+    // The grant went with the document: a new document of the same id starts unreadable.
+    let r = t
+        .call(
+            Method::PUT,
+            "/v1/documents/gone",
+            Some(&t.admin),
+            Some(json!({"title": "New", "text": "A new text under the old id."})),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.text);
+    let r = t
+        .call(Method::GET, "/v1/documents/gone", Some(&t.admin), None)
+        .await;
+    assert_eq!(r.json["acl"], json!({"users": [], "groups": []}));
+    // The store and indexes reopen cleanly after the purge.
+    let mut t = t;
+    t.restart();
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/retrieve",
+            Some(&bob),
+            Some(json!({"query": "branch opening hours"})),
+        )
+        .await;
+    assert_eq!(r.json["results"][0]["doc_id"], "keep", "{}", r.text);
+}
