@@ -121,7 +121,8 @@ impl FromRequest<AppState> for NdjsonText {
     }
 }
 
-/// The request id (`x-request-id`, set by the request-id layer when the client sent none).
+/// The request id (`x-request-id`: the client's if [`crate::routes::valid_request_id`] keeps
+/// it, else the fresh UUID the request-id layer set).
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
@@ -136,7 +137,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for RequestId {
             .headers
             .get(crate::routes::REQUEST_ID)
             .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty() && v.len() <= 200)
+            .filter(|v| crate::routes::valid_request_id(v))
             .map(str::to_owned)
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         Ok(RequestId(id))

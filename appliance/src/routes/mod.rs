@@ -26,8 +26,21 @@ pub mod models;
 pub mod retrieve;
 pub mod ui;
 
-/// The request id header, set on every request that lacks one and echoed on every response.
+/// The request id header, set on every request that lacks a valid one and echoed on every
+/// response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// The longest client request id kept (longer ones are replaced).
+pub const MAX_REQUEST_ID_LEN: usize = 64;
+
+/// Whether a client's `X-Request-Id` is kept: 1 to 64 characters of `[A-Za-z0-9._-]`. Any
+/// other id is replaced by a fresh UUID, so ids in logs, audit rows, completion ids and
+/// feedback keys are short and printable whatever a client sends.
+pub fn valid_request_id(id: &str) -> bool {
+    (1..=MAX_REQUEST_ID_LEN).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
 /// The degradation rung header on model-bound responses.
 pub const RUNG_HEADER: HeaderName = HeaderName::from_static("x-airlock-rung");
 
@@ -66,6 +79,7 @@ pub fn app(state: AppState) -> Router {
 
     api.layer(
         ServiceBuilder::new()
+            .map_request(drop_invalid_request_id)
             .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
             .layer(
                 TraceLayer::new_for_http()
@@ -96,6 +110,20 @@ async fn not_found() -> ApiError {
 
 async fn method_not_allowed(method: Method) -> ApiError {
     ApiError::MethodNotAllowed(method.to_string())
+}
+
+/// Removes a client `X-Request-Id` that [`valid_request_id`] refuses (or that is sent more than
+/// once), so that the request-id layer behind it sets a fresh UUID.
+fn drop_invalid_request_id(mut req: Request) -> Request {
+    let mut ids = req.headers().get_all(REQUEST_ID).iter();
+    let keep = match (ids.next(), ids.next()) {
+        (Some(id), None) => id.to_str().is_ok_and(valid_request_id),
+        _ => false,
+    };
+    if !keep {
+        req.headers_mut().remove(REQUEST_ID);
+    }
+    req
 }
 
 /// Counts every response by route template and status; tracks in-flight HTTP requests.

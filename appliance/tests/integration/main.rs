@@ -7,6 +7,7 @@ mod e2e;
 mod eval;
 mod feedback;
 mod focus;
+mod http;
 mod ladder;
 mod sandbox;
 mod startup;
