@@ -37,7 +37,17 @@ async fn read_body(req: Request, state: &AppState, which: Limit) -> Result<Bytes
         return Err(ApiError::PayloadTooLarge { limit });
     }
     let body: Body = req.into_body();
-    match Limited::new(body, limit).collect().await {
+    // One deadline for the whole body: a client trickling a byte at a time cannot hold the
+    // handler (and its connection) longer than this.
+    let timeout = state.config().body_read_timeout();
+    let read = tokio::time::timeout(timeout, Limited::new(body, limit).collect());
+    let Ok(read) = read.await else {
+        return Err(ApiError::RequestTimeout {
+            what: "body",
+            limit_secs: timeout.as_secs(),
+        });
+    };
+    match read {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
             Err(ApiError::PayloadTooLarge { limit })

@@ -4,10 +4,11 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderName, Method};
+use axum::http::{HeaderName, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
+use http_body_util::{BodyExt, Limited};
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::ResponseBodyTimeoutLayer;
@@ -72,6 +73,8 @@ pub fn app(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), deadline))
+        .layer(middleware::from_fn_with_state(state.clone(), uri_limit))
+        .layer(middleware::from_fn(problem_bodies))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,
@@ -124,6 +127,45 @@ fn drop_invalid_request_id(mut req: Request) -> Request {
         req.headers_mut().remove(REQUEST_ID);
     }
     req
+}
+
+/// Turns every error response that is not already a problem (axum's own rejections, such as a
+/// `Path` that is not UTF-8 after percent-decoding, answer in plain text) into one from the
+/// error table. JSON bodies (`/readyz`'s 503) are left alone.
+async fn problem_bodies(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.starts_with("application/problem+json") || ct.starts_with("application/json")
+        });
+    if json {
+        return resp;
+    }
+    // Framework rejections are one short line; a longer body is cut, not buffered.
+    let text = match Limited::new(resp.into_body(), 4096).collect().await {
+        Ok(b) => String::from_utf8_lossy(&b.to_bytes()).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    ApiError::from_rejection(status, text).into_response()
+}
+
+/// Refuses a request target longer than `max_uri_bytes` (`414 uri-too-long`). The first request
+/// of a connection is checked before the router already (`head.rs`); this covers later
+/// requests on a kept-alive connection.
+async fn uri_limit(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = state.config().max_uri_bytes();
+    let len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if len > limit {
+        return ApiError::UriTooLong { limit }.into_response();
+    }
+    next.run(req).await
 }
 
 /// Counts every response by route template and status; tracks in-flight HTTP requests.
