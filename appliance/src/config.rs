@@ -133,8 +133,8 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS_PER_IP")]
     pub max_connections_per_ip: Option<usize>,
 
-    /// Largest request head (request line and headers) in bytes; larger is `431
-    /// headers-too-large` [default: 16384].
+    /// Largest request head (request line and headers) in bytes, at most 256 KiB; larger is
+    /// `431 headers-too-large` [default: 16384].
     #[arg(long, env = "AIRLOCK_MAX_HEADER_BYTES")]
     pub max_header_bytes: Option<usize>,
 
@@ -739,10 +739,11 @@ impl Config {
                 "must be between 1 and max_connections",
             ));
         }
-        if !(1024..=1 << 20).contains(&self.max_header_bytes()) {
+        // Below hyper's read buffer (~400 KiB), so hyper never refuses a head checked here.
+        if !(1024..=256 << 10).contains(&self.max_header_bytes()) {
             return Err(invalid(
                 "max_header_bytes",
-                "must be between 1024 bytes and 1 MiB",
+                "must be between 1024 bytes and 256 KiB",
             ));
         }
         if !(64..self.max_header_bytes()).contains(&self.max_uri_bytes()) {
@@ -1267,6 +1268,10 @@ engine_batch_max_wait_steps = 0
             },
             Config {
                 max_header_bytes: Some(512),
+                ..Config::default()
+            },
+            Config {
+                max_header_bytes: Some((256 << 10) + 1),
                 ..Config::default()
             },
             Config {
