@@ -112,6 +112,37 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_SHUTDOWN_GRACE_SECS")]
     pub shutdown_grace_secs: Option<u64>,
 
+    /// Seconds a client has to send a request head (request line and headers), counted from
+    /// the connection's start or the end of the previous response on a kept-alive connection;
+    /// an idle connection is closed after this long too [default: 10].
+    #[arg(long, env = "AIRLOCK_HEADER_READ_TIMEOUT_SECS")]
+    pub header_read_timeout_secs: Option<u64>,
+
+    /// Seconds a request body may take to arrive once its handler starts reading it (after
+    /// authentication); a body still incomplete then is `408 request-timeout` [default: 60].
+    #[arg(long, env = "AIRLOCK_BODY_READ_TIMEOUT_SECS")]
+    pub body_read_timeout_secs: Option<u64>,
+
+    /// Client connections open at once; more are refused (`503 too-many-connections`)
+    /// [default: 256].
+    #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
+
+    /// Client connections open at once from one IP address; more are refused [default: 64, or
+    /// max_connections when that is lower].
+    #[arg(long, env = "AIRLOCK_MAX_CONNECTIONS_PER_IP")]
+    pub max_connections_per_ip: Option<usize>,
+
+    /// Largest request head (request line and headers) in bytes, at most 256 KiB; larger is
+    /// `431 headers-too-large` [default: 16384].
+    #[arg(long, env = "AIRLOCK_MAX_HEADER_BYTES")]
+    pub max_header_bytes: Option<usize>,
+
+    /// Longest request target (path and query) in bytes; longer is `414 uri-too-long`
+    /// [default: 8192].
+    #[arg(long, env = "AIRLOCK_MAX_URI_BYTES")]
+    pub max_uri_bytes: Option<usize>,
+
     /// Default number of chunks placed in a chat prompt [default: 6].
     #[arg(long, env = "AIRLOCK_TOP_K")]
     pub top_k: Option<usize>,
@@ -294,6 +325,12 @@ impl fmt::Debug for Config {
             .field("stream_idle_timeout_secs", &self.stream_idle_timeout_secs)
             .field("sse_keep_alive_secs", &self.sse_keep_alive_secs)
             .field("shutdown_grace_secs", &self.shutdown_grace_secs)
+            .field("header_read_timeout_secs", &self.header_read_timeout_secs)
+            .field("body_read_timeout_secs", &self.body_read_timeout_secs)
+            .field("max_connections", &self.max_connections)
+            .field("max_connections_per_ip", &self.max_connections_per_ip)
+            .field("max_header_bytes", &self.max_header_bytes)
+            .field("max_uri_bytes", &self.max_uri_bytes)
             .field("top_k", &self.top_k)
             .field("min_source_similarity", &self.min_source_similarity)
             .field("source_focus", &self.source_focus)
@@ -392,6 +429,14 @@ impl Config {
                 .or(lower.stream_idle_timeout_secs),
             sse_keep_alive_secs: self.sse_keep_alive_secs.or(lower.sse_keep_alive_secs),
             shutdown_grace_secs: self.shutdown_grace_secs.or(lower.shutdown_grace_secs),
+            header_read_timeout_secs: self
+                .header_read_timeout_secs
+                .or(lower.header_read_timeout_secs),
+            body_read_timeout_secs: self.body_read_timeout_secs.or(lower.body_read_timeout_secs),
+            max_connections: self.max_connections.or(lower.max_connections),
+            max_connections_per_ip: self.max_connections_per_ip.or(lower.max_connections_per_ip),
+            max_header_bytes: self.max_header_bytes.or(lower.max_header_bytes),
+            max_uri_bytes: self.max_uri_bytes.or(lower.max_uri_bytes),
             top_k: self.top_k.or(lower.top_k),
             min_source_similarity: self.min_source_similarity.or(lower.min_source_similarity),
             source_focus: self.source_focus.or(lower.source_focus),
@@ -473,6 +518,7 @@ impl Config {
                 return Err(invalid(field, "must be at least 1 second"));
             }
         }
+        self.validate_http_limits()?;
         if self.sse_keep_alive() >= self.stream_idle_timeout() {
             return Err(invalid(
                 "sse_keep_alive_secs",
@@ -636,6 +682,77 @@ impl Config {
     /// How long a shutdown waits for in-flight work.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace_secs.unwrap_or(30))
+    }
+
+    /// Time allowed for a request head (also the idle limit of a kept-alive connection).
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_secs(self.header_read_timeout_secs.unwrap_or(10))
+    }
+
+    /// Time allowed for a whole request body once its handler reads it.
+    pub fn body_read_timeout(&self) -> Duration {
+        Duration::from_secs(self.body_read_timeout_secs.unwrap_or(60))
+    }
+
+    /// Client connections open at once.
+    pub fn max_connections(&self) -> usize {
+        self.max_connections.unwrap_or(256)
+    }
+
+    /// Client connections open at once from one IP address (unset: 64, or `max_connections`
+    /// when that is lower).
+    pub fn max_connections_per_ip(&self) -> usize {
+        self.max_connections_per_ip
+            .unwrap_or_else(|| self.max_connections().min(64))
+    }
+
+    /// Largest request head in bytes.
+    pub fn max_header_bytes(&self) -> usize {
+        self.max_header_bytes.unwrap_or(16 << 10)
+    }
+
+    /// Longest request target in bytes.
+    pub fn max_uri_bytes(&self) -> usize {
+        self.max_uri_bytes.unwrap_or(8 << 10)
+    }
+
+    /// The connection and request-head limits (`server.rs`, `head.rs`).
+    fn validate_http_limits(&self) -> Result<(), ConfigError> {
+        let invalid = |field, reason: &str| ConfigError::Invalid {
+            field,
+            reason: reason.into(),
+        };
+        for (field, v) in [
+            ("header_read_timeout_secs", self.header_read_timeout_secs),
+            ("body_read_timeout_secs", self.body_read_timeout_secs),
+        ] {
+            if v == Some(0) {
+                return Err(invalid(field, "must be at least 1 second"));
+            }
+        }
+        if self.max_connections() == 0 {
+            return Err(invalid("max_connections", "must be at least 1"));
+        }
+        if !(1..=self.max_connections()).contains(&self.max_connections_per_ip()) {
+            return Err(invalid(
+                "max_connections_per_ip",
+                "must be between 1 and max_connections",
+            ));
+        }
+        // Below hyper's read buffer (~400 KiB), so hyper never refuses a head checked here.
+        if !(1024..=256 << 10).contains(&self.max_header_bytes()) {
+            return Err(invalid(
+                "max_header_bytes",
+                "must be between 1024 bytes and 256 KiB",
+            ));
+        }
+        if !(64..self.max_header_bytes()).contains(&self.max_uri_bytes()) {
+            return Err(invalid(
+                "max_uri_bytes",
+                "must be at least 64 bytes and below max_header_bytes",
+            ));
+        }
+        Ok(())
     }
 
     /// Default number of prompt chunks.
@@ -1119,5 +1236,66 @@ engine_batch_max_wait_steps = 0
         for c in cases {
             assert!(c.validate().is_err(), "{c:?} should be refused");
         }
+    }
+    #[test]
+    fn http_limits_are_checked() {
+        let c = Config::default();
+        assert_eq!(c.header_read_timeout(), Duration::from_secs(10));
+        assert_eq!(c.body_read_timeout(), Duration::from_secs(60));
+        assert_eq!((c.max_connections(), c.max_connections_per_ip()), (256, 64));
+        assert_eq!((c.max_header_bytes(), c.max_uri_bytes()), (16384, 8192));
+        let refused = [
+            Config {
+                header_read_timeout_secs: Some(0),
+                ..Config::default()
+            },
+            Config {
+                body_read_timeout_secs: Some(0),
+                ..Config::default()
+            },
+            Config {
+                max_connections: Some(0),
+                ..Config::default()
+            },
+            Config {
+                max_connections: Some(8),
+                max_connections_per_ip: Some(9),
+                ..Config::default()
+            },
+            Config {
+                max_connections_per_ip: Some(0),
+                ..Config::default()
+            },
+            Config {
+                max_header_bytes: Some(512),
+                ..Config::default()
+            },
+            Config {
+                max_header_bytes: Some((256 << 10) + 1),
+                ..Config::default()
+            },
+            Config {
+                max_header_bytes: Some(4096),
+                max_uri_bytes: Some(4096),
+                ..Config::default()
+            },
+        ];
+        for c in refused {
+            assert!(c.validate().is_err(), "{c:?} should be refused");
+        }
+        let ok = Config {
+            max_connections: Some(8),
+            max_connections_per_ip: Some(8),
+            max_header_bytes: Some(4096),
+            max_uri_bytes: Some(1024),
+            ..Config::default()
+        };
+        ok.validate().unwrap();
+        let lower = Config {
+            max_connections: Some(8),
+            ..Config::default()
+        };
+        lower.validate().unwrap();
+        assert_eq!(lower.max_connections_per_ip(), 8);
     }
 }

@@ -49,6 +49,23 @@ pub enum ApiError {
         /// The limit that applied.
         limit: usize,
     },
+    /// The request head or body did not arrive in time (slow or stalled client).
+    #[error("the request {what} did not arrive within {limit_secs} s")]
+    RequestTimeout {
+        /// `head` or `body`.
+        what: &'static str,
+        /// The limit that applied, in seconds.
+        limit_secs: u64,
+    },
+    /// Request target (path and query) over the configured limit.
+    #[error("the request target exceeds the limit of {limit} bytes")]
+    UriTooLong {
+        /// The limit that applied.
+        limit: usize,
+    },
+    /// Request head over the configured size, or too many header fields.
+    #[error("{0}")]
+    HeadersTooLarge(String),
     /// Per-user budget exhausted.
     #[error("request budget exhausted; retry later")]
     RateLimited {
@@ -61,6 +78,9 @@ pub enum ApiError {
         /// When to retry.
         retry_after: Duration,
     },
+    /// The daemon holds as many client connections as it allows (in all or from this address).
+    #[error("too many open connections; retry later")]
+    TooManyConnections,
     /// Queued past its deadline before the first token.
     #[error("the request waited past its deadline before generation started")]
     DeadlineExceeded,
@@ -85,9 +105,18 @@ impl ApiError {
             ApiError::PayloadTooLarge { .. } => {
                 ("payload-too-large", StatusCode::PAYLOAD_TOO_LARGE)
             }
+            ApiError::RequestTimeout { .. } => ("request-timeout", StatusCode::REQUEST_TIMEOUT),
+            ApiError::UriTooLong { .. } => ("uri-too-long", StatusCode::URI_TOO_LONG),
+            ApiError::HeadersTooLarge(_) => (
+                "headers-too-large",
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            ),
             ApiError::RateLimited { .. } => ("rate-limited", StatusCode::TOO_MANY_REQUESTS),
             ApiError::CapacityUnavailable { .. } => {
                 ("capacity-unavailable", StatusCode::SERVICE_UNAVAILABLE)
+            }
+            ApiError::TooManyConnections => {
+                ("too-many-connections", StatusCode::SERVICE_UNAVAILABLE)
             }
             ApiError::DeadlineExceeded => ("deadline-exceeded", StatusCode::GATEWAY_TIMEOUT),
             ApiError::NotReady => ("not-ready", StatusCode::SERVICE_UNAVAILABLE),
@@ -100,12 +129,23 @@ impl ApiError {
         ApiError::Internal(cause.to_string())
     }
 
+    /// A rejection by the framework (an axum extractor such as `Path`, whose body is plain
+    /// text) in the table's terms: a server error is internal, anything else is
+    /// `invalid-request` with the framework's explanation (`problem_bodies` in routes/mod.rs).
+    pub fn from_rejection(status: StatusCode, text: String) -> Self {
+        if status.is_server_error() {
+            ApiError::Internal(format!("framework rejection {status}: {text}"))
+        } else {
+            ApiError::InvalidRequest(text)
+        }
+    }
+
     /// The `Retry-After` seconds, for the errors that carry one.
-    fn retry_after(&self) -> Option<u64> {
+    pub(crate) fn retry_after(&self) -> Option<u64> {
         match self {
             ApiError::RateLimited { retry_after }
             | ApiError::CapacityUnavailable { retry_after } => Some(retry_after.as_secs().max(1)),
-            ApiError::NotReady => Some(1),
+            ApiError::NotReady | ApiError::TooManyConnections => Some(1),
             _ => None,
         }
     }
@@ -119,7 +159,8 @@ impl ApiError {
                 // Fixed texts: no internals in 5xx bodies.
                 ApiError::CapacityUnavailable { .. }
                 | ApiError::DeadlineExceeded
-                | ApiError::NotReady => self.to_string(),
+                | ApiError::NotReady
+                | ApiError::TooManyConnections => self.to_string(),
                 _ => "the request could not be completed; the cause is logged under its request id"
                     .to_string(),
             }
@@ -155,7 +196,9 @@ impl IntoResponse for ApiError {
             // Overload answers are the ladder working as designed: counted in /metrics
             // (`airlock_shed_total`, requests by status), not errors of the appliance; at
             // ERROR they would flood the log exactly when an operator reads it.
-            ApiError::CapacityUnavailable { .. } | ApiError::DeadlineExceeded => {
+            ApiError::CapacityUnavailable { .. }
+            | ApiError::DeadlineExceeded
+            | ApiError::TooManyConnections => {
                 tracing::debug!(error = %self, "request not served (overload)");
             }
             _ if status.is_server_error() => tracing::error!(error = %self, "request failed"),
@@ -172,6 +215,30 @@ impl IntoResponse for ApiError {
             h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         resp
+    }
+}
+
+impl ApiError {
+    /// The problem as a complete HTTP/1.1 response that closes the connection, for answers
+    /// written on the socket before (or instead of) the router: a refused connection and a
+    /// malformed or stalled first request head (`server.rs`, `head.rs`).
+    pub fn http1_bytes(&self, request_id: &str) -> Vec<u8> {
+        let (_, status) = self.slug_status();
+        let body = serde_json::to_vec(&self.problem()).unwrap_or_default();
+        let mut out = format!(
+            "HTTP/1.1 {} {}\r\ncontent-type: application/problem+json\r\ncontent-length: {}\r\n\
+             x-request-id: {request_id}\r\nconnection: close\r\n",
+            status.as_u16(),
+            status.canonical_reason().unwrap_or("Error"),
+            body.len()
+        );
+        if let Some(secs) = self.retry_after() {
+            out.push_str(&format!("retry-after: {secs}\r\n"));
+        }
+        out.push_str("\r\n");
+        let mut bytes = out.into_bytes();
+        bytes.extend_from_slice(&body);
+        bytes
     }
 }
 

@@ -37,7 +37,17 @@ async fn read_body(req: Request, state: &AppState, which: Limit) -> Result<Bytes
         return Err(ApiError::PayloadTooLarge { limit });
     }
     let body: Body = req.into_body();
-    match Limited::new(body, limit).collect().await {
+    // One deadline for the whole body: a client trickling a byte at a time cannot hold the
+    // handler (and its connection) longer than this.
+    let timeout = state.config().body_read_timeout();
+    let read = tokio::time::timeout(timeout, Limited::new(body, limit).collect());
+    let Ok(read) = read.await else {
+        return Err(ApiError::RequestTimeout {
+            what: "body",
+            limit_secs: timeout.as_secs(),
+        });
+    };
+    match read {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
             Err(ApiError::PayloadTooLarge { limit })
@@ -121,7 +131,8 @@ impl FromRequest<AppState> for NdjsonText {
     }
 }
 
-/// The request id (`x-request-id`, set by the request-id layer when the client sent none).
+/// The request id (`x-request-id`: the client's if [`crate::routes::valid_request_id`] keeps
+/// it, else the fresh UUID the request-id layer set).
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
@@ -136,7 +147,7 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for RequestId {
             .headers
             .get(crate::routes::REQUEST_ID)
             .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty() && v.len() <= 200)
+            .filter(|v| crate::routes::valid_request_id(v))
             .map(str::to_owned)
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         Ok(RequestId(id))

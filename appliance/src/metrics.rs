@@ -59,6 +59,13 @@ pub struct RatingLabel {
     pub rating: &'static str,
 }
 
+/// Labels of `airlock_connections_refused_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabel {
+    /// `global` (`max_connections`) or `per_ip` (`max_connections_per_ip`).
+    pub limit: &'static str,
+}
+
 /// Labels of `airlock_bundle_info`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BundleVersion {
@@ -133,6 +140,10 @@ pub struct Metrics {
     pub bundle_info: Family<BundleVersion, Gauge>,
     /// `airlock_feedback_total{rating}`: answer ratings stored (new and replaced).
     pub feedback_total: Family<RatingLabel, Counter>,
+    /// `airlock_connections_open`: client connections held.
+    pub connections_open: Gauge,
+    /// `airlock_connections_refused_total{limit}`: connections refused at a connection limit.
+    pub connections_refused: Family<LimitLabel, Counter>,
 }
 
 /// The stages reported in `airlock_retrieval_stage_seconds` (created at start so every scrape
@@ -197,6 +208,8 @@ impl Metrics {
             prompt_tokens: Counter::default(),
             bundle_info: Family::default(),
             feedback_total: Family::default(),
+            connections_open: Gauge::default(),
+            connections_refused: Family::default(),
         };
         r.register(
             "requests",
@@ -325,10 +338,23 @@ impl Metrics {
             m.bundle_info.clone(),
         );
         r.register(
+            "connections_open",
+            "Client connections held",
+            m.connections_open.clone(),
+        );
+        r.register(
+            "connections_refused",
+            "Client connections refused at a connection limit (503), by limit",
+            m.connections_refused.clone(),
+        );
+        r.register(
             "feedback",
             "Answer ratings stored through POST /v1/feedback (new or replaced), by rating",
             m.feedback_total.clone(),
         );
+        for limit in ["global", "per_ip"] {
+            drop(m.connections_refused.get_or_create(&LimitLabel { limit }));
+        }
         for rating in ["up", "down"] {
             drop(m.feedback_total.get_or_create(&RatingLabel { rating }));
         }

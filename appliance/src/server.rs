@@ -1,15 +1,41 @@
 //! Serving: bind, answer `/healthz` at once, turn ready when start-up completes, and on shutdown
 //! stop accepting, withdraw readiness and drain in-flight requests and streams up to a deadline.
+//!
+//! The accept loop is our own (hyper's HTTP/1 connection builder under it) so that slow and
+//! numerous clients are bounded: at most `max_connections` open connections, at most
+//! `max_connections_per_ip` from one address (more are answered `503 too-many-connections` and
+//! closed), `header_read_timeout_secs` for every request head (the first one read and checked
+//! by [`head`], later ones on a kept-alive connection by hyper), and `max_header_bytes` for
+//! every head. Body reads have their own deadline (`extract.rs`).
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::net::TcpListener;
-use tokio::sync::watch;
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use parking_lot::Mutex;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::task::JoinSet;
 
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::metrics::{LimitLabel, Metrics};
 use crate::routes::app;
 use crate::state::AppState;
+
+pub mod head;
+
+use head::{FirstHead, HeadLimits, Prefixed};
+
+/// Refused connections that may linger at once while their 503 is read (more are closed at
+/// once after a best-effort write).
+const MAX_LINGERING_REFUSALS: usize = 64;
 
 /// How a serve loop ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,25 +49,23 @@ pub enum Drained {
 /// Serves `state` on `listener` until `shutdown` resolves, then drains for at most `grace`.
 ///
 /// Readiness is withdrawn as soon as shutdown starts, so a load balancer stops sending new
-/// requests while streams in flight finish.
+/// requests while streams in flight finish. At the deadline every connection still open is
+/// dropped (its task aborted).
 pub async fn serve(
     listener: TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<Drained> {
-    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let conns = Connections::new(state.config(), state.metrics().clone());
     let router = app(state.clone());
-    let server =
-        axum::serve(listener, router.into_make_service()).with_graceful_shutdown(async move {
-            let _ = stop_rx.wait_for(|s| *s).await;
-        });
-    let mut handle = tokio::spawn(async move { server.await });
+    let mut handle = tokio::spawn(accept_loop(listener, router, conns, stop_rx));
 
     tokio::select! {
         res = &mut handle => {
-            // The server ended on its own (listener error).
-            return res.map_err(std::io::Error::other)?.map(|()| Drained::Clean);
+            // The accept loop ended on its own.
+            return res.map_err(std::io::Error::other).map(|()| Drained::Clean);
         }
         () = shutdown => {}
     }
@@ -53,16 +77,212 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     match tokio::time::timeout(grace, &mut handle).await {
         Ok(res) => {
-            res.map_err(std::io::Error::other)??;
+            res.map_err(std::io::Error::other)?;
             tracing::info!("drained cleanly");
             Ok(Drained::Clean)
         }
         Err(_) => {
+            // Dropping the loop drops its JoinSet, which aborts every connection task.
             handle.abort();
             tracing::warn!("drain deadline passed: remaining connections dropped");
             Ok(Drained::DeadlineExceeded)
         }
     }
+}
+
+/// The connection limits, the HTTP/1 settings and the open-connection counts.
+#[derive(Clone)]
+struct Connections {
+    http: hyper::server::conn::http1::Builder,
+    head: HeadLimits,
+    global: Arc<Semaphore>,
+    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    max_per_ip: usize,
+    lingering: Arc<Semaphore>,
+    metrics: Metrics,
+}
+
+/// One admitted connection's place in the limits, given back on drop.
+struct ConnPermit {
+    _global: OwnedSemaphorePermit,
+    ip: IpAddr,
+    per_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    metrics: Metrics,
+}
+
+impl Drop for ConnPermit {
+    fn drop(&mut self) {
+        let mut m = self.per_ip.lock();
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+        self.metrics.connections_open.dec();
+    }
+}
+
+impl Connections {
+    fn new(config: &Config, metrics: Metrics) -> Self {
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(config.header_read_timeout())
+            .max_header_size(config.max_header_bytes());
+        Connections {
+            http,
+            head: HeadLimits {
+                max_header_bytes: config.max_header_bytes(),
+                max_uri_bytes: config.max_uri_bytes(),
+                timeout: config.header_read_timeout(),
+            },
+            global: Arc::new(Semaphore::new(config.max_connections())),
+            per_ip: Arc::default(),
+            max_per_ip: config.max_connections_per_ip(),
+            lingering: Arc::new(Semaphore::new(MAX_LINGERING_REFUSALS)),
+            metrics,
+        }
+    }
+
+    /// A place for a connection from `ip`, or the name of the limit that refuses it.
+    fn admit(&self, ip: IpAddr) -> Result<ConnPermit, &'static str> {
+        let ip = ip.to_canonical();
+        let mut m = self.per_ip.lock();
+        if m.get(&ip).copied().unwrap_or(0) >= self.max_per_ip {
+            return Err("per_ip");
+        }
+        let global = self
+            .global
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| "global")?;
+        *m.entry(ip).or_insert(0) += 1;
+        self.metrics.connections_open.inc();
+        Ok(ConnPermit {
+            _global: global,
+            ip,
+            per_ip: self.per_ip.clone(),
+            metrics: self.metrics.clone(),
+        })
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    conns: Connections,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tasks = JoinSet::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait instead of spinning.
+                    tracing::warn!(error = %e, "accept failed; retrying in 1 s");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            () = stopped(&mut stop) => break,
+        };
+        match conns.admit(peer.ip()) {
+            Ok(permit) => {
+                tasks.spawn(serve_connection(
+                    tcp,
+                    router.clone(),
+                    conns.clone(),
+                    permit,
+                    stop.clone(),
+                ));
+            }
+            Err(limit) => {
+                conns
+                    .metrics
+                    .connections_refused
+                    .get_or_create(&LimitLabel { limit })
+                    .inc();
+                tracing::debug!(%peer, limit, "connection refused: limit reached");
+                refuse(tcp, &conns, &mut tasks);
+            }
+        }
+    }
+    drop(listener);
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Answers `503 too-many-connections` and closes; lingers (≤ 1 s) so the client can read it
+/// while few refusals linger, else writes what the socket takes at once and closes.
+fn refuse(tcp: TcpStream, conns: &Connections, tasks: &mut JoinSet<()>) {
+    let answer = ApiError::TooManyConnections.http1_bytes(&uuid::Uuid::new_v4().to_string());
+    match conns.lingering.clone().try_acquire_owned() {
+        Ok(permit) => {
+            tasks.spawn(async move {
+                head::answer_and_close(tcp, &answer).await;
+                drop(permit);
+            });
+        }
+        Err(_) => {
+            let _ = tcp.try_write(&answer);
+        }
+    }
+}
+
+async fn serve_connection(
+    mut tcp: TcpStream,
+    router: Router,
+    conns: Connections,
+    permit: ConnPermit,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _permit = permit;
+    let first = match head::read_first_head(&mut tcp, &conns.head, &mut stop).await {
+        FirstHead::Ready(bytes) => bytes,
+        FirstHead::Gone => return,
+        FirstHead::Refuse(err) => {
+            tracing::debug!(error = %err, "request head refused");
+            let answer = err.http1_bytes(&uuid::Uuid::new_v4().to_string());
+            head::answer_and_close(tcp, &answer).await;
+            return;
+        }
+    };
+    let io = TokioIo::new(Prefixed::new(first, tcp));
+    let conn = conns
+        .http
+        .serve_connection(io, TowerToHyperService::new(router));
+    let mut conn = pin!(conn);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                break;
+            }
+            () = stopped(&mut stop), if !stopping => {
+                conn.as_mut().graceful_shutdown();
+                stopping = true;
+            }
+        }
+    }
+}
+
+/// Resolves once `stop` turns true (or its sender is gone).
+pub(crate) async fn stopped(stop: &mut watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// Errors of one incoming connection, not of the listener (axum's `serve` skips them too).
+fn is_connection_error(e: &std::io::Error) -> bool {
+    use std::io::ErrorKind::{ConnectionAborted, ConnectionRefused, ConnectionReset};
+    matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    )
 }
 
 /// Binds the configured address.

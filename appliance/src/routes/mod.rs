@@ -4,10 +4,11 @@ use std::time::Instant;
 
 use axum::Router;
 use axum::extract::{MatchedPath, Request, State};
-use axum::http::{HeaderName, Method};
+use axum::http::{HeaderName, Method, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
+use http_body_util::{BodyExt, Limited};
 use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::timeout::ResponseBodyTimeoutLayer;
@@ -26,8 +27,21 @@ pub mod models;
 pub mod retrieve;
 pub mod ui;
 
-/// The request id header, set on every request that lacks one and echoed on every response.
+/// The request id header, set on every request that lacks a valid one and echoed on every
+/// response.
 pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// The longest client request id kept (longer ones are replaced).
+pub const MAX_REQUEST_ID_LEN: usize = 64;
+
+/// Whether a client's `X-Request-Id` is kept: 1 to 64 characters of `[A-Za-z0-9._-]`. Any
+/// other id is replaced by a fresh UUID, so ids in logs, audit rows, completion ids and
+/// feedback keys are short and printable whatever a client sends.
+pub fn valid_request_id(id: &str) -> bool {
+    (1..=MAX_REQUEST_ID_LEN).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
 /// The degradation rung header on model-bound responses.
 pub const RUNG_HEADER: HeaderName = HeaderName::from_static("x-airlock-rung");
 
@@ -60,6 +74,8 @@ pub fn app(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), deadline))
+        .layer(middleware::from_fn_with_state(state.clone(), uri_limit))
+        .layer(middleware::from_fn(problem_bodies))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,
@@ -67,6 +83,7 @@ pub fn app(state: AppState) -> Router {
 
     api.layer(
         ServiceBuilder::new()
+            .map_request(drop_invalid_request_id)
             .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
             .layer(
                 TraceLayer::new_for_http()
@@ -97,6 +114,59 @@ async fn not_found() -> ApiError {
 
 async fn method_not_allowed(method: Method) -> ApiError {
     ApiError::MethodNotAllowed(method.to_string())
+}
+
+/// Removes a client `X-Request-Id` that [`valid_request_id`] refuses (or that is sent more than
+/// once), so that the request-id layer behind it sets a fresh UUID.
+fn drop_invalid_request_id(mut req: Request) -> Request {
+    let mut ids = req.headers().get_all(REQUEST_ID).iter();
+    let keep = match (ids.next(), ids.next()) {
+        (Some(id), None) => id.to_str().is_ok_and(valid_request_id),
+        _ => false,
+    };
+    if !keep {
+        req.headers_mut().remove(REQUEST_ID);
+    }
+    req
+}
+
+/// Turns every error response that is not already a problem (axum's own rejections, such as a
+/// `Path` that is not UTF-8 after percent-decoding, answer in plain text) into one from the
+/// error table. JSON bodies (`/readyz`'s 503) are left alone.
+async fn problem_bodies(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let json = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| {
+            ct.starts_with("application/problem+json") || ct.starts_with("application/json")
+        });
+    if json {
+        return resp;
+    }
+    // Framework rejections are one short line; a longer body is cut, not buffered.
+    let text = match Limited::new(resp.into_body(), 4096).collect().await {
+        Ok(b) => String::from_utf8_lossy(&b.to_bytes()).trim().to_string(),
+        Err(_) => String::new(),
+    };
+    ApiError::from_rejection(status, text).into_response()
+}
+
+/// Refuses a request target longer than `max_uri_bytes` (`414 uri-too-long`). The first request
+/// of a connection is checked before the router already (`head.rs`); this covers later
+/// requests on a kept-alive connection.
+async fn uri_limit(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let limit = state.config().max_uri_bytes();
+    let len = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    if len > limit {
+        return ApiError::UriTooLong { limit }.into_response();
+    }
+    next.run(req).await
 }
 
 /// Counts every response by route template and status; tracks in-flight HTTP requests.

@@ -8,6 +8,7 @@ mod e2e;
 mod eval;
 mod feedback;
 mod focus;
+mod http;
 mod ladder;
 mod purge;
 mod refusals;
