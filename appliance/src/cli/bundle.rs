@@ -299,7 +299,7 @@ pub fn bundle(cmd: BundleCommand) -> anyhow::Result<bool> {
             }
         }
         BundleCommand::VerifyInstalled { keyring, data } => {
-            let ring = keyring.load(&data)?;
+            let ring = keyring.trusted(&data)?;
             let installed = Store::open(&data.data)?.verify_installed(&ring, &Bar::new())?;
             println!(
                 "ok {} {}: {} files, {} verified in {}",
@@ -326,7 +326,10 @@ fn failpoint(stage: InstallStage) {
 
 /// Runs `airlock install`.
 pub fn install(args: InstallArgs) -> anyhow::Result<bool> {
-    let ring = args.keyring.load(&args.data)?;
+    // Issue 19 F5: with a pinned keyring, `--keyring FILE` of another key set is refused before
+    // anything is read, so a bundle the appliance does not trust can never become current or
+    // raise the rollback floor.
+    let ring = args.keyring.trusted(&args.data)?;
     let store = Store::open(&args.data.data)?;
     let bar = Bar::new();
     let options = InstallOptions {
@@ -360,7 +363,7 @@ pub fn install(args: InstallArgs) -> anyhow::Result<bool> {
 
 /// Runs `airlock rollback`.
 pub fn rollback(args: RollbackArgs) -> anyhow::Result<bool> {
-    let ring = args.keyring.load(&args.data)?;
+    let ring = args.keyring.trusted(&args.data)?;
     let (from, to) = Store::open(&args.data.data)?.rollback(&ring)?;
     let from = from.map(|v| v.to_string()).unwrap_or_else(|| "none".into());
     println!("rolled back from {from} to {to}");
