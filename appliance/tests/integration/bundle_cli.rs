@@ -361,6 +361,90 @@ fn reinstalling_a_corrupted_copy_of_the_current_version_fails() {
     assert!(out.contains("already current"), "{out}");
 }
 
+/// (name, version) of every `[[package]]` in the workspace's Cargo.lock.
+fn lock_versions() -> Vec<(String, String)> {
+    let lock =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock")).unwrap();
+    let mut out = Vec::new();
+    let mut name = None;
+    for line in lock.lines() {
+        if let Some(n) = line.strip_prefix("name = ") {
+            name = Some(n.trim_matches('"').to_owned());
+        } else if let Some(v) = line.strip_prefix("version = ")
+            && let Some(n) = name.take()
+        {
+            out.push((n, v.trim_matches('"').to_owned()));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_built_bundle_carries_the_binarys_sbom_in_its_manifest() {
+    // Issue 19, supply chain: a CycloneDX SBOM of the airlock binary in every bundle.
+    let b = Appliance::new();
+    let (_, b1) = b.setup();
+    let manifest: serde_json::Value =
+        serde_json::from_str(&b.ok(&["bundle", "inspect", &b1, "--json"])).unwrap();
+    let entry = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "sbom.cdx.json")
+        .unwrap_or_else(|| panic!("sbom.cdx.json not in the manifest: {manifest}"))
+        .clone();
+    b.ok(&["install", &b1, "--data", &b.data()]);
+    let installed = fs::read(b.path("data/bundles/1.0.0/sbom.cdx.json")).unwrap();
+    let digest = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&installed))
+    };
+    assert_eq!(entry["sha256"], digest.as_str());
+    assert_eq!(entry["size"], installed.len() as u64);
+    // The same document as `airlock bundle sbom` prints.
+    assert_eq!(b.ok(&["bundle", "sbom"]).as_bytes(), installed.as_slice());
+
+    let sbom: serde_json::Value = serde_json::from_slice(&installed).unwrap();
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    assert_eq!(sbom["specVersion"], "1.5");
+    assert_eq!(sbom["metadata"]["component"]["name"], "airlock");
+    let components = sbom["components"].as_array().unwrap();
+    let lock = lock_versions();
+    for name in ["tantivy", "axum", "rusqlite"] {
+        let c = components
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in the SBOM"));
+        let version = c["version"].as_str().unwrap();
+        assert!(
+            lock.iter().any(|(n, v)| n == name && v == version),
+            "{name} {version} is not the Cargo.lock version"
+        );
+        assert_eq!(c["purl"], format!("pkg:cargo/{name}@{version}"));
+        assert_eq!(c["hashes"][0]["alg"], "SHA-256");
+        assert_eq!(c["hashes"][0]["content"].as_str().unwrap().len(), 64);
+        assert!(c["licenses"][0]["expression"].is_string(), "{c}");
+    }
+    // Dev-dependencies are not linked into the binary, so not listed.
+    assert!(!components.iter().any(|c| c["name"] == "proptest"));
+    // A source directory may not smuggle its own SBOM in.
+    let src = b.source("2.0.0");
+    fs::write(PathBuf::from(&src).join("sbom.cdx.json"), "{}").unwrap();
+    let err = b.fails(&[
+        "bundle",
+        "build",
+        "--from",
+        &src,
+        "--version",
+        "2.0.0",
+        "--sign",
+        "keys/ops.key",
+        "--out",
+        "x.tar.zst",
+    ]);
+    assert!(one_line(&err).contains("sbom.cdx.json"), "{err}");
+}
+
 #[test]
 fn usage_errors_exit_2_and_help_exits_0() {
     let b = Appliance::new();
