@@ -26,6 +26,7 @@ pub mod quota;
 pub mod rag;
 pub mod routes;
 pub mod sandbox;
+pub mod sbom;
 pub mod server;
 pub mod services;
 pub mod startup;

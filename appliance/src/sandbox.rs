@@ -6,13 +6,19 @@
 //!   daemon serves its own listener). UDP and Unix sockets are not covered by Landlock's
 //!   network rules.
 //! - File system (ABI ≥ 1, the write rights of ABI 4: write, truncate, create, remove, link,
-//!   rename): allowed only beneath the data directory (and on `/dev/null`). Reading stays
-//!   allowed everywhere (bundles, keyrings, models).
+//!   rename): allowed only where the daemon writes — the data directory's entries other than
+//!   `keys/` and `bundles/` (the SQLite files, `index/`, ...) — and on `/dev/null`. Reading
+//!   stays allowed everywhere, so the daemon reads the pinned keyring and the installed bundles
+//!   but can never change them (issue 19 F7): trust changes only through the offline
+//!   `airlock install` / `airlock keyring rotate`.
 //!
 //! Landlock applies to the calling thread and the threads it creates afterwards (kernels before
-//! ABI 8 cannot restrict sibling threads), so [`lock_down`] must run while the process is still
-//! single-threaded: `airlock serve` calls it before it starts the async runtime, the engine
-//! threads and the ladder thread, which all inherit the restriction.
+//! ABI 8 cannot restrict sibling threads), so a lockdown meant for the process must run while
+//! it is still single-threaded: `airlock serve` (and the daemon `airlock demo` execs) calls
+//! [`lock_down_daemon`] before it starts the async runtime, the engine threads and the ladder
+//! thread, which all inherit the restriction. Called on the main thread with other threads
+//! alive, [`lock_down_daemon`] refuses ([`SandboxError::NotSingleThreaded`]) instead of
+//! leaving them unrestricted.
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +32,16 @@ pub enum SandboxError {
         path: PathBuf,
         /// The cause.
         message: String,
+    },
+    /// A process-wide lockdown was attempted with other threads alive (they would stay
+    /// unrestricted).
+    #[error(
+        "sandbox: the lockdown must be applied while the process is single-threaded, but \
+         {threads} threads exist"
+    )]
+    NotSingleThreaded {
+        /// Threads of the process at the time (from `/proc/self/task`).
+        threads: usize,
     },
     /// The kernel refused or lacks a restriction that was required.
     #[error("sandbox: {0}")]
@@ -73,19 +89,109 @@ pub fn lock_down(writable: &[&Path], require: bool) -> Result<SandboxReport, San
     imp::lock_down(writable, require)
 }
 
-/// Applies [`lock_down`] for the daemon: writes beneath `data_dir` only; logs what is active.
-pub fn lock_down_daemon(data_dir: &Path, require: bool) -> Result<SandboxReport, SandboxError> {
-    let dev_null = Path::new("/dev/null");
-    let mut writable = vec![data_dir];
-    if dev_null.exists() {
-        writable.push(dev_null);
+/// Entries of the data directory the daemon reads but never writes: the pinned keyring and the
+/// install store.
+pub const READ_ONLY: [&str; 2] = ["keys", "bundles"];
+
+/// SQLite files the daemon writes in the data directory itself (`airlock.db` in WAL mode).
+const SQLITE_FILES: [&str; 3] = ["airlock.db", "airlock.db-wal", "airlock.db-shm"];
+
+fn path_err(path: &Path) -> impl Fn(std::io::Error) -> SandboxError + '_ {
+    move |e| SandboxError::Path {
+        path: path.to_path_buf(),
+        message: e.to_string(),
     }
+}
+
+/// Prepares `data_dir` for the daemon's lockdown and returns where the daemon may write: every
+/// directory and regular file directly in `data_dir` except [`READ_ONLY`] ones (symlinks are
+/// skipped: they could point anywhere), `index/` (created), the SQLite database and its WAL
+/// files, and `/dev/null`.
+///
+/// Landlock rules only grant, and a grant on a directory covers everything beneath it, so the
+/// data directory itself gets no rule: nothing may be created or removed directly in it after
+/// the lockdown. So the database is brought into WAL mode here (a fresh database needs a
+/// rollback journal for that once) and its `-wal` and `-shm` files are created empty (an empty
+/// WAL is a valid one), leaving SQLite nothing to create later.
+pub fn daemon_writable(data_dir: &Path) -> Result<Vec<PathBuf>, SandboxError> {
+    std::fs::create_dir_all(data_dir.join("index")).map_err(path_err(data_dir))?;
+    let db = data_dir.join(SQLITE_FILES[0]);
+    rusqlite::Connection::open(&db)
+        .and_then(|c| {
+            c.pragma_update(None, "journal_mode", "WAL")?;
+            c.close().map_err(|(_, e)| e)
+        })
+        .map_err(|e| SandboxError::Path {
+            path: db.clone(),
+            message: e.to_string(),
+        })?;
+    for name in &SQLITE_FILES[1..] {
+        let path = data_dir.join(name);
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .map_err(path_err(&path))?;
+    }
+    let mut writable = Vec::new();
+    for item in std::fs::read_dir(data_dir).map_err(path_err(data_dir))? {
+        let item = item.map_err(path_err(data_dir))?;
+        let name = item.file_name();
+        if READ_ONLY.iter().any(|r| name == *r) {
+            continue;
+        }
+        let kind = item.file_type().map_err(path_err(&item.path()))?;
+        if kind.is_dir() || kind.is_file() {
+            writable.push(item.path());
+        }
+    }
+    writable.sort();
+    let dev_null = Path::new("/dev/null");
+    if dev_null.exists() {
+        writable.push(dev_null.to_path_buf());
+    }
+    Ok(writable)
+}
+
+/// The number of threads of this process, from `/proc/self/task` (`None` where unreadable).
+pub fn process_threads() -> Option<usize> {
+    std::fs::read_dir("/proc/self/task")
+        .ok()
+        .map(|d| d.filter_map(Result::ok).count())
+}
+
+/// Whether the calling thread is the process's main thread (`/proc/thread-self` names
+/// `<pid>/task/<tid>` with tid = pid).
+fn on_main_thread() -> bool {
+    std::fs::read_link("/proc/thread-self")
+        .ok()
+        .and_then(|p| p.file_name().map(|t| t.to_string_lossy().into_owned()))
+        .is_some_and(|tid| tid == std::process::id().to_string())
+}
+
+/// Applies [`lock_down`] for the daemon: the writable set of [`daemon_writable`] (never
+/// `keys/` or `bundles/`), no outbound TCP; logs what is active.
+///
+/// On the main thread this is the process's lockdown and must come before any other thread
+/// exists: with more threads alive it refuses ([`SandboxError::NotSingleThreaded`]) without
+/// applying anything. On another thread (the eval runner's owned daemon) it restricts that
+/// thread and the threads it starts, as [`lock_down`] does.
+pub fn lock_down_daemon(data_dir: &Path, require: bool) -> Result<SandboxReport, SandboxError> {
+    if on_main_thread()
+        && let Some(threads) = process_threads()
+        && threads > 1
+    {
+        return Err(SandboxError::NotSingleThreaded { threads });
+    }
+    let writable = daemon_writable(data_dir)?;
+    let writable: Vec<&Path> = writable.iter().map(PathBuf::as_path).collect();
     match lock_down(&writable, require) {
         Ok(report) => {
             if report.fully_enforced() {
                 tracing::info!(
                     tcp_connect_denied = true,
                     writes_confined_to = %data_dir.display(),
+                    read_only = ?READ_ONLY,
                     landlock = %report.detail,
                     "egress lockdown active"
                 );

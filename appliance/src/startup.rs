@@ -33,6 +33,18 @@ pub enum StartupError {
         /// Cause.
         source: airlock_signing::Error,
     },
+    /// `--keyring FILE` names another keyring than the data directory's pinned one.
+    #[error(
+        "refusing to serve: --keyring {given} is not the pinned keyring {pinned}; a data \
+         directory with a pinned keyring is checked against it only (drop --keyring; trust \
+         changes only through `airlock keyring rotate`)"
+    )]
+    KeyringNotPinned {
+        /// The keyring named by `--keyring` / `AIRLOCK_KEYRING`.
+        given: PathBuf,
+        /// The data directory's pinned keyring.
+        pinned: PathBuf,
+    },
     /// No bundle is installed, or the installed one fails verification.
     #[error(
         "refusing to serve: the installed bundle under {data} failed verification: {source} \
@@ -89,7 +101,32 @@ pub fn keyring_path(config: &Config) -> PathBuf {
     config
         .keyring
         .clone()
-        .unwrap_or_else(|| config.data_dir().join("keys").join("trusted.json"))
+        .unwrap_or_else(|| pinned_keyring(&config.data_dir()))
+}
+
+/// The data directory's pinned keyring, `<data>/keys/trusted.json`.
+pub fn pinned_keyring(data: &Path) -> PathBuf {
+    data.join("keys").join("trusted.json")
+}
+
+/// The keyring start-up verifies against: the pinned one whenever it exists (`--keyring` may
+/// only name that same file), else `--keyring` (a data directory not yet pinned).
+fn trusted_keyring_path(config: &Config) -> Result<PathBuf, StartupError> {
+    let pinned = pinned_keyring(&config.data_dir());
+    match &config.keyring {
+        Some(given) if pinned.exists() => {
+            let same = matches!((given.canonicalize(), pinned.canonicalize()),
+                (Ok(a), Ok(b)) if a == b);
+            if !same {
+                return Err(StartupError::KeyringNotPinned {
+                    given: given.clone(),
+                    pinned,
+                });
+            }
+            Ok(pinned)
+        }
+        _ => Ok(keyring_path(config)),
+    }
 }
 
 /// The SQLite file shared by the ACL and the document store.
@@ -113,11 +150,13 @@ pub struct VerifiedBundle {
 }
 
 /// Re-verifies the installed bundle (signature and every file digest) against the pinned
-/// keyring and reads its catalogue. Refuses an unverified or tampered bundle.
+/// keyring and reads its catalogue. Refuses an unverified or tampered bundle, and a
+/// `--keyring` other than the pinned one. Writes nothing: a refused bundle leaves
+/// `state.json` (current, previous, rollback floor) as it was.
 pub fn verify_bundle(config: &Config) -> Result<VerifiedBundle, StartupError> {
     let t = Instant::now();
     let data = config.data_dir();
-    let kpath = keyring_path(config);
+    let kpath = trusted_keyring_path(config)?;
     let keyring = Keyring::load(&kpath).map_err(|source| StartupError::Keyring {
         path: kpath.clone(),
         source,

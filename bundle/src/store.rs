@@ -18,7 +18,7 @@ use airlock_signing::{KeyId, Keyring, Purpose, SignatureEnvelope};
 use semver::Version;
 use sha2::{Digest, Sha256};
 
-use crate::verify::{Flow, Sink, Verified, verify_with};
+use crate::verify::{Sink, Verified, verify_with};
 use crate::{
     BINARY_PATH, Error, Limits, MANIFEST_NAME, Manifest, NoProgress, Progress, Refusal, Result,
     SIGNATURES_NAME, State,
@@ -165,14 +165,17 @@ struct StagingSink<'a> {
 }
 
 impl Sink for StagingSink<'_> {
-    fn metadata(&mut self, verified: &Verified) -> Result<Flow> {
+    fn metadata(&mut self, verified: &Verified) -> Result<()> {
         let manifest = &verified.manifest;
         let version = &manifest.version;
         if self.state.current.as_ref() == Some(version) {
             let installed = self.root.join(version.to_string()).join(MANIFEST_NAME);
             if fs::read(&installed).ok().as_deref() == Some(verified.manifest_bytes.as_slice()) {
+                // The same signed manifest (so the same file digests) is current. Read the rest
+                // anyway: "nothing to do" is only said of a file that verifies in full, so a
+                // corrupted copy of the current bundle is refused like any other.
                 self.already_current = true;
-                return Ok(Flow::Stop);
+                return Ok(());
             }
         }
         if let Some(highest) = &self.state.highest_installed
@@ -211,10 +214,14 @@ impl Sink for StagingSink<'_> {
             &verified.signatures_bytes,
             0o644,
         )?;
-        Ok(Flow::Continue)
+        Ok(())
     }
 
     fn file(&mut self, entry: &crate::FileEntry, content: &mut dyn Read) -> Result<()> {
+        if self.already_current {
+            // Nothing is written; the verifier hashes what it drains from `content`.
+            return Ok(());
+        }
         let staging = self
             .staging
             .as_ref()
@@ -350,7 +357,8 @@ impl Store {
     ///
     /// Refused (with nothing changed): any verification failure, a version not above
     /// `highest_installed` (unless it is the identical bundle that is already current, which
-    /// is a no-op), or a current version below the bundle's `min_previous_version`.
+    /// is a no-op once the whole file verified), or a current version below the bundle's
+    /// `min_previous_version`.
     pub fn install(
         &self,
         bundle: &Path,
@@ -381,6 +389,8 @@ impl Store {
         };
         let version = verified.manifest.version.clone();
         if sink.already_current {
+            // Every entry, the payload frame and its digest verified, and the signed manifest is
+            // byte for byte the installed one.
             return Ok(InstallOutcome::AlreadyCurrent { version });
         }
         let staging = sink

@@ -38,26 +38,20 @@ pub struct Verified {
     pub signers: Vec<KeyId>,
 }
 
-/// Whether to go on reading the payload after the metadata was accepted.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Flow {
-    Continue,
-    Stop,
-}
-
-/// Receives what verification accepts. `file` gets a reader of exactly the entry's bytes; the
+/// Receives what verification accepts; the whole file is always read and checked (a sink
+/// cannot cut verification short). `file` gets a reader of exactly the entry's bytes; the
 /// verifier checks size and digest after it returns, so a sink must treat data as untrusted
 /// until the whole verification succeeds.
 pub(crate) trait Sink {
-    fn metadata(&mut self, verified: &Verified) -> Result<Flow>;
+    fn metadata(&mut self, verified: &Verified) -> Result<()>;
     fn file(&mut self, entry: &FileEntry, content: &mut dyn Read) -> Result<()>;
 }
 
 struct Discard(Vec<u8>);
 
 impl Sink for Discard {
-    fn metadata(&mut self, _: &Verified) -> Result<Flow> {
-        Ok(Flow::Continue)
+    fn metadata(&mut self, _: &Verified) -> Result<()> {
+        Ok(())
     }
     fn file(&mut self, entry: &FileEntry, content: &mut dyn Read) -> Result<()> {
         loop {
@@ -716,9 +710,7 @@ impl Ctx<'_> {
             signatures_bytes,
             signers,
         };
-        if sink.metadata(&verified)? == Flow::Stop {
-            return Ok(verified);
-        }
+        sink.metadata(&verified)?;
 
         let files = &verified.manifest.files;
         let mut seen = vec![false; files.len()];

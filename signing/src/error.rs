@@ -81,6 +81,32 @@ pub enum Error {
         /// Version of the offered keyring.
         new: u64,
     },
+    /// A rotation's new keyring trusts a key the current one revoked.
+    #[error(
+        "new keyring trusts key {key_id}, which the current keyring revoked; a revoked key is never trusted again"
+    )]
+    RotationRetrustsRevoked {
+        /// The revoked key the new keyring lists as trusted.
+        key_id: KeyId,
+    },
+    /// A rotation's new keyring forgets a revocation of the current one.
+    #[error("new keyring drops the revocation of key {key_id}; revocations are permanent")]
+    RotationDropsRevocation {
+        /// The key id missing from the new keyring's revoked list.
+        key_id: KeyId,
+    },
+    /// A rotation's new keyring jumps too far ahead (it would freeze later rotations).
+    #[error(
+        "new keyring version {new} is more than {max_step} above the current version {current}"
+    )]
+    RotationTooFar {
+        /// Version of the pinned keyring.
+        current: u64,
+        /// Version of the offered keyring.
+        new: u64,
+        /// The largest accepted step.
+        max_step: u64,
+    },
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {

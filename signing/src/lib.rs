@@ -22,7 +22,7 @@ pub use envelope::{Purpose, SignatureEntry, SignatureEnvelope};
 pub use error::Error;
 pub use key::{KeyId, KeyPair, PublicKey};
 pub use keyring::{Keyring, TrustedKey};
-pub use rotation::SignedKeyring;
+pub use rotation::{MAX_VERSION_STEP, SignedKeyring};
 
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

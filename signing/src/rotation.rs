@@ -11,6 +11,12 @@ use crate::{Error, KeyPair, Keyring, Result};
 
 const SIGNED_FORMAT: &str = "airlock-signed-keyring/v1";
 
+/// The largest version step one rotation may take. Versions only grow, so a rotation to
+/// `u64::MAX` (signed by a compromised threshold, or by mistake) would leave no version for any
+/// later rotation: the keyring would be frozen. Edits bump the version by one each, so an
+/// honest rotation moves by a handful.
+pub const MAX_VERSION_STEP: u64 = 1000;
+
 /// A proposed keyring plus signatures over its exact JSON text, as carried to the appliance.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,7 +44,9 @@ impl SignedKeyring {
     }
 
     /// Accepts the proposed keyring if a threshold of `current`'s trusted, non-revoked keys
-    /// signed it, it is a valid keyring, and its version is higher than `current`'s.
+    /// signed it, it is a valid keyring, its version is higher than `current`'s by at most
+    /// [`MAX_VERSION_STEP`], and it keeps every revocation of `current` (a revoked key id is
+    /// neither trusted again nor dropped from the revoked list).
     pub fn accept(&self, current: &Keyring) -> Result<Keyring> {
         if self.format != SIGNED_FORMAT {
             return Err(Error::Malformed {
@@ -53,6 +61,21 @@ impl SignedKeyring {
                 current: current.version(),
                 new: next.version(),
             });
+        }
+        if next.version() - current.version() > MAX_VERSION_STEP {
+            return Err(Error::RotationTooFar {
+                current: current.version(),
+                new: next.version(),
+                max_step: MAX_VERSION_STEP,
+            });
+        }
+        for id in current.revoked() {
+            if next.keys().iter().any(|k| &k.key_id == id) {
+                return Err(Error::RotationRetrustsRevoked { key_id: id.clone() });
+            }
+            if !next.revoked().contains(id) {
+                return Err(Error::RotationDropsRevocation { key_id: id.clone() });
+            }
         }
         Ok(next)
     }
@@ -151,6 +174,79 @@ mod tests {
             forged.accept(&current),
             Err(Error::BadSignature { .. })
         ));
+    }
+
+    /// A keyring JSON edited by hand (what a compromised or careless signer could produce).
+    fn edited(ring: &Keyring, edit: impl FnOnce(&mut serde_json::Value)) -> Keyring {
+        let mut json: serde_json::Value = serde_json::from_slice(&ring.to_json()).unwrap();
+        edit(&mut json);
+        Keyring::from_json(json.to_string().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn rotation_that_trusts_a_revoked_key_again_is_refused() {
+        let (ks, current) = setup();
+        let mut revoked = current.clone();
+        revoked.revoke(&ks[0].key_id()).unwrap();
+        let pinned = SignedKeyring::sign(&revoked, &[&ks[1], &ks[2]])
+            .accept(&current)
+            .unwrap();
+        // Remove the id from `revoked` and list the key as trusted again, version bumped.
+        let key0 = serde_json::json!({
+            "key_id": ks[0].key_id().as_str(),
+            "public_key": serde_json::to_value(ks[0].public()).unwrap(),
+        });
+        let retrusted = edited(&pinned, |j| {
+            j["version"] = serde_json::json!(pinned.version() + 1);
+            j["revoked"] = serde_json::json!([]);
+            j["keys"].as_array_mut().unwrap().push(key0);
+        });
+        let signed = SignedKeyring::sign(&retrusted, &[&ks[1], &ks[2]]);
+        let err = signed.accept(&pinned).unwrap_err();
+        assert!(
+            matches!(&err, Error::RotationRetrustsRevoked { key_id } if key_id == &ks[0].key_id()),
+            "{err}"
+        );
+        // Dropping the revocation without trusting the key is refused too (a later rotation
+        // could then add it back).
+        let forgotten = edited(&pinned, |j| {
+            j["version"] = serde_json::json!(pinned.version() + 1);
+            j["revoked"] = serde_json::json!([]);
+        });
+        let err = SignedKeyring::sign(&forgotten, &[&ks[1], &ks[2]])
+            .accept(&pinned)
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::RotationDropsRevocation { .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rotation_that_jumps_the_version_too_far_is_refused() {
+        let (ks, current) = setup();
+        for (new, ok) in [
+            (current.version() + MAX_VERSION_STEP, true),
+            (current.version() + MAX_VERSION_STEP + 1, false),
+            (u64::MAX, false),
+        ] {
+            let next = edited(&current, |j| j["version"] = serde_json::json!(new));
+            let result = SignedKeyring::sign(&next, &[&ks[0], &ks[1]]).accept(&current);
+            if ok {
+                assert_eq!(result.unwrap().version(), new);
+            } else {
+                assert!(
+                    matches!(
+                        result,
+                        Err(Error::RotationTooFar {
+                            max_step: MAX_VERSION_STEP,
+                            ..
+                        })
+                    ),
+                    "{new}: {result:?}"
+                );
+            }
+        }
     }
 
     #[test]

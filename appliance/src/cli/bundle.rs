@@ -1,4 +1,4 @@
-//! `airlock bundle build|verify|inspect|list|verify-installed`, `airlock install` and
+//! `airlock bundle build|verify|inspect|list|sbom|verify-installed`, `airlock install` and
 //! `airlock rollback`: the signed-bundle supply chain on the command line.
 
 use std::io::IsTerminal;
@@ -51,6 +51,10 @@ pub enum BundleCommand {
         #[command(flatten)]
         data: DataArgs,
     },
+    /// Print this binary's software bill of materials (CycloneDX 1.5 JSON): the crates linked
+    /// into it, with versions, licences and Cargo.lock checksums. `bundle build` writes the
+    /// same document into every bundle as sbom.cdx.json.
+    Sbom,
     /// Re-check the current bundle's signature and every file's digest.
     VerifyInstalled {
         /// Keyring to check signatures against.
@@ -179,6 +183,44 @@ fn created(arg: Option<&str>) -> anyhow::Result<time::OffsetDateTime> {
     Ok(now.replace_nanosecond(0).unwrap_or(now))
 }
 
+/// Writes this binary's SBOM to a temporary file next to `out` (the builder reads files).
+fn sbom_file(out: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let path = dir.join(format!(".{name}.sbom-{}", std::process::id()));
+    std::fs::write(&path, crate::sbom::cyclonedx())
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// Whether `path` has the same bytes as the running executable.
+fn same_binary(path: &std::path::Path) -> bool {
+    let digest = |p: &std::path::Path| -> Option<Vec<u8>> {
+        use sha2::Digest;
+        use std::io::Read;
+        let mut f = std::fs::File::open(p).ok()?;
+        let mut h = sha2::Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            match f.read(&mut buf).ok()? {
+                0 => break,
+                n => h.update(&buf[..n]),
+            }
+        }
+        Some(h.finalize().to_vec())
+    };
+    match (std::env::current_exe().ok(), digest(path)) {
+        (Some(me), Some(theirs)) => digest(&me) == Some(theirs),
+        _ => false,
+    }
+}
+
 fn human(bytes: u64) -> String {
     indicatif::HumanBytes(bytes).to_string()
 }
@@ -198,7 +240,24 @@ pub fn bundle(cmd: BundleCommand) -> anyhow::Result<bool> {
             options.binary = args.binary;
             options.zstd_level = args.zstd_level;
             options.min_previous_version = args.min_previous;
-            let manifest = build(&args.from, &options, &signers, &args.out, &Bar::new())?;
+            // Every bundle carries the SBOM of the airlock binary that built it (issue 19).
+            let sbom = sbom_file(&args.out)?;
+            options
+                .extra_files
+                .push((crate::sbom::SBOM_PATH.into(), sbom.clone()));
+            if let Some(bin) = &options.binary
+                && !same_binary(bin)
+            {
+                eprintln!(
+                    "warning: {} is not this airlock binary; {} describes the binary that built \
+                     the bundle (build with the binary you ship)",
+                    bin.display(),
+                    crate::sbom::SBOM_PATH
+                );
+            }
+            let built = build(&args.from, &options, &signers, &args.out, &Bar::new());
+            let _ = std::fs::remove_file(&sbom);
+            let manifest = built?;
             println!(
                 "built {} {} {}: {} files, {}, {} model(s), signed by {}",
                 args.out.display(),
@@ -274,6 +333,10 @@ pub fn bundle(cmd: BundleCommand) -> anyhow::Result<bool> {
                 println!("signed by {}", s.key_id);
             }
         }
+        BundleCommand::Sbom => {
+            use std::io::Write;
+            std::io::stdout().write_all(&crate::sbom::cyclonedx())?;
+        }
         BundleCommand::List { data } => {
             let (state, bundles) = Store::open(&data.data)?.list()?;
             if bundles.is_empty() {
@@ -299,7 +362,7 @@ pub fn bundle(cmd: BundleCommand) -> anyhow::Result<bool> {
             }
         }
         BundleCommand::VerifyInstalled { keyring, data } => {
-            let ring = keyring.load(&data)?;
+            let ring = keyring.trusted(&data)?;
             let installed = Store::open(&data.data)?.verify_installed(&ring, &Bar::new())?;
             println!(
                 "ok {} {}: {} files, {} verified in {}",
@@ -326,7 +389,10 @@ fn failpoint(stage: InstallStage) {
 
 /// Runs `airlock install`.
 pub fn install(args: InstallArgs) -> anyhow::Result<bool> {
-    let ring = args.keyring.load(&args.data)?;
+    // Issue 19 F5: with a pinned keyring, `--keyring FILE` of another key set is refused before
+    // anything is read, so a bundle the appliance does not trust can never become current or
+    // raise the rollback floor.
+    let ring = args.keyring.trusted(&args.data)?;
     let store = Store::open(&args.data.data)?;
     let bar = Bar::new();
     let options = InstallOptions {
@@ -360,7 +426,7 @@ pub fn install(args: InstallArgs) -> anyhow::Result<bool> {
 
 /// Runs `airlock rollback`.
 pub fn rollback(args: RollbackArgs) -> anyhow::Result<bool> {
-    let ring = args.keyring.load(&args.data)?;
+    let ring = args.keyring.trusted(&args.data)?;
     let (from, to) = Store::open(&args.data.data)?.rollback(&ring)?;
     let from = from.map(|v| v.to_string()).unwrap_or_else(|| "none".into());
     println!("rolled back from {from} to {to}");

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use super::DataArgs;
 use super::bundle::{BuildArgs, BundleCommand, InstallArgs};
 use super::keys::{KeygenArgs, KeyringArgs, KeyringCommand, pinned_keyring};
-use super::serve::{ServeArgs, init_tracing};
+use super::serve::init_tracing;
 use crate::config::Config;
 
 /// The demo's bundle version (bump when the staged models change).
@@ -63,10 +63,20 @@ fn step(msg: &str) {
 }
 
 /// Runs `airlock demo`.
+///
+/// Lockdown order (issue 19 F7): the set-up runs under an egress lockdown applied first, while
+/// the process is single-threaded (no outbound TCP; writes only beneath the data directory,
+/// which the set-up fills: key, keyring, bundle, database). To serve, the process then execs
+/// `airlock serve`, which starts single-threaded again and applies the daemon's own lockdown
+/// (keyring and bundles read-only) before its runtime, engine and ladder threads exist — the
+/// set-up's worker threads (ingest, model loading) never serve.
 pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
     let data = args.data.data.clone();
     let demo = data.join("demo");
     std::fs::create_dir_all(&demo).with_context(|| format!("creating {}", demo.display()))?;
+    let config = demo_config(&data, args.port)?;
+    init_tracing(config.json_logs());
+    lock_down_setup(&data, config.require_sandbox())?;
 
     // 1. Demo signing key and the pinned keyring (root of trust).
     let key = demo.join("keys").join("demo.key");
@@ -122,8 +132,6 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
         step("a verified bundle is already installed");
     }
 
-    let config = demo_config(&data, args.port)?;
-    init_tracing(config.json_logs());
     let tokens_path = demo.join("tokens.json");
     if !tokens_path.exists() {
         // 3. Open the appliance exactly as the daemon does (verifies the bundle, loads models).
@@ -169,7 +177,58 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
         "\nAirlock is starting on http://{bind}/ — sign in with a token from {}\n",
         tokens_path.display()
     );
-    super::serve::run(ServeArgs { config }).map(|()| true)
+    exec_serve(&data, args.port)
+}
+
+/// The set-up's lockdown: on the still single-threaded process (refused otherwise), writes only
+/// beneath `data` (and `/dev/null`), no outbound TCP. Not enforced: a warning, or with
+/// `require_sandbox` a refusal, as for `airlock serve`.
+fn lock_down_setup(data: &Path, require: bool) -> anyhow::Result<()> {
+    if let Some(threads) = crate::sandbox::process_threads()
+        && threads > 1
+    {
+        return Err(anyhow::Error::new(
+            crate::sandbox::SandboxError::NotSingleThreaded { threads },
+        ))
+        .context("refusing to start the demo");
+    }
+    let dev_null = Path::new("/dev/null");
+    let mut writable = vec![data];
+    if dev_null.exists() {
+        writable.push(dev_null);
+    }
+    match crate::sandbox::lock_down(&writable, require) {
+        Ok(r) if r.fully_enforced() => {
+            tracing::info!(landlock = %r.detail, "demo set-up locked down (no outbound TCP, writes beneath the data directory only)");
+            Ok(())
+        }
+        Ok(r) => {
+            tracing::warn!(landlock = %r.detail, "demo set-up lockdown incomplete");
+            Ok(())
+        }
+        Err(e) if require => {
+            Err(anyhow::Error::new(e).context("refusing to start (require_sandbox = true)"))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "demo set-up lockdown not applied");
+            Ok(())
+        }
+    }
+}
+
+/// Replaces this process with `airlock serve --data DATA --port PORT` (the same environment, so
+/// the same `AIRLOCK_*` settings), which locks itself down before it starts any thread.
+fn exec_serve(data: &Path, port: u16) -> anyhow::Result<bool> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("locating the airlock binary")?;
+    let err = std::process::Command::new(&exe)
+        .arg("serve")
+        .arg("--data")
+        .arg(data)
+        .arg("--port")
+        .arg(port.to_string())
+        .exec();
+    Err(anyhow::Error::new(err).context(format!("starting {} serve", exe.display())))
 }
 
 fn demo_config(data: &Path, port: u16) -> anyhow::Result<Config> {

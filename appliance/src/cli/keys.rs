@@ -21,7 +21,9 @@ pub fn pinned_keyring(data: &Path) -> PathBuf {
 /// `--keyring FILE`, defaulting to the data directory's pinned keyring.
 #[derive(Debug, Clone, Args)]
 pub struct KeyringArgs {
-    /// Keyring to check signatures against (default: DATA/keys/trusted.json).
+    /// Keyring to check signatures against (default: DATA/keys/trusted.json). Once DATA has a
+    /// pinned keyring, install, rollback, verify-installed and rotate use it only and refuse
+    /// another FILE.
     #[arg(long, value_name = "FILE")]
     pub keyring: Option<PathBuf>,
 }
@@ -34,7 +36,30 @@ impl KeyringArgs {
             .unwrap_or_else(|| pinned_keyring(&data.data))
     }
 
-    /// Loads the keyring (with a hint when the pinned one is missing).
+    /// The data directory's root of trust, for commands that change or vouch for what it runs
+    /// (`install`, `rollback`, `bundle verify-installed`, `keyring rotate`). Once the data
+    /// directory has a pinned keyring, that keyring is the only one: `--keyring FILE` is
+    /// refused unless FILE is the pinned keyring itself (trust changes only through `airlock
+    /// keyring rotate`). Without a pinned keyring, `--keyring FILE` is used as given.
+    pub fn trusted(&self, data: &DataArgs) -> anyhow::Result<Keyring> {
+        let pinned = pinned_keyring(&data.data);
+        if let Some(given) = &self.keyring
+            && pinned.exists()
+            && !same_file(given, &pinned)
+        {
+            bail!(
+                "--keyring {} refused: {} has a pinned keyring ({}), the only one its bundles are                  checked against; drop --keyring (trust changes only through `airlock keyring                  rotate`)",
+                given.display(),
+                data.data.display(),
+                pinned.display()
+            );
+        }
+        self.load(data)
+    }
+
+    /// Loads the keyring (with a hint when the pinned one is missing). Any `--keyring FILE` is
+    /// accepted: use this only for checks that change nothing and vouch for nothing installed
+    /// (`bundle verify`, `keyring show`); see [`KeyringArgs::trusted`].
     pub fn load(&self, data: &DataArgs) -> anyhow::Result<Keyring> {
         let path = self.path(data);
         if self.keyring.is_none() && !path.exists() {
@@ -44,6 +69,14 @@ impl KeyringArgs {
             );
         }
         Ok(Keyring::load(&path)?)
+    }
+}
+
+/// Whether `a` and `b` name the same existing file (after resolving links and `..`).
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
     }
 }
 
@@ -229,7 +262,7 @@ pub fn keyring(cmd: KeyringCommand) -> anyhow::Result<bool> {
             keyring,
         } => {
             let path = keyring.path(&data);
-            let current = keyring.load(&data)?;
+            let current = keyring.trusted(&data)?;
             let next = SignedKeyring::load(&signed)?
                 .accept(&current)
                 .with_context(|| format!("refused rotation {}", signed.display()))?;

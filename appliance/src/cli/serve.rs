@@ -52,6 +52,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 pub(crate) fn lock_down(config: &Config) -> anyhow::Result<()> {
     match crate::sandbox::lock_down_daemon(&config.data_dir(), config.require_sandbox()) {
         Ok(_) => Ok(()),
+        // Other threads would escape the lockdown: a start-up ordering bug, fatal either way.
+        Err(e @ crate::sandbox::SandboxError::NotSingleThreaded { .. }) => {
+            Err(anyhow::Error::new(e).context("refusing to start"))
+        }
         Err(e) if config.require_sandbox() => {
             Err(anyhow::Error::new(e).context("refusing to start (require_sandbox = true)"))
         }

@@ -231,6 +231,221 @@ fn refusals_exit_1_with_one_line_naming_file_and_check() {
 }
 
 #[test]
+fn a_pinned_keyring_cannot_be_bypassed_with_keyring_file() {
+    // Issue 19 F5: `install --keyring FILE` verified against FILE only, so a bundle signed by a
+    // key the appliance never trusted became current at 999.0.0 and raised the rollback floor.
+    let b = Appliance::new();
+    let (key, b1) = b.setup();
+    b.ok(&["install", &b1, "--data", &b.data()]);
+    let b2 = b.build("2.0.0", &key);
+    b.ok(&["install", &b2, "--data", &b.data()]);
+    let state_path = b.path("data/bundles/state.json");
+    let before = fs::read(&state_path).unwrap();
+
+    b.ok(&["keygen", "--out", "rogue", "--name", "rogue"]);
+    b.ok(&[
+        "keyring",
+        "init",
+        "--key",
+        "rogue/rogue.pub",
+        "--out",
+        "rogue/ring.json",
+    ]);
+    let rogue = b.build("999.0.0", "rogue/rogue.key");
+    let ring = b.path("rogue/ring.json").to_string_lossy().into_owned();
+    // The rogue bundle is genuinely signed for the rogue keyring.
+    b.ok(&["bundle", "verify", &rogue, "--keyring", &ring]);
+
+    let line = b.fails(&["install", &rogue, "--keyring", &ring, "--data", &b.data()]);
+    let line = one_line(&line);
+    assert!(
+        line.contains("--keyring") && line.contains("pinned keyring"),
+        "{line}"
+    );
+    assert_eq!(
+        fs::read(&state_path).unwrap(),
+        before,
+        "state.json unchanged"
+    );
+    let state: serde_json::Value = serde_json::from_slice(&before).unwrap();
+    assert_eq!(
+        (
+            &state["current"],
+            &state["previous"],
+            &state["highest_installed"]
+        ),
+        (&"2.0.0".into(), &"1.0.0".into(), &"2.0.0".into())
+    );
+    assert!(!b.path("data/bundles/999.0.0").exists());
+
+    // Every command that vouches for or changes what the appliance runs refuses it likewise.
+    let data = b.data();
+    for args in [
+        vec!["rollback", "--keyring", &ring],
+        vec!["bundle", "verify-installed", "--keyring", &ring],
+        vec!["keyring", "rotate", "rogue/ring.json", "--keyring", &ring],
+    ] {
+        let mut args = args.clone();
+        args.extend(["--data", &data]);
+        let line = b.fails(&args);
+        assert!(
+            one_line(&line).contains("pinned keyring"),
+            "{args:?}: {line}"
+        );
+    }
+    assert_eq!(
+        fs::read(&state_path).unwrap(),
+        before,
+        "state.json unchanged"
+    );
+    // Without --keyring, the pinned keyring refuses the rogue bundle on its merits.
+    let line = b.fails(&["install", &rogue, "--data", &b.data()]);
+    assert!(one_line(&line).contains("unknown key"), "{line}");
+    assert_eq!(
+        fs::read(&state_path).unwrap(),
+        before,
+        "state.json unchanged"
+    );
+    // Naming the pinned keyring itself is fine (another spelling of the same file).
+    let pinned = b.path("data/keys/../keys/trusted.json");
+    b.ok(&[
+        "bundle",
+        "verify-installed",
+        "--keyring",
+        pinned.to_str().unwrap(),
+        "--data",
+        &b.data(),
+    ]);
+}
+
+#[test]
+fn reinstalling_a_corrupted_copy_of_the_current_version_fails() {
+    // Issue 19 F9: "already current; nothing to do" was said after the manifest alone.
+    let b = Appliance::new();
+    let (_, b1) = b.setup();
+    b.ok(&["install", &b1, "--data", &b.data()]);
+    let state_path = b.path("data/bundles/state.json");
+    let before = fs::read(&state_path).unwrap();
+
+    // One flipped byte in the model file inside the tar; metadata frame and signature intact.
+    let bytes = fs::read(&b1).unwrap();
+    let manifest: serde_json::Value =
+        serde_json::from_str(&b.ok(&["bundle", "inspect", &b1, "--json"])).unwrap();
+    let split = bytes.len() - manifest["payload_frame"]["size"].as_u64().unwrap() as usize;
+    let mut tar = zstd::decode_all(&bytes[split..]).unwrap();
+    let at = tar.windows(13).position(|w| w == b"weights 1.0.0").unwrap();
+    tar[at + 3] ^= 0x01;
+    let mut enc = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    enc.include_checksum(true).unwrap();
+    enc.window_log(airlock_bundle::format::WINDOW_LOG).unwrap();
+    std::io::Write::write_all(&mut enc, &tar).unwrap();
+    let mut corrupted = bytes[..split].to_vec();
+    corrupted.extend_from_slice(&enc.finish().unwrap());
+    let copy = b.path("copy-1.0.0.tar.zst");
+    fs::write(&copy, corrupted).unwrap();
+
+    let line = b.fails(&["install", copy.to_str().unwrap(), "--data", &b.data()]);
+    let line = one_line(&line);
+    assert!(
+        line.contains("copy-1.0.0.tar.zst")
+            && line.contains("models/embed/model.bin")
+            && line.contains("SHA-256"),
+        "{line}"
+    );
+    assert_eq!(
+        fs::read(&state_path).unwrap(),
+        before,
+        "state.json unchanged"
+    );
+    let out = b.ok(&["install", &b1, "--data", &b.data()]);
+    assert!(out.contains("already current"), "{out}");
+}
+
+/// (name, version) of every `[[package]]` in the workspace's Cargo.lock.
+fn lock_versions() -> Vec<(String, String)> {
+    let lock =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.lock")).unwrap();
+    let mut out = Vec::new();
+    let mut name = None;
+    for line in lock.lines() {
+        if let Some(n) = line.strip_prefix("name = ") {
+            name = Some(n.trim_matches('"').to_owned());
+        } else if let Some(v) = line.strip_prefix("version = ")
+            && let Some(n) = name.take()
+        {
+            out.push((n, v.trim_matches('"').to_owned()));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_built_bundle_carries_the_binarys_sbom_in_its_manifest() {
+    // Issue 19, supply chain: a CycloneDX SBOM of the airlock binary in every bundle.
+    let b = Appliance::new();
+    let (_, b1) = b.setup();
+    let manifest: serde_json::Value =
+        serde_json::from_str(&b.ok(&["bundle", "inspect", &b1, "--json"])).unwrap();
+    let entry = manifest["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"] == "sbom.cdx.json")
+        .unwrap_or_else(|| panic!("sbom.cdx.json not in the manifest: {manifest}"))
+        .clone();
+    b.ok(&["install", &b1, "--data", &b.data()]);
+    let installed = fs::read(b.path("data/bundles/1.0.0/sbom.cdx.json")).unwrap();
+    let digest = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(&installed))
+    };
+    assert_eq!(entry["sha256"], digest.as_str());
+    assert_eq!(entry["size"], installed.len() as u64);
+    // The same document as `airlock bundle sbom` prints.
+    assert_eq!(b.ok(&["bundle", "sbom"]).as_bytes(), installed.as_slice());
+
+    let sbom: serde_json::Value = serde_json::from_slice(&installed).unwrap();
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    assert_eq!(sbom["specVersion"], "1.5");
+    assert_eq!(sbom["metadata"]["component"]["name"], "airlock");
+    let components = sbom["components"].as_array().unwrap();
+    let lock = lock_versions();
+    for name in ["tantivy", "axum", "rusqlite"] {
+        let c = components
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in the SBOM"));
+        let version = c["version"].as_str().unwrap();
+        assert!(
+            lock.iter().any(|(n, v)| n == name && v == version),
+            "{name} {version} is not the Cargo.lock version"
+        );
+        assert_eq!(c["purl"], format!("pkg:cargo/{name}@{version}"));
+        assert_eq!(c["hashes"][0]["alg"], "SHA-256");
+        assert_eq!(c["hashes"][0]["content"].as_str().unwrap().len(), 64);
+        assert!(c["licenses"][0]["expression"].is_string(), "{c}");
+    }
+    // Dev-dependencies are not linked into the binary, so not listed.
+    assert!(!components.iter().any(|c| c["name"] == "proptest"));
+    // A source directory may not smuggle its own SBOM in.
+    let src = b.source("2.0.0");
+    fs::write(PathBuf::from(&src).join("sbom.cdx.json"), "{}").unwrap();
+    let err = b.fails(&[
+        "bundle",
+        "build",
+        "--from",
+        &src,
+        "--version",
+        "2.0.0",
+        "--sign",
+        "keys/ops.key",
+        "--out",
+        "x.tar.zst",
+    ]);
+    assert!(one_line(&err).contains("sbom.cdx.json"), "{err}");
+}
+
+#[test]
 fn usage_errors_exit_2_and_help_exits_0() {
     let b = Appliance::new();
     assert_eq!(

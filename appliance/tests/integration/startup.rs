@@ -79,6 +79,88 @@ fn serves_only_a_verified_bundle() {
     assert!(msg.starts_with("refusing to serve"), "{msg}");
 }
 
+#[test]
+fn start_up_checks_the_pinned_keyring_only_and_never_moves_the_floor() {
+    // Issue 19 F5. A rogue bundle (signed by a key the appliance never trusted) sits installed,
+    // as the old `install --keyring FILE` left it. Start-up refuses it, with or without
+    // `--keyring` of the rogue key set, and writes nothing: the rollback floor stays.
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(
+        src.join("README.txt"),
+        "no models needed: refused before loading",
+    )
+    .unwrap();
+    let (trusted, rogue) = (KeyPair::generate(), KeyPair::generate());
+    let bundle = tmp.path().join("rogue.tar.zst");
+    airlock_bundle::build(
+        &src,
+        &BuildOptions::new("rogue", "999.0.0".parse().unwrap()),
+        &[&rogue],
+        &bundle,
+        &NoProgress,
+    )
+    .unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(data.join("keys")).unwrap();
+    Keyring::new(1, &[trusted.public()])
+        .unwrap()
+        .save(&data.join("keys/trusted.json"))
+        .unwrap();
+    let rogue_ring = Keyring::new(1, &[rogue.public()]).unwrap();
+    let rogue_ring_path = tmp.path().join("rogue-ring.json");
+    rogue_ring.save(&rogue_ring_path).unwrap();
+    Store::open(&data)
+        .unwrap()
+        .install(&bundle, &rogue_ring, &InstallOptions::default())
+        .unwrap();
+    let state_path = data.join("bundles/state.json");
+    let before = std::fs::read(&state_path).unwrap();
+
+    let pinned_only = Config {
+        data: Some(data.clone()),
+        ..Config::default()
+    };
+    let err = startup::verify_bundle(&pinned_only)
+        .err()
+        .expect("a bundle the pinned keyring does not trust must refuse");
+    assert!(matches!(err, StartupError::Bundle { .. }), "{err}");
+    assert!(err.to_string().contains("unknown key"), "{err}");
+    assert_eq!(
+        std::fs::read(&state_path).unwrap(),
+        before,
+        "floor unchanged"
+    );
+
+    let overridden = Config {
+        data: Some(data.clone()),
+        keyring: Some(rogue_ring_path),
+        ..Config::default()
+    };
+    let err = startup::verify_bundle(&overridden)
+        .err()
+        .expect("--keyring must not replace the pinned keyring");
+    assert!(
+        matches!(err, StartupError::KeyringNotPinned { .. }),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&state_path).unwrap(),
+        before,
+        "floor unchanged"
+    );
+
+    // Naming the pinned file itself is accepted (and still refuses the rogue bundle).
+    let same = Config {
+        data: Some(data.clone()),
+        keyring: Some(data.join("keys/../keys/trusted.json")),
+        ..Config::default()
+    };
+    let err = startup::verify_bundle(&same).err().unwrap();
+    assert!(matches!(err, StartupError::Bundle { .. }), "{err}");
+}
+
 /// A MiniLM-shaped cross-encoder: the staged MiniLM encoder with a generated pooler and
 /// classifier head (deterministic weights: the scores mean nothing, but they are this model's).
 fn write_cross_encoder(dir: &Path) {

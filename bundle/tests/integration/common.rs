@@ -298,3 +298,23 @@ pub fn assert_refused(
     let _ = Role::Embedder;
     verdict
 }
+
+/// The bundle at `path` with one byte flipped inside the first payload entry containing
+/// `needle` (the tar is decompressed, changed and recompressed like the builder does, and the
+/// signed metadata frame is kept as is): a corrupted copy whose frames all decode cleanly.
+pub fn flip_in_payload(path: &Path, needle: &[u8]) -> Vec<u8> {
+    let bytes = fs::read(path).unwrap();
+    let m = airlock_bundle::inspect_file(path, &Limits::default())
+        .unwrap()
+        .manifest;
+    let split = bytes.len() - m.payload_frame.size as usize;
+    let mut tar = zstd::decode_all(&bytes[split..]).unwrap();
+    let at = tar
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .expect("needle in the payload");
+    tar[at] ^= 0x01;
+    let mut out = bytes[..split].to_vec();
+    out.extend_from_slice(&zstd(&tar));
+    out
+}

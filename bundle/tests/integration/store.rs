@@ -106,6 +106,48 @@ fn reinstalling_the_current_bundle_is_a_no_op() {
 }
 
 #[test]
+fn reinstalling_a_corrupted_copy_of_the_current_bundle_is_refused() {
+    // Issue 19 F9: the "nothing to do" answer came after the manifest alone, so a copy with a
+    // flipped byte in a model file was accepted as the current bundle.
+    let inst = installed_v1();
+    let before = fs::read(inst.store.root().join("state.json")).unwrap();
+    let original = inst.dir.path().join("bundle-1.0.0.tar.zst");
+    let bad = write(
+        inst.dir.path(),
+        "corrupted-1.0.0.tar.zst",
+        &flip_in_payload(&original, b"weights 1.0.0"),
+    );
+    let err = inst
+        .store
+        .install(&bad, &inst.keyring, &InstallOptions::default())
+        .unwrap_err();
+    let line = err.to_string();
+    assert!(line.contains("corrupted-1.0.0.tar.zst"), "{line}");
+    let r = refusal(Err::<(), _>(err));
+    assert!(
+        matches!(&r, Refusal::DigestMismatch { path } if path == "models/embed/model.bin"),
+        "{r}"
+    );
+    assert_eq!(
+        fs::read(inst.store.root().join("state.json")).unwrap(),
+        before
+    );
+    inst.store
+        .verify_installed(&inst.keyring, &NoProgress)
+        .unwrap();
+    // The intact copy is still a no-op.
+    let out = inst
+        .store
+        .install(&original, &inst.keyring, &InstallOptions::default())
+        .unwrap();
+    assert!(matches!(out, InstallOutcome::AlreadyCurrent { .. }));
+    assert_eq!(
+        fs::read(inst.store.root().join("state.json")).unwrap(),
+        before
+    );
+}
+
+#[test]
 fn rollback_without_previous_is_an_error() {
     let inst = installed_v1();
     let err = inst.store.rollback(&inst.keyring).unwrap_err();
