@@ -509,8 +509,13 @@ impl Store {
     /// Rewrites the database file without free pages and truncates the write-ahead log, so
     /// nothing deleted earlier remains in either file.
     pub(crate) fn vacuum(&self) -> Result<()> {
+        // The copy is built in memory: under the daemon's lockdown nothing may be created in
+        // the data directory or the temp directory (it costs the database's size in RAM, once).
         self.conn
-            .execute_batch("VACUUM; PRAGMA wal_checkpoint(TRUNCATE);")
+            .execute_batch(
+                "PRAGMA temp_store = MEMORY; VACUUM; PRAGMA wal_checkpoint(TRUNCATE);
+                 PRAGMA temp_store = DEFAULT;",
+            )
             .map_err(|s| self.err(s))
     }
 
