@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::{Connection, OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
@@ -298,10 +298,13 @@ impl Store {
     /// unchanged documents are skipped. Returns what to index.
     pub(crate) fn upsert(&mut self, docs: Vec<NewDocument>) -> Result<Committed> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|source| Error::Store {
-            path: path.clone(),
-            source,
-        })?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|source| Error::Store {
+                path: path.clone(),
+                source,
+            })?;
         let out = Store::upsert_in(&tx, &path, docs)?;
         tx.commit()
             .map_err(|source| Error::Store { path, source })?;
@@ -430,7 +433,10 @@ impl Store {
             path: path.clone(),
             source,
         };
-        let tx = self.conn.transaction().map_err(e)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
         let now = now_ms();
         let mut out = Vec::with_capacity(doc_ids.len());
         for id in doc_ids {
@@ -479,7 +485,10 @@ impl Store {
             path: path.clone(),
             source,
         };
-        let tx = self.conn.transaction().map_err(e)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(e)?;
         let purged: Vec<(u32, String, String, i64)> = {
             let mut st = tx
                 .prepare(
