@@ -3,7 +3,8 @@
 //! several chunk sizes. Prints Markdown tables (see docs/benchmarks/retrieval.md).
 //!
 //! `cargo bench -p airlock --bench quality -- [--sets cranfield,bank] [--chunk-tokens 128,256]
-//! [--bm25-only]`
+//! [--bm25-only] [--bm25-avg-tokens 64,100]` (the last: BM25's constant average chunk length,
+//! one run per value; default the configured one)
 //! Data: `$AIRLOCK_SHARED_DIR` (default `../shared` next to the workspace), models:
 //! `$AIRLOCK_MODELS_DIR` (default `models-cache/models`).
 
@@ -63,6 +64,13 @@ fn main() -> Result<()> {
         .split(',')
         .map(|s| s.parse().context("--chunk-tokens"))
         .collect::<Result<_>>()?;
+    let avgs: Vec<Option<f32>> = match args.iter().position(|a| a == "--bm25-avg-tokens") {
+        Some(_) => arg("--bm25-avg-tokens", "")
+            .split(',')
+            .map(|s| s.parse().map(Some).context("--bm25-avg-tokens"))
+            .collect::<Result<_>>()?,
+        None => vec![None],
+    };
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let shared = std::env::var_os("AIRLOCK_SHARED_DIR")
         .map(PathBuf::from)
@@ -83,7 +91,9 @@ fn main() -> Result<()> {
     );
     for set in sets.split(',') {
         for &size in &sizes {
-            run(set, size, &shared, &embedder, bm25_only)?;
+            for &avg in &avgs {
+                run(set, size, avg, &shared, &embedder, bm25_only)?;
+            }
         }
     }
     Ok(())
@@ -113,6 +123,7 @@ impl Embed for TokenizerOnly {
 fn run(
     set: &str,
     chunk_tokens: usize,
+    avg_tokens: Option<f32>,
     shared: &Path,
     embedder: &Arc<Embedder>,
     bm25_only: bool,
@@ -122,6 +133,10 @@ fn run(
     let mut cfg = RetrievalConfig::default();
     cfg.chunk.target_tokens = chunk_tokens;
     cfg.search.candidates = 100;
+    if let Some(a) = avg_tokens {
+        cfg.bm25.avg_chunk_tokens = a;
+    }
+    let avg_label = cfg.bm25.avg_chunk_tokens;
     let adapter = EmbedAdapter(Arc::clone(embedder));
     let eng = if bm25_only {
         Retrieval::open_bm25_only(
@@ -149,7 +164,7 @@ fn run(
     let ingest_s = t.elapsed().as_secs_f64();
     let stats = eng.stats();
     println!(
-        "\n### {set}, chunk target {chunk_tokens} tokens: {} docs, {} chunks, ingest {ingest_s:.1} s ({:.1} chunks/s)\n",
+        "\n### {set}, chunk target {chunk_tokens} tokens, BM25 average chunk length {avg_label}: {} docs, {} chunks, ingest {ingest_s:.1} s ({:.1} chunks/s)\n",
         stats.live_docs,
         stats.live_chunks,
         stats.live_chunks as f64 / ingest_s

@@ -147,7 +147,8 @@ pub struct AirlockResponse {
     /// The installed bundle.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bundle_version: Option<String>,
-    /// Milliseconds per stage (non-streaming responses only).
+    /// Milliseconds per stage (non-streaming responses to admins only:
+    /// [`crate::auth::Caller::sees_timings`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timings_ms: Option<ChatTimings>,
     /// The source numbers (`n`) the answer used (non-streaming responses with retrieval; a

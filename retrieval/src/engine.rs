@@ -24,7 +24,7 @@ use rusqlite::Connection;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::bm25::{Bm25Index, ChunkFilter};
+use crate::bm25::Bm25Index;
 use crate::chunker;
 use crate::config::RetrievalConfig;
 use crate::dense::DenseIndex;
@@ -295,17 +295,6 @@ pub(crate) struct Snapshot {
     pub(crate) dead: RoaringBitmap,
     live_chunks: u64,
     live_docs: u64,
-}
-
-struct SnapshotFilter {
-    allow: AllowSet,
-    snap: Arc<Snapshot>,
-}
-
-impl ChunkFilter for SnapshotFilter {
-    fn visible(&self, chunk: u32) -> bool {
-        Visibility::new(&self.allow, &self.snap.map, &self.snap.dead).visible(chunk)
-    }
 }
 
 /// One generation of derived indexes.
@@ -1133,11 +1122,9 @@ impl Retrieval {
         };
         let bm25_hits = if req.mode != SearchMode::Vector {
             let t = Instant::now();
-            let filter = Arc::new(SnapshotFilter {
-                allow: allow.clone(),
-                snap: Arc::clone(&snap),
-            });
-            let h = idx.bm25.search(req.query, n_cand, filter)?;
+            let h = idx
+                .bm25
+                .search(req.query, n_cand, &vis, visible_chunk_count(allow, &snap))?;
             timings.bm25_ms = ms(t);
             h
         } else {
@@ -1323,6 +1310,15 @@ struct Prepared {
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
+}
+
+/// How many chunks `allow` may read in `snap`: the `N` of BM25 over the caller's visible set.
+/// Mapped chunks are exactly the live ones, so this is |visible chunks| in O(allowed documents).
+fn visible_chunk_count(allow: &AllowSet, snap: &Snapshot) -> u64 {
+    (allow.bitmap() & snap.map.docs_with_chunks())
+        .iter()
+        .map(|d| snap.map.chunks_of(d).len() as u64)
+        .sum()
 }
 
 /// Content hash of a document version: SHA-256 over title, text and metadata (hex, 128 bits).

@@ -318,7 +318,7 @@ pub async fn completions(
             citations: Vec::new(),
             rung: plan.rung,
             bundle_version: Some(services.bundle_version().to_string()),
-            timings_ms: Some(ChatTimings {
+            timings_ms: caller.sees_timings().then(|| ChatTimings {
                 retrieval: prepared.retrieval,
                 sources: prepared.sources_ms,
                 prompt: prepared.prompt_ms,
@@ -429,7 +429,7 @@ pub async fn completions(
         citations: prepared.citations,
         rung: plan.rung,
         bundle_version: Some(services.bundle_version().to_string()),
-        timings_ms: Some(ChatTimings {
+        timings_ms: caller.sees_timings().then(|| ChatTimings {
             retrieval: prepared.retrieval,
             sources: prepared.sources_ms,
             prompt: prepared.prompt_ms,

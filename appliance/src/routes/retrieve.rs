@@ -70,8 +70,9 @@ pub struct RetrieveResponse {
     pub results: Vec<RetrieveHit>,
     /// The rung that served the request.
     pub rung: u8,
-    /// Milliseconds per stage.
-    pub timings_ms: Timings,
+    /// Milliseconds per stage (admins only: [`Caller::sees_timings`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timings_ms: Option<Timings>,
 }
 
 /// `timings_ms`: the retrieval stages plus auth and admission.
@@ -102,6 +103,7 @@ pub async fn retrieve(
         ));
     }
     let ticket = state.admission().admit(&caller, None, priority)?;
+    let sees_timings = caller.sees_timings();
     let plan = ticket.plan;
     let services = state.services()?;
     let metrics = state.metrics().clone();
@@ -143,10 +145,10 @@ pub async fn retrieve(
     let body = RetrieveResponse {
         results,
         rung: plan.rung,
-        timings_ms: Timings {
+        timings_ms: sees_timings.then(|| Timings {
             stages: retrieved.timings,
             handler: crate::routes::ms_since(t0),
-        },
+        }),
     };
     let mut resp = Json(body).into_response();
     resp.headers_mut()

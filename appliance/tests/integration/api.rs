@@ -567,7 +567,22 @@ async fn documents_lifecycle_and_retrieve_respects_acl() {
             .unwrap()
             .contains("15 percent")
     );
-    assert!(r.json["timings_ms"]["bm25"].as_f64().is_some());
+    // Per-stage timings go to admins only: for anyone else they would tell a word that occurs
+    // only in documents they cannot read from an absent word (issue 19, F2).
+    assert!(r.json.get("timings_ms").is_none(), "{}", r.text);
+    let boss = t.admin_user("boss", &["risk"]);
+    let b = ask(&t, &boss).await;
+    assert_eq!(b.status, StatusCode::OK, "{}", b.text);
+    assert!(
+        b.json["timings_ms"]["bm25"].as_f64().is_some(),
+        "{}",
+        b.text
+    );
+    assert!(
+        b.json["timings_ms"]["handler"].as_f64().is_some(),
+        "{}",
+        b.text
+    );
     let r = ask(&t, &hr).await;
     let docs: Vec<&str> = r.json["results"]
         .as_array()

@@ -346,7 +346,8 @@ async fn a_bundled_cross_encoder_reranks_at_rung_0_only() {
         })
         .collect();
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
-    assert!(r["timings_ms"]["rerank"].as_f64().unwrap() > 0.0, "{r}");
+    // No per-stage timings for a non-admin (issue 19, F2); the scores above show the rerank ran.
+    assert!(r.get("timings_ms").is_none(), "{r}");
     // The same model loaded directly scores the same passages (title + text) the same.
     let ce = CrossEncoder::load(
         &CrossEncoderFiles::in_dir(&staging.join("ce")),

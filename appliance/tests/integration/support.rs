@@ -200,6 +200,24 @@ impl TestApp {
             .unwrap()
     }
 
+    /// Adds a (non-local) admin with groups and returns their token.
+    pub fn admin_user(&self, id: &str, groups: &[&str]) -> String {
+        self.state
+            .services()
+            .unwrap()
+            .acl
+            .add_user(
+                "test",
+                id,
+                &NewUser {
+                    groups: groups.iter().map(|g| g.to_string()).collect(),
+                    roles: vec![Role::Admin],
+                    local: false,
+                },
+            )
+            .unwrap()
+    }
+
     /// Sends one request through `app()` with `oneshot`.
     pub async fn call(
         &self,

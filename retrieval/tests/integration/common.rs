@@ -45,6 +45,11 @@ pub fn word_spans(text: &str) -> Vec<(usize, usize)> {
     out
 }
 
+/// The vector component a word of `text` adds to in [`HashEmbedder`] of dimension `dim`.
+pub fn bucket(word: &str, dim: usize) -> usize {
+    (fnv(word) % dim as u64) as usize
+}
+
 fn fnv(s: &str) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
     for b in s.to_lowercase().bytes() {
@@ -72,7 +77,7 @@ impl Embed for HashEmbedder {
                 for (s, e) in word_spans(t) {
                     let w = &t[s..e];
                     if w.chars().all(char::is_alphanumeric) {
-                        v[(fnv(w) % self.dim as u64) as usize] += 1.0;
+                        v[bucket(w, self.dim)] += 1.0;
                     }
                 }
                 let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();

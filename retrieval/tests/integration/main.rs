@@ -4,5 +4,6 @@ mod common;
 mod crash;
 mod engine;
 mod ingest;
+mod leak;
 mod property;
 mod vector;
