@@ -90,6 +90,12 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_UPLOAD_LIMIT")]
     pub upload_limit: Option<usize>,
 
+    /// Milliseconds: a non-admin's retrieval (search and re-check, in `/v1/retrieve` and chat)
+    /// ends on a multiple of this, so its duration does not tell how many documents the caller
+    /// cannot read contain the query's words [default: 25; 0: off; at most 1000].
+    #[arg(long, env = "AIRLOCK_RETRIEVAL_TIME_QUANTUM_MS")]
+    pub retrieval_time_quantum_ms: Option<u64>,
+
     /// Seconds a non-streaming request may take [default: 600: a non-streaming RAG answer from
     /// the large model takes ~3 minutes on the 2-core reference box (streaming requests are
     /// bounded by the stream idle timeout instead)].
@@ -322,6 +328,7 @@ impl fmt::Debug for Config {
             .field("body_limit", &self.body_limit)
             .field("upload_limit", &self.upload_limit)
             .field("request_timeout_secs", &self.request_timeout_secs)
+            .field("retrieval_time_quantum_ms", &self.retrieval_time_quantum_ms)
             .field("stream_idle_timeout_secs", &self.stream_idle_timeout_secs)
             .field("sse_keep_alive_secs", &self.sse_keep_alive_secs)
             .field("shutdown_grace_secs", &self.shutdown_grace_secs)
@@ -424,6 +431,9 @@ impl Config {
             body_limit: self.body_limit.or(lower.body_limit),
             upload_limit: self.upload_limit.or(lower.upload_limit),
             request_timeout_secs: self.request_timeout_secs.or(lower.request_timeout_secs),
+            retrieval_time_quantum_ms: self
+                .retrieval_time_quantum_ms
+                .or(lower.retrieval_time_quantum_ms),
             stream_idle_timeout_secs: self
                 .stream_idle_timeout_secs
                 .or(lower.stream_idle_timeout_secs),
@@ -504,6 +514,12 @@ impl Config {
         }
         if self.upload_limit() < self.body_limit() {
             return Err(invalid("upload_limit", "must be at least body_limit"));
+        }
+        if self.retrieval_time_quantum_ms.is_some_and(|q| q > 1000) {
+            return Err(invalid(
+                "retrieval_time_quantum_ms",
+                "must be at most 1000 milliseconds",
+            ));
         }
         if self.upload_limit() > 1 << 30 {
             return Err(invalid("upload_limit", "must be at most 1 GiB"));
@@ -657,6 +673,15 @@ impl Config {
     /// Body limit for document uploads and IAM syncs.
     pub fn upload_limit(&self) -> usize {
         self.upload_limit.unwrap_or(DEFAULT_UPLOAD_LIMIT)
+    }
+
+    /// The quantum a caller's retrieval time is rounded up to: zero (off) for admins, who see
+    /// per-stage timings anyway, and when configured off.
+    pub fn retrieval_time_quantum_for(&self, admin: bool) -> Duration {
+        if admin {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(self.retrieval_time_quantum_ms.unwrap_or(25))
     }
 
     /// Time limit of a non-streaming request.

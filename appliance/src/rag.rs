@@ -27,6 +27,9 @@ pub struct RetrieveParams<'a> {
     pub mode: SearchMode,
     /// Cross-encoder rerank (only if the rung allows it and a reranker is installed).
     pub rerank: bool,
+    /// The retrieval ends on a multiple of this since it began (zero: at once); non-admins get
+    /// the configured quantum, so the time does not depend on documents they cannot read.
+    pub time_quantum: std::time::Duration,
 }
 
 /// Per-stage milliseconds of one retrieval, as reported in `timings_ms`.
@@ -117,6 +120,7 @@ pub fn retrieve(
     metrics: &Metrics,
     p: &RetrieveParams<'_>,
 ) -> Result<Retrieved, ApiError> {
+    let started = Instant::now();
     let allow = services.acl.allow_set(p.user_id);
     let req = SearchRequest {
         query: p.query,
@@ -143,11 +147,29 @@ pub fn retrieve(
             .audit_recheck_drop(p.request_id, p.user_id, &dropped_docs)?;
     }
     timings.observe(metrics);
+    wait_for_quantum(started, p.time_quantum);
     Ok(Retrieved {
         chunks,
         dropped,
         timings,
     })
+}
+
+/// Sleeps until the time since `started` is a whole multiple of `quantum` (at least one). The
+/// search reads the postings of the query's words in every document, so its duration grows with
+/// how many documents the caller cannot read contain them; rounded up to a quantum, a difference
+/// much smaller than the quantum shows only when it crosses a boundary (OPERATIONS.md §13).
+/// Runs on a blocking thread.
+fn wait_for_quantum(started: Instant, quantum: std::time::Duration) {
+    if quantum.is_zero() {
+        return;
+    }
+    let elapsed = started.elapsed();
+    let n = elapsed.as_nanos().div_ceil(quantum.as_nanos()).max(1);
+    let until = quantum.saturating_mul(u32::try_from(n).unwrap_or(u32::MAX));
+    if let Some(rest) = until.checked_sub(elapsed) {
+        std::thread::sleep(rest);
+    }
 }
 
 /// The generation-time re-check: keeps a chunk only if the caller may read its document in the

@@ -202,6 +202,7 @@ pub async fn completions(
     let prepared = {
         let services = services.clone();
         let user = caller.user_id.clone();
+        let time_quantum = state.config().retrieval_time_quantum_for(caller.admin);
         let rid = request_id.clone();
         blocking(move || {
             let mut sources_ms = 0.0;
@@ -229,6 +230,7 @@ pub async fn completions(
                             k,
                             mode: services.default_mode(),
                             rerank: plan.rerank,
+                            time_quantum,
                         },
                     )?;
                     let ts = Instant::now();

@@ -104,6 +104,7 @@ pub async fn retrieve(
     }
     let ticket = state.admission().admit(&caller, None, priority)?;
     let sees_timings = caller.sees_timings();
+    let time_quantum = state.config().retrieval_time_quantum_for(caller.admin);
     let plan = ticket.plan;
     let services = state.services()?;
     let metrics = state.metrics().clone();
@@ -115,6 +116,7 @@ pub async fn retrieve(
             k: req.top_k,
             mode: req.mode.unwrap_or_else(|| services.default_mode()),
             rerank: req.rerank && plan.rerank,
+            time_quantum,
         };
         let retrieved = rag::retrieve(&services, &metrics, &p)?;
         // Every document shown to the caller is audited, as for chat citations.

@@ -15,3 +15,4 @@ mod refusals;
 mod sandbox;
 mod startup;
 mod support;
+mod timing;
