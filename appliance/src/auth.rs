@@ -23,16 +23,6 @@ pub struct Caller {
     pub admin: bool,
 }
 
-impl Caller {
-    /// Whether responses to this caller may carry per-stage timings (`timings_ms`): admins only.
-    /// Stage timings grow with postings of documents the caller cannot read, so for anyone else
-    /// they would tell a word that occurs only in forbidden documents from an absent one (issue
-    /// 19, F2; docs/OPERATIONS.md "What a response reveals").
-    pub fn sees_timings(&self) -> bool {
-        self.admin
-    }
-}
-
 /// An authenticated caller with the admin role (403 `forbidden` otherwise).
 #[derive(Debug, Clone)]
 pub struct Admin(pub Caller);

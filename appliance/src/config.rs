@@ -90,6 +90,13 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_UPLOAD_LIMIT")]
     pub upload_limit: Option<usize>,
 
+    /// Send per-stage timings (`timings_ms`) to non-admin callers too [default: false]. Stage
+    /// timings grow with postings of documents the caller cannot read, so they tell a word that
+    /// occurs only in forbidden documents from an absent one: on only for scratch instances such
+    /// as the eval runner's own daemon (docs/OPERATIONS.md §13).
+    #[arg(long, env = "AIRLOCK_STAGE_TIMINGS_FOR_USERS")]
+    pub stage_timings_for_users: Option<bool>,
+
     /// Milliseconds: a non-admin's retrieval (search and re-check, in `/v1/retrieve` and chat)
     /// ends on a multiple of this, so its duration does not tell how many documents the caller
     /// cannot read contain the query's words [default: 25; 0: off; at most 1000].
@@ -329,6 +336,7 @@ impl fmt::Debug for Config {
             .field("upload_limit", &self.upload_limit)
             .field("request_timeout_secs", &self.request_timeout_secs)
             .field("retrieval_time_quantum_ms", &self.retrieval_time_quantum_ms)
+            .field("stage_timings_for_users", &self.stage_timings_for_users)
             .field("stream_idle_timeout_secs", &self.stream_idle_timeout_secs)
             .field("sse_keep_alive_secs", &self.sse_keep_alive_secs)
             .field("shutdown_grace_secs", &self.shutdown_grace_secs)
@@ -431,6 +439,9 @@ impl Config {
             body_limit: self.body_limit.or(lower.body_limit),
             upload_limit: self.upload_limit.or(lower.upload_limit),
             request_timeout_secs: self.request_timeout_secs.or(lower.request_timeout_secs),
+            stage_timings_for_users: self
+                .stage_timings_for_users
+                .or(lower.stage_timings_for_users),
             retrieval_time_quantum_ms: self
                 .retrieval_time_quantum_ms
                 .or(lower.retrieval_time_quantum_ms),
@@ -673,6 +684,12 @@ impl Config {
     /// Body limit for document uploads and IAM syncs.
     pub fn upload_limit(&self) -> usize {
         self.upload_limit.unwrap_or(DEFAULT_UPLOAD_LIMIT)
+    }
+
+    /// Whether a response to this caller carries per-stage timings: admins always, others only
+    /// with `stage_timings_for_users`.
+    pub fn shows_stage_timings(&self, admin: bool) -> bool {
+        admin || self.stage_timings_for_users.unwrap_or(false)
     }
 
     /// The quantum a caller's retrieval time is rounded up to: zero (off) for admins, who see

@@ -148,7 +148,7 @@ pub struct AirlockResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bundle_version: Option<String>,
     /// Milliseconds per stage (non-streaming responses to admins only:
-    /// [`crate::auth::Caller::sees_timings`]).
+    /// [`crate::Config::shows_stage_timings`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timings_ms: Option<ChatTimings>,
     /// The source numbers (`n`) the answer used (non-streaming responses with retrieval; a

@@ -591,6 +591,8 @@ impl OwnedDaemon {
             user_tokens_per_minute: Some(0),
             admin_requests_per_minute: Some(0),
             admin_tokens_per_minute: Some(0),
+            // A scratch instance: the report's per-stage latencies need the users' timings.
+            stage_timings_for_users: Some(true),
             trusted_header: None,
             trusted_header_secret: None,
             // The daemon must not cut an answer the runner is still willing to wait for.

@@ -320,13 +320,16 @@ pub async fn completions(
             citations: Vec::new(),
             rung: plan.rung,
             bundle_version: Some(services.bundle_version().to_string()),
-            timings_ms: caller.sees_timings().then(|| ChatTimings {
-                retrieval: prepared.retrieval,
-                sources: prepared.sources_ms,
-                prompt: prepared.prompt_ms,
-                total: crate::routes::ms_since(t0),
-                ..ChatTimings::default()
-            }),
+            timings_ms: state
+                .config()
+                .shows_stage_timings(caller.admin)
+                .then(|| ChatTimings {
+                    retrieval: prepared.retrieval,
+                    sources: prepared.sources_ms,
+                    prompt: prepared.prompt_ms,
+                    total: crate::routes::ms_since(t0),
+                    ..ChatTimings::default()
+                }),
             cited: Some(Vec::new()),
             cited_by: Some(CitedBy::NoSource),
         };
@@ -431,12 +434,15 @@ pub async fn completions(
         citations: prepared.citations,
         rung: plan.rung,
         bundle_version: Some(services.bundle_version().to_string()),
-        timings_ms: caller.sees_timings().then(|| ChatTimings {
-            retrieval: prepared.retrieval,
-            sources: prepared.sources_ms,
-            prompt: prepared.prompt_ms,
-            ..ChatTimings::default()
-        }),
+        timings_ms: state
+            .config()
+            .shows_stage_timings(caller.admin)
+            .then(|| ChatTimings {
+                retrieval: prepared.retrieval,
+                sources: prepared.sources_ms,
+                prompt: prepared.prompt_ms,
+                ..ChatTimings::default()
+            }),
         cited: None,
         cited_by: None,
     };

@@ -70,7 +70,7 @@ pub struct RetrieveResponse {
     pub results: Vec<RetrieveHit>,
     /// The rung that served the request.
     pub rung: u8,
-    /// Milliseconds per stage (admins only: [`Caller::sees_timings`]).
+    /// Milliseconds per stage (admins only: [`crate::Config::shows_stage_timings`]).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timings_ms: Option<Timings>,
 }
@@ -103,7 +103,7 @@ pub async fn retrieve(
         ));
     }
     let ticket = state.admission().admit(&caller, None, priority)?;
-    let sees_timings = caller.sees_timings();
+    let sees_timings = state.config().shows_stage_timings(caller.admin);
     let time_quantum = state.config().retrieval_time_quantum_for(caller.admin);
     let plan = ticket.plan;
     let services = state.services()?;
