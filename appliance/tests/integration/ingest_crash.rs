@@ -150,15 +150,15 @@ fn run_and_kill(mut cmd: Command, ack: &Path, how: Kill) {
                 .unwrap();
             let want = format!("failpoint {fp} reached");
             let mut seen = Vec::new();
-            for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-                let line = line.unwrap();
-                if line == want {
-                    break;
-                }
-                seen.push(line);
-            }
+            let reached = BufReader::new(child.stderr.take().unwrap())
+                .lines()
+                .map(Result::unwrap)
+                .any(|line| {
+                    seen.push(line);
+                    seen.last().unwrap() == &want
+                });
             assert!(
-                child.try_wait().unwrap().is_none(),
+                reached,
                 "{fp}: the ingest ended before its failpoint: {seen:?}"
             );
             child
