@@ -163,7 +163,7 @@ pub struct SearchResponse {
 }
 
 /// Ingest progress, reported through the callback of [`Retrieval::upsert`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Progress {
     /// Documents validated and chunked (`errors` refused, `unchanged` skipped).
     Prepared {
@@ -188,6 +188,13 @@ pub enum Progress {
         /// Documents committed.
         docs: usize,
         /// Chunks committed.
+        chunks: usize,
+        /// The committed documents (id, ordinal, version, chunk count, status).
+        outcomes: Vec<UpsertOutcome>,
+    },
+    /// The committed chunks are in the BM25 index; the vector index follows.
+    Bm25Indexed {
+        /// Chunks indexed.
         chunks: usize,
     },
     /// The committed chunks are searchable.
@@ -726,6 +733,7 @@ impl Retrieval {
             progress(Progress::Committed {
                 docs: committed.outcomes.len(),
                 chunks: committed.added.len(),
+                outcomes: committed.outcomes.clone(),
             });
         }
         self.publish(store, &committed, only)?;
@@ -740,6 +748,9 @@ impl Retrieval {
             .map(|(id, _, t, _)| (*id, t.clone()))
             .collect();
         idx.bm25.write(&bm25_add, &committed.dead)?;
+        progress(Progress::Bm25Indexed {
+            chunks: committed.added.len(),
+        });
         if let Some(v) = &idx.vector {
             let items: Vec<(u32, &[f32])> = committed
                 .added

@@ -17,7 +17,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use super::DataArgs;
 use super::keys::KeyringArgs;
 
-/// Environment variable naming an install stage at which the process stops dead (crash tests).
+/// Environment variable naming a stage at which the process stops dead (crash tests): an
+/// install stage, or an ingest stage (`airlock ingest`, see [`super::ingest`]).
 pub const FAILPOINT_ENV: &str = "AIRLOCK_FAILPOINT";
 
 /// `airlock bundle ...`.
@@ -377,11 +378,16 @@ pub fn bundle(cmd: BundleCommand) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-/// Stops the process at the stage named by `AIRLOCK_FAILPOINT`: announces it on stderr, then
-/// waits to be killed (tests send SIGKILL), aborting after a minute if nobody does.
+/// Stops the process at the install stage named by `AIRLOCK_FAILPOINT`.
 fn failpoint(stage: InstallStage) {
-    if std::env::var(FAILPOINT_ENV).ok().as_deref() == Some(stage.name()) {
-        eprintln!("failpoint {} reached", stage.name());
+    stop_at(stage.name());
+}
+
+/// Stops the process if `AIRLOCK_FAILPOINT` is `name`: announces it on stderr, then waits to
+/// be killed (tests send SIGKILL), aborting after a minute if nobody does.
+pub(crate) fn stop_at(name: &str) {
+    if std::env::var(FAILPOINT_ENV).ok().as_deref() == Some(name) {
+        eprintln!("failpoint {name} reached");
         std::thread::sleep(Duration::from_secs(60));
         std::process::abort();
     }

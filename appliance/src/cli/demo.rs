@@ -329,7 +329,7 @@ fn load_sample_data(services: &crate::Services, dir: &Path) -> anyhow::Result<Ve
                     pb.set_position(base as u64);
                 }
                 P::Embedded { done, .. } => pb.set_position((base + done) as u64),
-                P::Committed { .. } | P::Indexed { .. } => {}
+                P::Committed { .. } | P::Bm25Indexed { .. } | P::Indexed { .. } => {}
             }
         })?;
         pb.finish_and_clear();

@@ -51,6 +51,84 @@ pub struct IngestArgs {
     /// Documents per transaction.
     #[arg(long, default_value_t = 64)]
     pub batch: usize,
+    /// Append one JSON line per committed transaction to this file (created if absent),
+    /// written and fsynced right after the commit: every document it names is stored.
+    #[arg(long, value_name = "PATH")]
+    pub ack_file: Option<PathBuf>,
+}
+
+/// The acknowledgement file of `airlock ingest --ack-file`: one JSON line per committed
+/// transaction, appended with one write, then fsynced (a regular file) before the batch is
+/// indexed. A last line without its newline was cut short by a crash and acknowledges nothing.
+struct AckFile {
+    path: PathBuf,
+    file: std::fs::File,
+    sync: bool,
+}
+
+impl AckFile {
+    fn open(path: &std::path::Path) -> anyhow::Result<Self> {
+        let existed = path.exists();
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening the acknowledgement file {}", path.display()))?;
+        let sync = file.metadata()?.is_file();
+        if sync && !existed {
+            // The new directory entry must survive a power cut along with the lines.
+            let dir = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .with_context(|| format!("syncing {}", dir.display()))?;
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            sync,
+        })
+    }
+
+    /// Appends one acknowledgement line and makes it durable.
+    fn write(
+        &mut self,
+        source: &std::path::Path,
+        batch: usize,
+        outcomes: &[airlock_retrieval::UpsertOutcome],
+    ) -> anyhow::Result<()> {
+        use std::io::Write;
+        let line = serde_json::json!({
+            "path": source,
+            "batch": batch,
+            "documents": outcomes,
+        });
+        let mut buf = serde_json::to_vec(&line)?;
+        buf.push(b'\n');
+        self.file
+            .write_all(&buf)
+            .and_then(|()| {
+                if self.sync {
+                    self.file.sync_data()
+                } else {
+                    Ok(())
+                }
+            })
+            .with_context(|| format!("writing the acknowledgement file {}", self.path.display()))
+    }
+}
+
+/// The ingest failpoints (`AIRLOCK_FAILPOINT`, crash tests): `STAGE` stops in the first batch,
+/// `STAGE@N` in the N-th batch of the run (1-based). Stages: `ingest-after-embed` (embedded,
+/// nothing of the batch committed), `ingest-after-commit` (committed and acknowledged, not
+/// indexed), `ingest-after-bm25` (in BM25, not in the vector index).
+fn failpoint(stage: &str, batch: usize) {
+    if batch == 1 {
+        super::bundle::stop_at(stage);
+    }
+    super::bundle::stop_at(&format!("{stage}@{batch}"));
 }
 
 /// `airlock delete DOC_ID...`.
@@ -140,17 +218,34 @@ pub fn ingest(args: IngestArgs) -> anyhow::Result<bool> {
         ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} chunks")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let (mut stored, mut errors) = (0usize, 0usize);
+    let mut ack = args.ack_file.as_deref().map(AckFile::open).transpose()?;
+    let mut ack_error = None;
+    let (mut stored, mut errors, mut batch) = (0usize, 0usize, 0usize);
     for path in &args.paths {
         bar.set_message(path.display().to_string());
         let report = retrieval
             .ingest_path(path, args.batch.max(1), &mut |p| match p {
                 Progress::Prepared { chunks, .. } => {
+                    batch += 1;
                     bar.set_length(chunks as u64);
                     bar.set_position(0);
                 }
-                Progress::Embedded { done, .. } => bar.set_position(done as u64),
-                Progress::Committed { .. } | Progress::Indexed { .. } => {}
+                Progress::Embedded { done, total } => {
+                    bar.set_position(done as u64);
+                    if done == total {
+                        failpoint("ingest-after-embed", batch);
+                    }
+                }
+                Progress::Committed { outcomes, .. } => {
+                    // The transaction is durable: acknowledge it before indexing. After a
+                    // failed write the rest is still stored, but no longer acknowledged.
+                    if let Some(a) = ack.as_mut().filter(|_| ack_error.is_none()) {
+                        ack_error = a.write(path, batch, &outcomes).err();
+                    }
+                    failpoint("ingest-after-commit", batch);
+                }
+                Progress::Bm25Indexed { .. } => failpoint("ingest-after-bm25", batch),
+                Progress::Indexed { .. } => {}
             })
             .with_context(|| format!("ingesting {}", path.display()))?;
         stored += report.outcomes.len();
@@ -161,6 +256,9 @@ pub fn ingest(args: IngestArgs) -> anyhow::Result<bool> {
     }
     bar.finish_and_clear();
     println!("{stored} documents stored, {errors} refused");
+    if let Some(e) = ack_error {
+        return Err(e.context("documents committed after this are stored but not acknowledged"));
+    }
     Ok(errors == 0)
 }
 

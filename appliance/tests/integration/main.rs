@@ -9,6 +9,7 @@ mod eval;
 mod feedback;
 mod focus;
 mod http;
+mod ingest_crash;
 mod ladder;
 mod purge;
 mod refusals;

@@ -366,14 +366,23 @@ impl Resp {
 
 /// A staging directory with only the embedder and the small generator (hard links).
 pub fn small_staging(dst: &Path) {
+    staging_of(dst, &["minilm", "smollm2"]);
+}
+
+/// A staging directory with only the staged models `ids` (hard links).
+pub fn staging_of(dst: &Path, ids: &[&str]) {
     let src = staging_dir();
     let cat: Vec<Value> =
         serde_json::from_slice(&std::fs::read(src.join("catalogue.json")).unwrap()).unwrap();
     let keep: Vec<Value> = cat
         .into_iter()
-        .filter(|e| e["id"] == "minilm" || e["id"] == "smollm2")
+        .filter(|e| ids.iter().any(|id| e["id"] == *id))
         .collect();
-    assert_eq!(keep.len(), 2, "staged catalogue lacks minilm or smollm2");
+    assert_eq!(
+        keep.len(),
+        ids.len(),
+        "staged catalogue lacks one of {ids:?}"
+    );
     for e in &keep {
         for f in e["files"].as_array().unwrap() {
             let rel = f.as_str().unwrap();

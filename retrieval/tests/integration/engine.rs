@@ -301,7 +301,12 @@ fn long_documents_are_chunked_within_the_embedder_budget() {
         events.first(),
         Some(Progress::Prepared { docs: 1, .. })
     ));
-    assert!(events.contains(&Progress::Committed { docs: 1, chunks: n }));
+    assert!(events.contains(&Progress::Committed {
+        docs: 1,
+        chunks: n,
+        outcomes: rep.outcomes.clone(),
+    }));
+    assert!(events.contains(&Progress::Bm25Indexed { chunks: n }));
     assert_eq!(events.last(), Some(&Progress::Indexed { chunks: n }));
     // Every chunk fits the 256-token budget with title and special tokens.
     let all = eng.search(&bm25("deposits", 100), &allow_all()).unwrap();
