@@ -30,7 +30,7 @@ const DOCS: usize = 60;
 const BATCH: usize = 8;
 
 /// A signed bundle with MiniLM only (all `airlock ingest` loads) and the keyring trusting it.
-fn embedder_bundle(dir: &Path) -> (PathBuf, Keyring) {
+pub(crate) fn embedder_bundle(dir: &Path) -> (PathBuf, Keyring) {
     let staging = dir.join("staging");
     staging_of(&staging, &["minilm"]);
     let key = KeyPair::generate();
@@ -47,7 +47,7 @@ fn embedder_bundle(dir: &Path) -> (PathBuf, Keyring) {
 }
 
 /// A fresh data directory in `dir` with the keyring pinned and the bundle installed.
-fn appliance(dir: &Path, bundle: &Path, keyring: &Keyring) -> PathBuf {
+pub(crate) fn appliance(dir: &Path, bundle: &Path, keyring: &Keyring) -> PathBuf {
     let data = dir.join("data");
     std::fs::create_dir_all(data.join("keys")).unwrap();
     keyring.save(&data.join("keys/trusted.json")).unwrap();

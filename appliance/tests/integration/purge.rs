@@ -160,3 +160,49 @@ async fn purge_removes_every_byte_of_a_deleted_document() {
         .await;
     assert_eq!(r.json["results"][0]["doc_id"], "keep", "{}", r.text);
 }
+
+/// The same through the CLI, offline: `airlock ingest`, `airlock delete`, `airlock purge`.
+#[test]
+fn the_purge_command_removes_every_byte_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bundle, keyring) = crate::ingest_crash::embedder_bundle(dir.path());
+    let data = crate::ingest_crash::appliance(dir.path(), &bundle, &keyring);
+    let docs = dir.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("minutes.txt"),
+        format!("Board minutes: the code name is {CANARY}."),
+    )
+    .unwrap();
+    std::fs::write(docs.join("hours.txt"), "Branch hours are nine to five.").unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .args(args)
+            .arg("--data")
+            .arg(&data)
+            .env_remove("AIRLOCK_DATA")
+            .env_remove("AIRLOCK_FAILPOINT")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "airlock {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["ingest", docs.to_str().unwrap()]);
+    assert!(
+        !files_containing(&data, CANARY).is_empty(),
+        "the canary should be on disk after the ingest"
+    );
+    run(&["delete", "minutes.txt"]);
+    let record: serde_json::Value =
+        serde_json::from_str(&run(&["purge", "--retention", "0s"])).unwrap();
+    assert_eq!(record["documents"][0]["doc_id"], "minutes.txt", "{record}");
+    assert_eq!(files_containing(&data, CANARY), Vec::<String>::new());
+    // A second purge has nothing to do.
+    let again: serde_json::Value =
+        serde_json::from_str(&run(&["purge", "--retention", "30d"])).unwrap();
+    assert_eq!(again["documents"], json!([]));
+}
