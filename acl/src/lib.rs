@@ -25,6 +25,8 @@ mod acl;
 mod allow;
 pub mod audit;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod model;
 pub mod ordinals;
 mod snapshot;

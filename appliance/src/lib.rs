@@ -16,6 +16,8 @@ pub mod extract;
 pub mod facets;
 pub mod feedback;
 pub mod focus;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod generator;
 pub mod ladder;
 pub mod metrics;

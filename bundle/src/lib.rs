@@ -23,6 +23,8 @@
 mod build;
 mod error;
 pub mod format;
+#[doc(hidden)]
+pub mod fuzzing;
 mod limits;
 mod manifest;
 mod path;

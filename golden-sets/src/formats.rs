@@ -173,8 +173,13 @@ pub fn parse_jsonl<T: DeserializeOwned>(path: &Path, text: &str) -> Result<Vec<T
 
 /// Reads an Airlock golden JSONL file; rejects unknown fields and duplicate case ids.
 pub fn read_golden(path: &Path) -> Result<Vec<GoldenCase>, Error> {
-    let text = read(path)?;
-    let cases: Vec<GoldenCase> = parse_jsonl(path, &text)?;
+    parse_golden(path, &read(path)?)
+}
+
+/// Parses the text of an Airlock golden JSONL file named `path` (for errors), with the checks
+/// of [`read_golden`].
+pub fn parse_golden(path: &Path, text: &str) -> Result<Vec<GoldenCase>, Error> {
+    let cases: Vec<GoldenCase> = parse_jsonl(path, text)?;
     let mut seen = HashSet::new();
     for (i, c) in cases.iter().enumerate() {
         if !seen.insert(c.id.as_str()) {

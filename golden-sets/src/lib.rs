@@ -10,6 +10,8 @@
 pub mod client;
 mod error;
 pub mod formats;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gate;
 pub mod html;
 pub mod metrics;

@@ -19,6 +19,8 @@ mod dense;
 mod engine;
 mod error;
 mod fusion;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod ingest;
 mod store;
 mod traits;

@@ -14,6 +14,8 @@
 
 mod envelope;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod key;
 mod keyring;
 mod rotation;

@@ -72,7 +72,7 @@ impl CiteInput {
     }
 }
 
-fn validate(req: &ChatRequest, default_max: u32) -> Result<SamplingParams, ApiError> {
+pub(crate) fn validate(req: &ChatRequest, default_max: u32) -> Result<SamplingParams, ApiError> {
     if req.messages.is_empty() {
         return Err(ApiError::InvalidRequest(
             "`messages` must not be empty".into(),

@@ -1,0 +1,113 @@
+//! Fuzz harnesses (not API). Each `pub fn` takes arbitrary bytes and must never panic: a panic
+//! is a finding. The same body runs under `cargo fuzz` (`fuzz/fuzz_targets/chat_body.rs`, when
+//! that crate is built with the `appliance` feature) and as a plain test over
+//! `fuzz/corpus/chat_body/`, `fuzz/regressions/chat_body/` and proptest mutations of them.
+
+use crate::error::ApiError;
+use crate::extract::parse_json;
+use crate::openai::ChatRequest;
+use crate::prompt::{self, Role};
+use crate::routes::chat::{CITATION_SNIPPET_BYTES, MAX_COMPLETION_TOKENS, validate};
+
+/// Target `chat_body`: `data` is a `POST /v1/chat/completions` body. It goes through the same
+/// JSON parse as the route's extractor ([`parse_json`]), the route's validation, then the pure
+/// text functions the request path runs on the client's words: the retrieval query, question
+/// facets, focus and name terms, prompt sanitising and building, citation finding and snippets.
+///
+/// Invariants: every refusal is `invalid_request` (HTTP 400), never an internal error; accepted
+/// sampling parameters are within the documented ranges; sanitised text holds no chat-template
+/// control sequence or source fence; a citation names only existing sources, ascending; a
+/// snippet is within its byte budget.
+pub fn chat_body(data: &[u8]) {
+    let req: ChatRequest = match parse_json(data) {
+        Ok(r) => r,
+        Err(e) => {
+            assert!(matches!(e, ApiError::InvalidRequest(_)), "{e:?}");
+            return;
+        }
+    };
+    let params = match validate(&req, 256) {
+        Ok(p) => p,
+        Err(e) => {
+            assert!(matches!(e, ApiError::InvalidRequest(_)), "{e:?}");
+            return;
+        }
+    };
+    assert!((1..=MAX_COMPLETION_TOKENS as usize).contains(&params.max_tokens));
+    assert!((0.0..=2.0).contains(&params.temperature));
+    assert!(params.top_p > 0.0 && params.top_p <= 1.0);
+    assert!(params.stop_strings.len() <= 4);
+
+    let conversation: Vec<(Role, String)> = req
+        .messages
+        .iter()
+        .map(|m| (Role::from_openai(&m.role), m.content.clone()))
+        .collect();
+    let query = prompt::last_user_text(&conversation).expect("validated: a user message");
+    let _ = crate::facets::facets(query);
+    let _ = crate::focus::question_terms(query);
+    let _ = crate::focus::question_pairs(query);
+    let _ = crate::focus::years(query);
+    let _ = crate::cite::name_runs(query);
+
+    // The other messages stand in for retrieved sources and the model's answer.
+    let sources: Vec<&str> = req.messages.iter().map(|m| m.content.as_str()).collect();
+    let _ = crate::cite::unmatched_names(query, &sources);
+    for s in &sources {
+        let _ = crate::cite::names_stand_alone(query, s);
+        let clean = prompt::sanitize(s);
+        for bad in ["<|", "|>", "<s>", "</s>", "[INST]", "[/INST]"] {
+            assert!(!clean.contains(bad), "sanitised text holds {bad:?}");
+        }
+        assert!(!clean.to_ascii_lowercase().contains("<source"));
+        assert!(!clean.to_ascii_lowercase().contains("</source"));
+        let snip = prompt::snippet(s, CITATION_SNIPPET_BYTES);
+        assert!(snip.len() <= CITATION_SNIPPET_BYTES + '…'.len_utf8());
+    }
+    let candidates: Vec<crate::focus::Candidate<'_>> = sources
+        .iter()
+        .enumerate()
+        .map(|(i, text)| crate::focus::Candidate {
+            doc_id: if i % 2 == 0 { "a" } else { "b" },
+            title: "",
+            text,
+        })
+        .collect();
+    assert_eq!(
+        crate::focus::keep(query, &candidates, 0.5).len(),
+        candidates.len()
+    );
+    if let Some(keep) = crate::focus::naming_all(query, &candidates) {
+        assert_eq!(keep.len(), candidates.len());
+    }
+    let answer = sources.last().copied().unwrap_or_default();
+    let cited = crate::cite::cited(answer, query, &sources);
+    assert!(cited.sources.windows(2).all(|w| w[0] < w[1]), "ascending");
+    assert!(
+        cited
+            .sources
+            .iter()
+            .all(|n| (1..=sources.len()).contains(n)),
+        "{cited:?} names a source that does not exist"
+    );
+    let srcs: Vec<prompt::Source<'_>> = sources
+        .iter()
+        .map(|text| prompt::Source { title: "t", text })
+        .collect();
+    let built = prompt::build(&conversation, Some(&srcs));
+    assert!(!built.is_empty());
+}
+
+#[cfg(test)]
+#[path = "../../fuzz/replay.rs"]
+mod replay;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_body_corpus_and_mutations() {
+        replay::run("chat_body", &[], 3000, chat_body);
+    }
+}

@@ -1,0 +1,152 @@
+//! Fuzz harnesses (not API). Each `pub fn` takes arbitrary bytes and must never panic: a panic
+//! is a finding. The same bodies run under `cargo fuzz` (`fuzz/fuzz_targets/ingest_*.rs`) and as
+//! plain tests over `fuzz/corpus/<target>/`, `fuzz/regressions/<target>/` and proptest mutations
+//! of them (the tests below).
+
+use crate::chunker::{ChunkSpan, chunk};
+use crate::error::Error;
+use crate::ingest::{DocumentInput, SourceFormat, parse_document, parse_jsonl, validate_doc_id};
+
+/// The per-document limit the harnesses pass (the daemon's default upload limit is larger; the
+/// checks are the same).
+const MAX_BYTES: usize = 1 << 20;
+
+/// Target `ingest_html`: `data` is a document's bytes, extracted as HTML, Markdown and plain
+/// text as `POST /v1/documents` and `airlock ingest` do, then chunked.
+///
+/// Invariants: an extracted document keeps its id, has non-blank text and a title found in that
+/// text; a refusal is the documented per-document error (invalid UTF-8 at the first bad byte,
+/// empty document, HTML that cannot be rendered); the chunks of the text cover every token in
+/// order, each at most `max_tokens` long, overlapping but always advancing.
+pub fn ingest_html(data: &[u8]) {
+    for format in [
+        SourceFormat::Html,
+        SourceFormat::Markdown,
+        SourceFormat::Text,
+    ] {
+        match parse_document("fuzz/doc.html", None, data, format, MAX_BYTES) {
+            Ok(d) => {
+                check_document(&d);
+                assert!(d.text.contains(&d.title), "the title comes from the text");
+                assert_eq!(d.doc_id, "fuzz/doc.html");
+                if format == SourceFormat::Text {
+                    assert!(d.title.is_empty());
+                    assert_eq!(d.text.as_bytes(), data, "plain text is kept as is");
+                }
+                check_chunks(&d.text, 1 + data.len() % 40, 0.15);
+            }
+            Err(Error::InvalidUtf8 { offset, .. }) => {
+                let valid = std::str::from_utf8(data).map_err(|e| e.valid_up_to());
+                assert_eq!(valid, Err(offset), "InvalidUtf8 names the first bad byte");
+            }
+            Err(Error::EmptyDocument { .. }) => {}
+            Err(Error::InvalidJsonl { line: 0, .. }) if format == SourceFormat::Html => {}
+            Err(Error::DocumentTooLarge { .. }) => assert!(data.len() > MAX_BYTES),
+            Err(e) => panic!("unexpected refusal of a document: {e:?}"),
+        }
+    }
+}
+
+/// Target `ingest_jsonl`: `data` is a JSON Lines upload (BEIR `_id` or bank `doc_id` layout).
+///
+/// Invariants: one result per non-blank line, in order; an accepted document has a valid id,
+/// non-blank text and an object for metadata; a refused line is a per-document user error
+/// (invalid JSON line, id, UTF-8, empty or oversized document), never a store or I/O error.
+pub fn ingest_jsonl(data: &[u8]) {
+    let results = parse_jsonl("fuzz.jsonl", data, 4096);
+    let non_blank = data
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
+        .count();
+    assert_eq!(results.len(), non_blank, "one result per non-blank line");
+    for r in results {
+        match r {
+            Ok(d) => {
+                check_document(&d);
+                validate_doc_id(&d.doc_id).expect("accepted id is valid");
+            }
+            Err(
+                Error::InvalidJsonl { .. }
+                | Error::InvalidDocumentId { .. }
+                | Error::InvalidUtf8 { .. }
+                | Error::EmptyDocument { .. }
+                | Error::DocumentTooLarge { .. },
+            ) => {}
+            Err(e) => panic!("unexpected refusal of a JSONL line: {e:?}"),
+        }
+    }
+}
+
+fn check_document(d: &DocumentInput) {
+    assert!(!d.text.trim().is_empty(), "accepted text is not blank");
+    validate_doc_id(&d.doc_id).expect("accepted id is valid");
+}
+
+/// Whitespace tokens as byte spans (the shape `Embed::token_spans` returns).
+fn word_spans(text: &str) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut start = None;
+    for (i, c) in text.char_indices() {
+        match (c.is_whitespace(), start) {
+            (true, Some(s)) => {
+                spans.push((s, i));
+                start = None;
+            }
+            (false, None) => start = Some(i),
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        spans.push((s, text.len()));
+    }
+    spans
+}
+
+fn check_chunks(text: &str, max_tokens: usize, overlap: f32) {
+    let spans = word_spans(text);
+    let chunks: Vec<ChunkSpan> = chunk(text, &spans, max_tokens, overlap);
+    if spans.is_empty() {
+        assert!(chunks.is_empty());
+        return;
+    }
+    assert_eq!(
+        chunks[0].token_start, 0,
+        "the first chunk starts at the first token"
+    );
+    assert_eq!(
+        chunks.last().unwrap().token_end,
+        spans.len(),
+        "the last ends at the end"
+    );
+    for c in &chunks {
+        assert!(c.token_start < c.token_end && c.token_end - c.token_start <= max_tokens);
+        assert_eq!(
+            (c.byte_start, c.byte_end),
+            (spans[c.token_start].0, spans[c.token_end - 1].1)
+        );
+        assert!(text.is_char_boundary(c.byte_start) && text.is_char_boundary(c.byte_end));
+    }
+    for w in chunks.windows(2) {
+        assert!(w[1].token_start > w[0].token_start, "chunks advance");
+        assert!(w[1].token_start <= w[0].token_end, "no token is skipped");
+    }
+}
+
+#[cfg(test)]
+#[path = "../../fuzz/replay.rs"]
+mod replay;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ingest_html_corpus_and_mutations() {
+        replay::run("ingest_html", &[], 1500, ingest_html);
+    }
+
+    #[test]
+    fn ingest_jsonl_corpus_and_mutations() {
+        replay::run("ingest_jsonl", &[], 3000, ingest_jsonl);
+    }
+}
