@@ -184,24 +184,15 @@ impl TestApp {
 
     /// Adds a (non-local) user with groups and returns their token.
     pub fn user(&self, id: &str, groups: &[&str]) -> String {
-        self.state
-            .services()
-            .unwrap()
-            .acl
-            .add_user(
-                "test",
-                id,
-                &NewUser {
-                    groups: groups.iter().map(|g| g.to_string()).collect(),
-                    roles: vec![],
-                    local: false,
-                },
-            )
-            .unwrap()
+        self.add_user(id, groups, vec![])
     }
 
     /// Adds a (non-local) admin with groups and returns their token.
     pub fn admin_user(&self, id: &str, groups: &[&str]) -> String {
+        self.add_user(id, groups, vec![Role::Admin])
+    }
+
+    fn add_user(&self, id: &str, groups: &[&str], roles: Vec<Role>) -> String {
         self.state
             .services()
             .unwrap()
@@ -211,7 +202,7 @@ impl TestApp {
                 id,
                 &NewUser {
                     groups: groups.iter().map(|g| g.to_string()).collect(),
-                    roles: vec![Role::Admin],
+                    roles,
                     local: false,
                 },
             )
