@@ -204,6 +204,17 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_FACET_RETRIEVAL")]
     pub facet_retrieval: Option<bool>,
 
+    /// How a conversation becomes the retrieval query: `carry` (a follow-up such as "And for
+    /// X?" or "… that deal?" is rewritten from the previous question's names, years and
+    /// codes), `concat` (previous and last user message) or `last` (the last user message
+    /// only) [default: carry].
+    #[arg(long, env = "AIRLOCK_FOLLOW_UP_QUERY", value_parser = parse_follow_ups)]
+    pub follow_up_query: Option<airlock_rag::FollowUps>,
+
+    /// Days a server-kept conversation is kept after its last turn (1-3650) [default: 90].
+    #[arg(long, env = "AIRLOCK_CONVERSATION_RETENTION_DAYS")]
+    pub conversation_retention_days: Option<u32>,
+
     /// Default `max_tokens` of a chat completion [default: 256].
     #[arg(long, env = "AIRLOCK_MAX_TOKENS")]
     pub max_tokens: Option<u32>,
@@ -351,6 +362,11 @@ impl fmt::Debug for Config {
             .field("source_focus", &self.source_focus)
             .field("semantic_focus", &self.semantic_focus)
             .field("facet_retrieval", &self.facet_retrieval)
+            .field("follow_up_query", &self.follow_up_query)
+            .field(
+                "conversation_retention_days",
+                &self.conversation_retention_days,
+            )
             .field(
                 "abstain_on_unmatched_names",
                 &self.abstain_on_unmatched_names,
@@ -463,6 +479,10 @@ impl Config {
             source_focus: self.source_focus.or(lower.source_focus),
             semantic_focus: self.semantic_focus.or(lower.semantic_focus),
             facet_retrieval: self.facet_retrieval.or(lower.facet_retrieval),
+            follow_up_query: self.follow_up_query.or(lower.follow_up_query),
+            conversation_retention_days: self
+                .conversation_retention_days
+                .or(lower.conversation_retention_days),
             abstain_on_unmatched_names: self
                 .abstain_on_unmatched_names
                 .or(lower.abstain_on_unmatched_names),
@@ -534,6 +554,15 @@ impl Config {
         }
         if self.upload_limit() > 1 << 30 {
             return Err(invalid("upload_limit", "must be at most 1 GiB"));
+        }
+        if self
+            .conversation_retention_days
+            .is_some_and(|d| !(1..=3650).contains(&d))
+        {
+            return Err(invalid(
+                "conversation_retention_days",
+                "must be between 1 and 3650 days",
+            ));
         }
         for (field, v) in [
             ("request_timeout_secs", self.request_timeout_secs),
@@ -822,6 +851,20 @@ impl Config {
         self.facet_retrieval.unwrap_or(true)
     }
 
+    /// How long a conversation is kept after its last turn.
+    pub fn conversation_retention(&self) -> std::time::Duration {
+        let days = self
+            .conversation_retention_days
+            .unwrap_or(90)
+            .clamp(1, 3650);
+        std::time::Duration::from_secs(u64::from(days) * 86_400)
+    }
+
+    /// How a conversation becomes the retrieval query (see the field).
+    pub fn follow_up_query(&self) -> airlock_rag::FollowUps {
+        self.follow_up_query.unwrap_or_default()
+    }
+
     /// Whether a question naming something no source mentions is answered "cannot find".
     pub fn abstain_on_unmatched_names(&self) -> bool {
         self.abstain_on_unmatched_names.unwrap_or(true)
@@ -944,6 +987,15 @@ impl Config {
     /// Whether logs are JSON lines.
     pub fn json_logs(&self) -> bool {
         self.log_format.as_deref() == Some("json")
+    }
+}
+
+fn parse_follow_ups(s: &str) -> Result<airlock_rag::FollowUps, String> {
+    match s {
+        "carry" => Ok(airlock_rag::FollowUps::Carry),
+        "concat" => Ok(airlock_rag::FollowUps::Concat),
+        "last" => Ok(airlock_rag::FollowUps::Last),
+        other => Err(format!("`{other}`: expected carry, concat or last")),
     }
 }
 

@@ -19,6 +19,15 @@ pub enum ApiError {
     /// Malformed JSON, missing or wrong-typed fields, bad UTF-8, out-of-range values.
     #[error("{0}")]
     InvalidRequest(String),
+    /// An OpenAI request field the daemon does not implement (`tools`, `n` > 1, …): refused
+    /// rather than silently ignored.
+    #[error("`{param}` is not supported by this server{why}")]
+    UnsupportedParameter {
+        /// The field.
+        param: &'static str,
+        /// What is supported instead (empty, or starting with "; ").
+        why: &'static str,
+    },
     /// Prompt plus `max_tokens` exceeds the model context.
     #[error(
         "the prompt ({prompt_tokens} tokens) plus max_tokens ({max_tokens}) exceeds the context of {context} tokens"
@@ -97,6 +106,9 @@ impl ApiError {
     pub fn slug_status(&self) -> (&'static str, StatusCode) {
         match self {
             ApiError::InvalidRequest(_) => ("invalid-request", StatusCode::BAD_REQUEST),
+            ApiError::UnsupportedParameter { .. } => {
+                ("unsupported-parameter", StatusCode::BAD_REQUEST)
+            }
             ApiError::ContextTooLong { .. } => ("context-too-long", StatusCode::BAD_REQUEST),
             ApiError::Unauthorized => ("unauthorized", StatusCode::UNAUTHORIZED),
             ApiError::Forbidden(_) => ("forbidden", StatusCode::FORBIDDEN),
@@ -167,11 +179,21 @@ impl ApiError {
         } else {
             self.to_string()
         };
+        let error = Some(OpenAiError {
+            message: detail.clone(),
+            r#type: openai_type(status).to_string(),
+            code: slug.replace('-', "_"),
+            param: match self {
+                ApiError::UnsupportedParameter { param, .. } => Some((*param).to_string()),
+                _ => None,
+            },
+        });
         Problem {
             r#type: format!("{PROBLEM_BASE}{slug}"),
             title: title.to_string(),
             status: status.as_u16(),
             detail,
+            error,
         }
     }
 }
@@ -187,6 +209,37 @@ pub struct Problem {
     pub status: u16,
     /// A human-readable explanation specific to this occurrence.
     pub detail: String,
+    /// The same error in OpenAI's shape (`{"message", "type", "code", "param"}`), so the
+    /// official SDKs print a useful message. An RFC 9457 extension member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<OpenAiError>,
+}
+
+/// The `error` member of a problem: what OpenAI clients read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct OpenAiError {
+    /// The problem's `detail`.
+    pub message: String,
+    /// OpenAI's error class (`invalid_request_error`, `authentication_error`, …).
+    pub r#type: String,
+    /// The problem slug with underscores (`unsupported_parameter`).
+    pub code: String,
+    /// The request field at fault, when there is one.
+    #[serde(default)]
+    pub param: Option<String>,
+}
+
+/// OpenAI's error class for a status.
+fn openai_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        503 => "overloaded_error",
+        s if s >= 500 => "server_error",
+        _ => "invalid_request_error",
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -281,6 +334,15 @@ impl From<airlock_retrieval::Error> for ApiError {
             | E::Model(_)
             | E::Io { .. }
             | E::Corrupt(_) => ApiError::internal(error_chain(&e)),
+        }
+    }
+}
+
+impl From<airlock_rag::Error> for ApiError {
+    fn from(e: airlock_rag::Error) -> Self {
+        match e {
+            airlock_rag::Error::Retrieval(e) => e.into(),
+            airlock_rag::Error::Acl(e) => e.into(),
         }
     }
 }

@@ -6,7 +6,8 @@
 //! served: request id, user, time, model alias, rung, bundle version) and `feedback` (one row
 //! per user and request id: rating, the user's optional comment, first and last update time).
 //! Neither ever holds the question or the answer text: only what the user typed into a
-//! comment is stored.
+//! comment is stored. The same file holds the server-kept conversations
+//! ([`crate::conversations`], migration 2), which do hold text.
 //!
 //! Both tables are keyed by `(user_id, request_id)`, so a lookup is always scoped to the
 //! caller: an id served to someone else and an id never served take the same query path.
@@ -128,10 +129,11 @@ struct Migration {
     sql: &'static str,
 }
 
-const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "chat completions served, answer feedback",
-    sql: "
+const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "chat completions served, answer feedback",
+        sql: "
 CREATE TABLE chat_completions (
     user_id        TEXT NOT NULL,
     request_id     TEXT NOT NULL,
@@ -154,16 +156,22 @@ CREATE TABLE feedback (
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX feedback_at ON feedback(updated_us);
 ",
-}];
+    },
+    Migration {
+        version: 2,
+        name: "conversations kept by the server",
+        sql: crate::conversations::MIGRATION_SQL,
+    },
+];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// The chat-completion and feedback tables (one connection, serialised by a mutex; SQLite
 /// serialises writers anyway and every statement here is a point lookup or upsert).
 pub struct FeedbackStore {
     path: PathBuf,
-    conn: Mutex<Connection>,
+    pub(crate) conn: Mutex<Connection>,
 }
 
 impl std::fmt::Debug for FeedbackStore {
@@ -380,7 +388,7 @@ fn migrate(conn: &mut Connection) -> Result<(), FeedbackError> {
 }
 
 /// Microseconds since the Unix epoch.
-fn now_us() -> i64 {
+pub(crate) fn now_us() -> i64 {
     let ns = time::OffsetDateTime::now_utc().unix_timestamp_nanos();
     i64::try_from(ns / 1000).unwrap_or(i64::MAX)
 }

@@ -6,8 +6,8 @@
 use crate::error::ApiError;
 use crate::extract::parse_json;
 use crate::openai::ChatRequest;
-use crate::prompt::{self, Role};
 use crate::routes::chat::{CITATION_SNIPPET_BYTES, MAX_COMPLETION_TOKENS, validate};
+use airlock_rag::prompt::{self, Role};
 
 /// Target `chat_body`: `data` is a `POST /v1/chat/completions` body. It goes through the same
 /// JSON parse as the route's extractor ([`parse_json`]), the route's validation, then the pure
@@ -44,17 +44,17 @@ pub fn chat_body(data: &[u8]) {
         .map(|m| (Role::from_openai(&m.role), m.content.clone()))
         .collect();
     let query = prompt::last_user_text(&conversation).expect("validated: a user message");
-    let _ = crate::facets::facets(query);
-    let _ = crate::focus::question_terms(query);
-    let _ = crate::focus::question_pairs(query);
-    let _ = crate::focus::years(query);
-    let _ = crate::cite::name_runs(query);
+    let _ = airlock_rag::facets::facets(query);
+    let _ = airlock_rag::focus::question_terms(query);
+    let _ = airlock_rag::focus::question_pairs(query);
+    let _ = airlock_rag::focus::years(query);
+    let _ = airlock_rag::cite::name_runs(query);
 
     // The other messages stand in for retrieved sources and the model's answer.
     let sources: Vec<&str> = req.messages.iter().map(|m| m.content.as_str()).collect();
-    let _ = crate::cite::unmatched_names(query, &sources);
+    let _ = airlock_rag::cite::unmatched_names(query, &sources);
     for s in &sources {
-        let _ = crate::cite::names_stand_alone(query, s);
+        let _ = airlock_rag::cite::names_stand_alone(query, s);
         let clean = prompt::sanitize(s);
         for bad in ["<|", "|>", "<s>", "</s>", "[INST]", "[/INST]"] {
             assert!(!clean.contains(bad), "sanitised text holds {bad:?}");
@@ -64,24 +64,24 @@ pub fn chat_body(data: &[u8]) {
         let snip = prompt::snippet(s, CITATION_SNIPPET_BYTES);
         assert!(snip.len() <= CITATION_SNIPPET_BYTES + '…'.len_utf8());
     }
-    let candidates: Vec<crate::focus::Candidate<'_>> = sources
+    let candidates: Vec<airlock_rag::focus::Candidate<'_>> = sources
         .iter()
         .enumerate()
-        .map(|(i, text)| crate::focus::Candidate {
+        .map(|(i, text)| airlock_rag::focus::Candidate {
             doc_id: if i % 2 == 0 { "a" } else { "b" },
             title: "",
             text,
         })
         .collect();
     assert_eq!(
-        crate::focus::keep(query, &candidates, 0.5).len(),
+        airlock_rag::focus::keep(query, &candidates, 0.5).len(),
         candidates.len()
     );
-    if let Some(keep) = crate::focus::naming_all(query, &candidates) {
+    if let Some(keep) = airlock_rag::focus::naming_all(query, &candidates) {
         assert_eq!(keep.len(), candidates.len());
     }
     let answer = sources.last().copied().unwrap_or_default();
-    let cited = crate::cite::cited(answer, query, &sources);
+    let cited = airlock_rag::cite::cited(answer, query, &sources);
     assert!(cited.sources.windows(2).all(|w| w[0] < w[1]), "ascending");
     assert!(
         cited

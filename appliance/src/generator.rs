@@ -15,7 +15,7 @@ use airlock_inference::{ChatMessage, ChatTemplate, GeneratorFiles};
 use tokenizers::Tokenizer;
 
 use crate::error::ApiError;
-use crate::prompt::Role;
+use airlock_rag::prompt::Role;
 
 /// One generator model, ready to take requests.
 pub struct Generator {

@@ -8,14 +8,12 @@
 
 pub mod admission;
 pub mod auth;
-pub mod cite;
 pub mod cli;
 pub mod config;
+pub mod conversations;
 pub mod error;
 pub mod extract;
-pub mod facets;
 pub mod feedback;
-pub mod focus;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod generator;
@@ -23,9 +21,7 @@ pub mod ladder;
 pub mod metrics;
 pub mod models;
 pub mod openai;
-pub mod prompt;
 pub mod quota;
-pub mod rag;
 pub mod routes;
 pub mod sandbox;
 pub mod sbom;

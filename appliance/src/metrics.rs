@@ -423,6 +423,25 @@ impl Metrics {
 /// The `Content-Type` of [`Metrics::encode`].
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
+impl airlock_rag::Meter for Metrics {
+    fn count(&self, what: airlock_rag::Count, n: u64) {
+        use airlock_rag::Count as C;
+        let counter = match what {
+            C::RecheckDrops => &self.recheck_drops,
+            C::BelowFloor => &self.below_floor,
+            C::UnmatchedNames => &self.unmatched_names,
+            C::OutOfFocus => &self.out_of_focus,
+            C::FocusSentences => &self.focus_sentences,
+            C::FacetQuestions => &self.facet_questions,
+        };
+        counter.inc_by(n);
+    }
+
+    fn stage(&self, stage: &'static str, seconds: f64) {
+        self.observe_stage(stage, seconds);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -70,6 +70,10 @@ pub struct AirlockRequest {
     /// Forces a ladder rung (admin only).
     #[serde(default)]
     pub rung: Option<u8>,
+    /// A server-kept thread of the caller (`/v1/conversations`): its readable turns come
+    /// before `messages`, and the answer is added to it as a new turn.
+    #[serde(default)]
+    pub conversation_id: Option<String>,
 }
 
 fn yes() -> bool {
@@ -82,6 +86,7 @@ impl Default for AirlockRequest {
             retrieval: true,
             top_k: None,
             rung: None,
+            conversation_id: None,
         }
     }
 }
@@ -118,6 +123,121 @@ pub struct ChatRequest {
     /// Extensions.
     #[serde(default)]
     pub airlock: Option<AirlockRequest>,
+    /// Streaming options: `include_usage` adds a last chunk with the usage and no choices.
+    #[serde(default)]
+    pub stream_options: Option<StreamOptions>,
+    /// Fields of OpenAI's API the daemon does not implement: accepted by the parser only to
+    /// be refused by name (`unsupported-parameter`) instead of being silently ignored.
+    #[serde(flatten)]
+    pub unsupported: Unsupported,
+}
+
+/// `stream_options`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct StreamOptions {
+    /// Send a final chunk with `usage` (and empty `choices`) before `[DONE]`.
+    #[serde(default)]
+    pub include_usage: bool,
+}
+
+/// OpenAI request fields that are refused when they ask for something not implemented.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Unsupported {
+    /// Tool calling.
+    #[serde(default)]
+    pub tools: Option<serde_json::Value>,
+    /// Tool choice.
+    #[serde(default)]
+    pub tool_choice: Option<serde_json::Value>,
+    /// Legacy function calling.
+    #[serde(default)]
+    pub functions: Option<serde_json::Value>,
+    /// Legacy function choice.
+    #[serde(default)]
+    pub function_call: Option<serde_json::Value>,
+    /// Structured output (`{"type": "text"}` is what the daemon does anyway and is accepted).
+    #[serde(default)]
+    pub response_format: Option<serde_json::Value>,
+    /// Several choices per request (1 is accepted).
+    #[serde(default)]
+    pub n: Option<serde_json::Value>,
+    /// Token log-probabilities (`false` is accepted).
+    #[serde(default)]
+    pub logprobs: Option<serde_json::Value>,
+    /// Top log-probabilities.
+    #[serde(default)]
+    pub top_logprobs: Option<serde_json::Value>,
+    /// Token biases.
+    #[serde(default)]
+    pub logit_bias: Option<serde_json::Value>,
+    /// Audio output.
+    #[serde(default)]
+    pub audio: Option<serde_json::Value>,
+    /// Output modalities other than text.
+    #[serde(default)]
+    pub modalities: Option<serde_json::Value>,
+    /// Predicted outputs.
+    #[serde(default)]
+    pub prediction: Option<serde_json::Value>,
+}
+
+impl Unsupported {
+    /// The first field that asks for something not implemented.
+    pub fn refused(&self) -> Option<(&'static str, &'static str)> {
+        use serde_json::Value;
+        let set = |v: &Option<Value>| v.as_ref().is_some_and(|v| !v.is_null());
+        if set(&self.tools) {
+            return Some(("tools", "; tool calling is not implemented"));
+        }
+        if set(&self.tool_choice) && self.tool_choice.as_ref() != Some(&Value::from("none")) {
+            return Some(("tool_choice", "; tool calling is not implemented"));
+        }
+        if set(&self.functions) {
+            return Some(("functions", "; function calling is not implemented"));
+        }
+        if set(&self.function_call) && self.function_call.as_ref() != Some(&Value::from("none")) {
+            return Some(("function_call", "; function calling is not implemented"));
+        }
+        if let Some(f) = self.response_format.as_ref().filter(|v| !v.is_null())
+            && f.get("type").and_then(Value::as_str) != Some("text")
+        {
+            return Some((
+                "response_format",
+                "; only {\"type\": \"text\"} is supported",
+            ));
+        }
+        if let Some(n) = self.n.as_ref().filter(|v| !v.is_null())
+            && n.as_u64() != Some(1)
+        {
+            return Some(("n", "; one choice per request (n = 1)"));
+        }
+        if let Some(l) = self.logprobs.as_ref().filter(|v| !v.is_null())
+            && l.as_bool() != Some(false)
+        {
+            return Some(("logprobs", ""));
+        }
+        if set(&self.top_logprobs) {
+            return Some(("top_logprobs", ""));
+        }
+        if let Some(b) = self.logit_bias.as_ref().filter(|v| !v.is_null())
+            && b.as_object().is_none_or(|o| !o.is_empty())
+        {
+            return Some(("logit_bias", ""));
+        }
+        if set(&self.audio) {
+            return Some(("audio", "; text only"));
+        }
+        if let Some(m) = self.modalities.as_ref().filter(|v| !v.is_null())
+            && m.as_array()
+                .is_none_or(|a| a.iter().any(|x| x.as_str() != Some("text")))
+        {
+            return Some(("modalities", "; text only"));
+        }
+        if set(&self.prediction) {
+            return Some(("prediction", ""));
+        }
+        None
+    }
 }
 
 /// One citation: a chunk that was placed in the prompt as source `[n]`.
@@ -158,7 +278,7 @@ pub struct AirlockResponse {
     /// How `cited` was found: `markers` (the answer's `[n]`), `support` (word overlap),
     /// `unsupported` (no source supports the answer's own words) or `no_source`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cited_by: Option<crate::cite::CitedBy>,
+    pub cited_by: Option<airlock_rag::cite::CitedBy>,
 }
 
 /// The `airlock` extension of an SSE event: the citations and rung on the first event, the
@@ -173,7 +293,7 @@ pub enum ChunkAirlock {
         /// The source numbers the answer used.
         cited: Vec<usize>,
         /// How they were found.
-        cited_by: crate::cite::CitedBy,
+        cited_by: airlock_rag::cite::CitedBy,
     },
 }
 
@@ -182,7 +302,7 @@ pub enum ChunkAirlock {
 pub struct ChatTimings {
     /// Retrieval stages (absent with `retrieval: false`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub retrieval: Option<crate::rag::StageTimings>,
+    pub retrieval: Option<airlock_rag::StageTimings>,
     /// Choosing the prompt's sources among the retrieved chunks: similarity floor, name check,
     /// source focus (with its semantic judgement at the full-pipeline rung).
     pub sources: f64,

@@ -58,6 +58,15 @@ pub struct Services {
 }
 
 impl Services {
+    /// The answer path over these services (chat and retrieve).
+    pub fn answer_path(&self) -> airlock_rag::AnswerPath {
+        airlock_rag::AnswerPath::new(
+            self.acl.clone(),
+            self.retrieval.clone(),
+            Arc::new(crate::models::EmbedAdapter(self.embedder.clone())),
+        )
+    }
+
     /// Assembles the services.
     pub fn new(
         acl: Arc<Acl>,

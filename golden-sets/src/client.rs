@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::formats::{Turn, TurnRole};
+
 /// An API failure: the status and the problem `type`/`detail` when the daemon sent one.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -265,13 +267,26 @@ impl Client {
         top_k: usize,
         mode: &str,
     ) -> Result<RetrieveResponse, ApiError> {
+        self.retrieve_after(token, &[], query, top_k, mode)
+    }
+
+    /// `POST /v1/retrieve` as `token` for `query` asked after `history` (sent as `messages`,
+    /// so the daemon builds the retrieval query as for a chat).
+    pub fn retrieve_after(
+        &self,
+        token: &str,
+        history: &[Turn],
+        query: &str,
+        top_k: usize,
+        mode: &str,
+    ) -> Result<RetrieveResponse, ApiError> {
         let path = "/v1/retrieve";
-        let v = self.send_json(
-            "POST",
-            path,
-            token,
-            &json!({"query": query, "top_k": top_k, "mode": mode}),
-        )?;
+        let body = if history.is_empty() {
+            json!({"query": query, "top_k": top_k, "mode": mode})
+        } else {
+            json!({"messages": messages(history, query), "top_k": top_k, "mode": mode})
+        };
+        let v = self.send_json("POST", path, token, &body)?;
         serde_json::from_value(v).map_err(|e| ApiError::Transport {
             method: "POST",
             path: path.into(),
@@ -284,13 +299,14 @@ impl Client {
         &self,
         token: &str,
         model: Option<&str>,
+        history: &[Turn],
         question: &str,
         rung: Option<u8>,
         max_tokens: u32,
     ) -> Result<ChatOutcome, ApiError> {
         let path = "/v1/chat/completions";
         let mut body = json!({
-            "messages": [{"role": "user", "content": question}],
+            "messages": messages(history, question),
             "max_tokens": max_tokens,
             "temperature": 0.0,
             "airlock": {"retrieval": true, "rung": rung},
@@ -315,4 +331,20 @@ impl Client {
             latency_ms,
         })
     }
+}
+
+/// OpenAI chat messages: the earlier turns, then the question.
+fn messages(history: &[Turn], question: &str) -> serde_json::Value {
+    let mut out: Vec<serde_json::Value> = history
+        .iter()
+        .map(|t| {
+            let role = match t.role {
+                TurnRole::User => "user",
+                TurnRole::Assistant => "assistant",
+            };
+            json!({"role": role, "content": t.content})
+        })
+        .collect();
+    out.push(json!({"role": "user", "content": question}));
+    serde_json::Value::Array(out)
 }

@@ -57,6 +57,8 @@ pub enum CaseKind {
     NearDuplicate,
     /// The answer needs two readable documents.
     MultiDoc,
+    /// A follow-up question: asked after the case's `history` of earlier turns.
+    FollowUp,
 }
 
 impl CaseKind {
@@ -70,6 +72,7 @@ impl CaseKind {
             CaseKind::Deleted => "deleted",
             CaseKind::NearDuplicate => "near_duplicate",
             CaseKind::MultiDoc => "multi_doc",
+            CaseKind::FollowUp => "follow_up",
         }
     }
 }
@@ -82,6 +85,9 @@ pub struct GoldenCase {
     pub id: String,
     /// Who asks.
     pub user: String,
+    /// Earlier turns of the conversation, oldest first (sent before `query`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history: Vec<Turn>,
     /// The question.
     pub query: String,
     /// Documents the user may read that answer the question (empty: nothing readable does).
@@ -101,6 +107,26 @@ pub struct GoldenCase {
     /// Free-text explanation of the access situation.
     #[serde(default)]
     pub note: Option<String>,
+}
+
+/// One earlier turn of a case's conversation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Turn {
+    /// `user` or `assistant`.
+    pub role: TurnRole,
+    /// The text.
+    pub content: String,
+}
+
+/// Who spoke a [`Turn`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnRole {
+    /// The person.
+    User,
+    /// An earlier answer.
+    Assistant,
 }
 
 /// A BEIR corpus document.

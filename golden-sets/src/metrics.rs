@@ -65,115 +65,7 @@ pub fn mrr_at_k(ranked: &[&str], judged: &BTreeMap<String, i32>, k: usize) -> f6
         .map_or(0.0, |i| 1.0 / (i + 1) as f64)
 }
 
-const MONTHS: [&str; 12] = [
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-];
-
-fn month_number(word: &str) -> Option<u32> {
-    let w = word.trim_end_matches('.');
-    if w.len() < 3 {
-        return None;
-    }
-    MONTHS
-        .iter()
-        .position(|m| m.starts_with(w) && (w.len() == m.len() || w.len() == 3))
-        .map(|i| i as u32 + 1)
-}
-
-/// Normalises text for answer matching: lower case, unified dashes and spaces, digit-group
-/// separators removed (`7,250,000` → `7250000`), and dates written `8 August 2025` or
-/// `August 8, 2025` rewritten as ISO `2025-08-08`.
-pub fn normalize(text: &str) -> String {
-    let lower: String = text
-        .chars()
-        .map(|c| match c {
-            '\u{2010}'..='\u{2015}' | '\u{2212}' => '-',
-            '\u{00a0}' | '\u{202f}' | '\u{2009}' => ' ',
-            c => c,
-        })
-        .flat_map(char::to_lowercase)
-        .collect();
-    // Drop separators inside digit groups: a ',' or '\'' between two digits.
-    let chars: Vec<char> = lower.chars().collect();
-    let mut s = String::with_capacity(lower.len());
-    for (i, &c) in chars.iter().enumerate() {
-        let between_digits = i > 0
-            && i + 1 < chars.len()
-            && chars[i - 1].is_ascii_digit()
-            && chars[i + 1].is_ascii_digit();
-        if (c == ',' || c == '\'') && between_digits {
-            continue;
-        }
-        s.push(c);
-    }
-    rewrite_dates(&s)
-}
-
-fn rewrite_dates(s: &str) -> String {
-    let tokens: Vec<&str> = s.split(' ').collect();
-    let mut out: Vec<String> = Vec::with_capacity(tokens.len());
-    let day = |t: &str| -> Option<u32> {
-        let t = t.trim_end_matches(',');
-        let t = t
-            .trim_end_matches("st")
-            .trim_end_matches("nd")
-            .trim_end_matches("rd")
-            .trim_end_matches("th");
-        t.parse().ok().filter(|d| (1..=31).contains(d))
-    };
-    let year = |t: &str| -> Option<(u32, String)> {
-        let digits: String = t.chars().take_while(char::is_ascii_digit).collect();
-        if digits.len() != 4 {
-            return None;
-        }
-        Some((digits.parse().ok()?, t[digits.len()..].to_owned()))
-    };
-    let mut i = 0;
-    while i < tokens.len() {
-        if i + 2 < tokens.len() {
-            // "8 august 2025"
-            if let (Some(d), Some(m), Some((y, rest))) = (
-                day(tokens[i]),
-                month_number(tokens[i + 1]),
-                year(tokens[i + 2]),
-            ) && !tokens[i].ends_with(',')
-            {
-                out.push(format!("{y:04}-{m:02}-{d:02}{rest}"));
-                i += 3;
-                continue;
-            }
-            // "august 8, 2025"
-            if let (Some(m), Some(d), Some((y, rest))) = (
-                month_number(tokens[i]),
-                day(tokens[i + 1]),
-                year(tokens[i + 2]),
-            ) {
-                out.push(format!("{y:04}-{m:02}-{d:02}{rest}"));
-                i += 3;
-                continue;
-            }
-        }
-        out.push(tokens[i].to_owned());
-        i += 1;
-    }
-    out.join(" ")
-}
-
-/// Whether `haystack` contains `needle` after [`normalize`] of both.
-pub fn contains_normalized(haystack: &str, needle: &str) -> bool {
-    normalize(haystack).contains(&normalize(needle))
-}
+pub use airlock_text::{contains_normalized, normalize};
 
 /// Phrases by which an answer says the sources do not hold the answer.
 const ABSTENTION_MARKERS: [&str; 12] = [
@@ -444,24 +336,6 @@ mod tests {
         assert_eq!(dedup_docs(&["a", "b", "a", "c", "b"]), vec!["a", "b", "c"]);
     }
 
-    #[test]
-    fn normalization_handles_numbers_dates_case() {
-        assert!(contains_normalized(
-            "The threshold is EUR 7250000.",
-            "7,250,000"
-        ));
-        assert!(contains_normalized(
-            "It applies from 8 August 2025.",
-            "2025-08-08"
-        ));
-        assert!(contains_normalized("from August 8, 2025 on", "2025-08-08"));
-        assert!(contains_normalized("From 2025-08-08", "8 Aug 2025"));
-        assert!(contains_normalized("CODE jerboa-7350", "JERBOA-7350"));
-        assert!(!contains_normalized("7,250,001", "7,250,000"));
-        // A list "1, 2" is not a number.
-        assert_eq!(normalize("items 1, 2"), "items 1, 2");
-    }
-
     fn case(
         relevant: &[&str],
         contains: &[&str],
@@ -470,6 +344,7 @@ mod tests {
     ) -> GoldenCase {
         let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect();
         GoldenCase {
+            history: Vec::new(),
             id: "c".into(),
             user: "u".into(),
             query: "q".into(),

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::Error;
 use crate::client::{ApiError, ChatOutcome, Client, RetrieveResponse};
-use crate::formats::{self, BeirDoc, GoldenCase, Phase};
+use crate::formats::{self, BeirDoc, GoldenCase, Phase, Turn};
 use crate::gate::Report;
 use crate::metrics::{self, CaseScore, Observation};
 
@@ -201,6 +201,7 @@ type Observed = (Observation, Vec<(String, f64)>, Option<String>);
 fn observe(
     client: &Client,
     token: &str,
+    history: &[Turn],
     query: &str,
     answer: bool,
     opts: &RunOptions,
@@ -210,14 +211,15 @@ fn observe(
         ..Observation::default()
     };
     let mut lat = Vec::new();
-    let r: RetrieveResponse = match client.retrieve(token, query, opts.top_k, &opts.mode) {
-        Ok(r) => r,
-        Err(e) if e.status() == Some(401) => {
-            obs.refused = true;
-            return Ok((obs, lat, None));
-        }
-        Err(e) => return Err(e),
-    };
+    let r: RetrieveResponse =
+        match client.retrieve_after(token, history, query, opts.top_k, &opts.mode) {
+            Ok(r) => r,
+            Err(e) if e.status() == Some(401) => {
+                obs.refused = true;
+                return Ok((obs, lat, None));
+            }
+            Err(e) => return Err(e),
+        };
     for (stage, v) in &r.timings_ms {
         if let Some(ms) = v.as_f64() {
             lat.push((format!("retrieve.{stage}"), ms));
@@ -240,6 +242,7 @@ fn observe(
         } = client.chat(
             token,
             opts.model.as_deref(),
+            history,
             query,
             opts.rung.filter(|_| opts.rung_in_requests),
             opts.max_tokens,
@@ -286,24 +289,26 @@ fn run_cases(
         let answer = opts.answers && opts.answer_cases.is_none_or(|n| sampled(i, n, cases.len()));
         // A failed request fails its case, not the run: the report keeps every other case
         // and the gate refuses a run with failed cases.
-        Ok(match observe(client, token, &case.query, answer, opts) {
-            Ok((obs, latency, bundle_version)) => {
-                let mut score = metrics::score_case(case, &obs);
-                if opts.record_answers && answer {
-                    score.answer = Some(obs.answer);
+        Ok(
+            match observe(client, token, &case.history, &case.query, answer, opts) {
+                Ok((obs, latency, bundle_version)) => {
+                    let mut score = metrics::score_case(case, &obs);
+                    if opts.record_answers && answer {
+                        score.answer = Some(obs.answer);
+                    }
+                    CaseRun {
+                        score,
+                        latency,
+                        bundle_version,
+                    }
                 }
-                CaseRun {
-                    score,
-                    latency,
-                    bundle_version,
-                }
-            }
-            Err(e) => CaseRun {
-                score: metrics::CaseScore::failed(case, format!("case {}: {e}", case.id)),
-                latency: Vec::new(),
-                bundle_version: None,
+                Err(e) => CaseRun {
+                    score: metrics::CaseScore::failed(case, format!("case {}: {e}", case.id)),
+                    latency: Vec::new(),
+                    bundle_version: None,
+                },
             },
-        })
+        )
     });
     // A request cut by the stop (the daemon going away) is not a failed case: the run as a
     // whole is interrupted.
@@ -357,7 +362,7 @@ impl GoldenSet {
             iam_v1: read_text(&p("iam_v1.jsonl"))?,
             iam_v2: read_text(&p("iam_v2.jsonl"))?,
             deletions,
-            cases: formats::read_golden(&p("golden.jsonl"))?,
+            cases: read_cases(dir)?,
         })
     }
 }
@@ -547,6 +552,28 @@ pub fn run_beir(
         &token,
         report(&format!("{name}/{split}"), opts.rung, runs),
     ))
+}
+
+/// File of a set's follow-up cases (optional; same case format, each with a `history`).
+pub const FOLLOW_UPS_FILE: &str = "followups.jsonl";
+
+/// A set's cases: `golden.jsonl`, then `followups.jsonl` when the set has one (case ids
+/// unique across both).
+fn read_cases(dir: &Path) -> Result<Vec<GoldenCase>, Error> {
+    let mut cases = formats::read_golden(&dir.join("golden.jsonl"))?;
+    let follow = dir.join(FOLLOW_UPS_FILE);
+    if follow.is_file() {
+        let more = formats::read_golden(&follow)?;
+        let ids: HashSet<&str> = cases.iter().map(|c| c.id.as_str()).collect();
+        if let Some(dup) = more.iter().find(|c| ids.contains(c.id.as_str())) {
+            return Err(Error::Invalid {
+                path: follow,
+                message: format!("case id {:?} is also in golden.jsonl", dup.id),
+            });
+        }
+        cases.extend(more);
+    }
+    Ok(cases)
 }
 
 /// Whether a directory holds an end-to-end (bank layout) set rather than a BEIR one.

@@ -117,8 +117,17 @@ pub async fn sync(
     };
     let services = state.services()?;
     let acl = services.acl.clone();
+    let conversations = services.feedback.clone();
     let counts = blocking(move || {
-        Ok(acl.sync_snapshot_with(actor_of(&actor, &request_id), Cursor::new(body), options)?)
+        let counts =
+            acl.sync_snapshot_with(actor_of(&actor, &request_id), Cursor::new(body), options)?;
+        // Users the snapshot removed lose their server-kept conversations.
+        if counts.users_removed > 0
+            && let Some(store) = conversations
+        {
+            store.prune_users(|u| acl.user(u).is_some())?;
+        }
+        Ok(counts)
     })
     .await?;
     Ok(Json(counts))

@@ -8,11 +8,11 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use airlock_inference::Embedder;
 use airlock_inference::generate::{
     EngineCounters, Event as GenEvent, FinishReason, GenerateRequest, SamplingParams, Stream,
     Usage as GenUsage,
 };
+use airlock_rag::{Ask, Attribution, CitedBy, Purpose, Role, Selection, StageTimings, prompt};
 use airlock_retrieval::SearchResult;
 use axum::Json;
 use axum::extract::State;
@@ -23,7 +23,6 @@ use futures::StreamExt;
 
 use crate::admission::{Priority, QueueSlot, Ticket};
 use crate::auth::Caller;
-use crate::cite::CitedBy;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
 use crate::feedback::CompletionRecord;
@@ -33,9 +32,7 @@ use crate::openai::{
     AirlockResponse, ChatChunk, ChatRequest, ChatResponse, ChatTimings, ChunkAirlock, ChunkChoice,
     Citation, Delta, Usage, unix_now,
 };
-use crate::prompt::{self, Role, Source};
 use crate::quota::TokenReservation;
-use crate::rag::{self, RetrieveParams, StageTimings};
 use crate::routes::{REQUEST_ID, RUNG_HEADER, acl::blocking};
 use crate::services::Services;
 use crate::state::AppState;
@@ -44,6 +41,8 @@ use crate::state::AppState;
 pub const CITATION_SNIPPET_BYTES: usize = 300;
 /// Most chunks a request may ask for.
 pub const MAX_TOP_K: usize = 20;
+/// Most messages a conversation may hold.
+pub const MAX_MESSAGES: usize = 256;
 /// Largest `max_tokens` accepted.
 pub const MAX_COMPLETION_TOKENS: u32 = 4096;
 
@@ -51,32 +50,86 @@ pub const MAX_COMPLETION_TOKENS: u32 = 4096;
 struct Prepared {
     generator: Arc<Generator>,
     prompt: Vec<u32>,
+    /// The version of each citation's document (only when the turn is kept in a thread).
+    versions: Vec<String>,
     citations: Vec<Citation>,
     /// The question and the sources' texts, to find which sources the answer used.
-    cite: Option<CiteInput>,
+    cite: Option<Attribution>,
     retrieval: Option<StageTimings>,
     sources_ms: f64,
     prompt_ms: f64,
 }
 
-/// What [`crate::cite::cited`] needs once the answer is complete.
-struct CiteInput {
+/// Adds the answer to a server-kept thread once it is complete.
+struct TurnRecorder {
+    store: Arc<crate::feedback::FeedbackStore>,
+    thread: String,
+    user: String,
     question: String,
-    sources: Vec<String>,
+    request_id: String,
+    /// `(doc_id, version)` of each citation, in citation order.
+    sources: Vec<(String, String)>,
 }
 
-impl CiteInput {
-    fn cited(&self, answer: &str) -> crate::cite::Cited {
-        let sources: Vec<&str> = self.sources.iter().map(String::as_str).collect();
-        crate::cite::cited(answer, &self.question, &sources)
+impl TurnRecorder {
+    /// Stores the turn (on the blocking pool; a failure is logged, the answer stands).
+    fn save(self, answer: String, cited: &[usize]) {
+        let sources: Vec<crate::conversations::TurnSource> = self
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(i, (doc_id, version))| crate::conversations::TurnSource {
+                doc_id: doc_id.clone(),
+                version: version.clone(),
+                cited: cited.contains(&(i + 1)),
+            })
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            match self.store.append_turn(
+                &self.user,
+                &self.thread,
+                &self.question,
+                &answer,
+                &self.request_id,
+                &sources,
+            ) {
+                Ok(crate::conversations::Appended::Added(_)) => {}
+                Ok(other) => tracing::warn!(outcome = ?other, "conversation turn not kept"),
+                Err(e) => tracing::error!(error = %e, "conversation turn not kept"),
+            }
+        });
     }
 }
 
+/// The citations of the prompt sources, numbered in prompt order.
+fn citations_of(chunks: &[SearchResult]) -> Vec<Citation> {
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Citation {
+            n: i + 1,
+            doc_id: c.doc_id.clone(),
+            chunk_id: c.chunk_id,
+            title: c.title.clone(),
+            snippet: prompt::snippet(&c.text, CITATION_SNIPPET_BYTES),
+            score: c.score,
+        })
+        .collect()
+}
+
 pub(crate) fn validate(req: &ChatRequest, default_max: u32) -> Result<SamplingParams, ApiError> {
+    if let Some((param, why)) = req.unsupported.refused() {
+        return Err(ApiError::UnsupportedParameter { param, why });
+    }
     if req.messages.is_empty() {
         return Err(ApiError::InvalidRequest(
             "`messages` must not be empty".into(),
         ));
+    }
+    if req.messages.len() > MAX_MESSAGES {
+        return Err(ApiError::InvalidRequest(format!(
+            "`messages` takes at most {MAX_MESSAGES} messages"
+        )));
     }
     if !req
         .messages
@@ -174,6 +227,36 @@ pub async fn completions(
         )));
     }
     let services = state.services()?;
+    // A server-kept thread: its readable turns are the history (a redacted turn never
+    // reaches the prompt), and the answer becomes its next turn.
+    let (history, thread) = match ext.conversation_id.clone() {
+        Some(id) => {
+            crate::routes::conversations::check_id(&id)?;
+            let services = services.clone();
+            let user = caller.user_id.clone();
+            blocking(move || {
+                let store = services.feedback.clone().ok_or_else(|| {
+                    ApiError::NotFound(crate::routes::conversations::UNKNOWN_THREAD.into())
+                })?;
+                let Some((_, turns)) = store.thread(&user, &id)? else {
+                    return Err(ApiError::NotFound(
+                        crate::routes::conversations::UNKNOWN_THREAD.into(),
+                    ));
+                };
+                let views = crate::routes::conversations::views(&services, &user, turns)?;
+                let mut history = Vec::new();
+                for v in views {
+                    if let (Some(q), Some(a)) = (v.question, v.answer) {
+                        history.push((Role::User, q));
+                        history.push((Role::Assistant, a));
+                    }
+                }
+                Ok((history, Some((store, id))))
+            })
+            .await?
+        }
+        None => (Vec::new(), None),
+    };
     let ticket = match state.admission().admit(&caller, ext.rung, priority) {
         Ok(t) => t,
         Err(e @ ApiError::CapacityUnavailable { .. }) => {
@@ -185,122 +268,105 @@ pub async fn completions(
     let plan = ticket.plan;
     let generator = pick_generator(&services, req.model.as_deref(), plan.small_model)?;
     let model_alias = generator.alias.clone();
-    let conversation: Vec<(Role, String)> = req
-        .messages
-        .iter()
-        .map(|m| (Role::from_openai(&m.role), m.content.clone()))
-        .collect();
+    let mut conversation: Vec<(Role, String)> = history;
+    conversation.extend(
+        req.messages
+            .iter()
+            .map(|m| (Role::from_openai(&m.role), m.content.clone())),
+    );
+    let question = prompt::last_user_text(&conversation)
+        .unwrap_or_default()
+        .to_string();
 
-    // Retrieval, re-check, prompt: blocking work.
+    // Retrieval, re-check, source selection, prompt: blocking work on the answer path.
     let metrics = state.metrics().clone();
     let k = plan.max_prompt_chunks.map_or(top_k, |cap| top_k.min(cap));
-    let floor = state.config().min_source_similarity();
-    let check_names = state.config().abstain_on_unmatched_names();
-    let focus = state.config().source_focus();
-    let semantic = state.config().semantic_focus() && plan.rerank;
-    let split_facets = state.config().facet_retrieval();
+    let selection = Selection {
+        floor: state.config().min_source_similarity(),
+        check_names: state.config().abstain_on_unmatched_names(),
+        focus: state.config().source_focus(),
+        semantic: state.config().semantic_focus(),
+        facets: state.config().facet_retrieval(),
+    };
+    let follow_ups = state.config().follow_up_query();
+    let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
     let prepared = {
         let services = services.clone();
         let user = caller.user_id.clone();
         let time_quantum = state.config().retrieval_time_quantum_for(caller.admin);
         let rid = request_id.clone();
+        let keep_turn = thread.is_some();
         blocking(move || {
-            let mut sources_ms = 0.0;
-            let (sources_owned, citations, retrieval_timings, cite) = if ext.retrieval {
-                let query = prompt::last_user_text(&conversation).unwrap_or_default();
-                // A question about two subjects is retrieved and focused once per subject.
-                let facets = split_facets.then(|| crate::facets::facets(query)).flatten();
-                if facets.is_some() {
-                    metrics.facet_questions.inc();
-                }
-                let questions: Vec<&str> = match &facets {
-                    Some(f) => f.iter().map(String::as_str).collect(),
-                    None => vec![query],
-                };
-                let mut per_question = Vec::with_capacity(questions.len());
-                let mut timings: Option<rag::StageTimings> = None;
-                for q in questions {
-                    let mut retrieved = rag::retrieve(
-                        &services,
-                        &metrics,
-                        &RetrieveParams {
-                            user_id: &user,
-                            request_id: &rid,
-                            query: q,
-                            k,
-                            mode: services.default_mode(),
-                            rerank: plan.rerank,
-                            time_quantum,
-                        },
-                    )?;
-                    let ts = Instant::now();
-                    keep_prompt_sources(
-                        &mut retrieved.chunks,
-                        q,
-                        SourceSelection {
-                            floor,
-                            check_names,
-                            focus,
-                            embedder: semantic.then_some(services.embedder.as_ref()),
-                        },
-                        &metrics,
-                    );
-                    sources_ms += crate::routes::ms_since(ts);
-                    match &mut timings {
-                        Some(t) => t.add(&retrieved.timings),
-                        None => timings = Some(retrieved.timings),
-                    }
-                    per_question.push(retrieved.chunks);
-                }
-                let chunks = interleave(per_question, k);
-                let citations: Vec<Citation> = chunks
-                    .iter()
-                    .enumerate()
-                    .map(|(i, c)| Citation {
-                        n: i + 1,
-                        doc_id: c.doc_id.clone(),
-                        chunk_id: c.chunk_id,
-                        title: c.title.clone(),
-                        snippet: prompt::snippet(&c.text, CITATION_SNIPPET_BYTES),
-                        score: c.score,
-                    })
-                    .collect();
-                if !citations.is_empty() {
+            let mut versions: Vec<String> = Vec::new();
+            let (built, citations, retrieval, attribution, sources_ms) = if ext.retrieval {
+                let shown = services.answer_path().run(
+                    &Ask {
+                        user_id: &user,
+                        request_id: &rid,
+                        conversation: &conversation,
+                        k,
+                        mode: services.default_mode(),
+                        rerank: plan.rerank,
+                        time_quantum,
+                        follow_ups,
+                        purpose: Purpose::Chat(selection),
+                    },
+                    &metrics,
+                )?;
+                let citations = citations_of(&shown.chunks);
+                if keep_turn {
                     let ids: Vec<&str> = citations.iter().map(|c| c.doc_id.as_str()).collect();
-                    services.acl.audit_shown(&rid, &user, &ids)?;
+                    let now = services.answer_path().versions(&ids)?;
+                    versions = now.into_iter().map(Option::unwrap_or_default).collect();
                 }
-                let cite = CiteInput {
-                    question: query.to_string(),
-                    sources: chunks.iter().map(|c| c.text.clone()).collect(),
-                };
-                (Some(chunks), citations, timings, Some(cite))
+                (
+                    shown.prompt(&conversation),
+                    citations,
+                    Some(shown.timings.clone()),
+                    Some(shown.attribution()),
+                    shown.selection_ms,
+                )
             } else {
-                (None, Vec::new(), None, None)
+                (
+                    prompt::build(&conversation, None),
+                    Vec::new(),
+                    None,
+                    None,
+                    0.0,
+                )
             };
             let tp = Instant::now();
-            let sources: Option<Vec<Source<'_>>> = sources_owned.as_ref().map(|v| {
-                v.iter()
-                    .map(|c| Source {
-                        title: &c.title,
-                        text: &c.text,
-                    })
-                    .collect()
-            });
-            let built = prompt::build(&conversation, sources.as_deref());
             let prompt = generator.prompt_ids(&built)?;
             Ok(Prepared {
                 generator,
                 prompt,
+                versions,
                 citations,
-                cite,
-                retrieval: retrieval_timings,
+                cite: attribution,
+                retrieval,
                 sources_ms,
                 prompt_ms: crate::routes::ms_since(tp),
             })
         })
         .await?
     };
+    let mut recorder = thread.map(|(store, thread)| TurnRecorder {
+        store,
+        thread,
+        user: caller.user_id.clone(),
+        question: question.clone(),
+        request_id: request_id.clone(),
+        sources: prepared
+            .citations
+            .iter()
+            .zip(&prepared.versions)
+            .map(|(c, v)| (c.doc_id.clone(), v.clone()))
+            .collect(),
+    });
     if ext.retrieval && prepared.citations.is_empty() {
+        if let Some(r) = recorder.take() {
+            r.save(prompt::NO_SOURCE_ANSWER.to_string(), &[]);
+        }
         // No chunk the caller may read passed the similarity floor: say so without running the
         // model (given no source, a small model invents an answer or loops on "[1] [2] …").
         state.metrics().no_source_answers.inc();
@@ -334,7 +400,8 @@ pub async fn completions(
             cited_by: Some(CitedBy::NoSource),
         };
         let id_header = HeaderValue::from_str(&request_id).ok();
-        let mut resp = no_source_answer(req.stream, request_id, model_alias, airlock);
+        let mut resp =
+            no_source_answer(req.stream, include_usage, request_id, model_alias, airlock);
         if let Some(v) = id_header {
             resp.headers_mut().insert(REQUEST_ID, v);
         }
@@ -429,6 +496,7 @@ pub async fn completions(
         first_token_at: None,
         tokens: 0,
         finished: false,
+        recorder,
     };
     let airlock = AirlockResponse {
         citations: prepared.citations,
@@ -452,7 +520,7 @@ pub async fn completions(
     // either): set it here, since an unusable client id was replaced by a fresh one.
     let id_header = HeaderValue::from_str(&id).ok();
     let mut resp = if req.stream {
-        sse(generation, id, model_alias, airlock, cite)
+        sse(generation, id, model_alias, airlock, cite, include_usage)
             .keep_alive(
                 KeepAlive::new()
                     .interval(state.config().sse_keep_alive())
@@ -469,122 +537,6 @@ pub async fn completions(
         resp.headers_mut().insert(REQUEST_ID, v);
     }
     Ok(with_rung(resp, plan.rung))
-}
-
-/// How a chat chooses its prompt sources among the retrieved chunks (docs/OPERATIONS.md §10).
-#[derive(Clone, Copy)]
-struct SourceSelection<'a> {
-    /// `min_source_similarity`.
-    floor: f32,
-    /// `abstain_on_unmatched_names`.
-    check_names: bool,
-    /// `source_focus`.
-    focus: f32,
-    /// The embedder for focus's semantic judgement (`semantic_focus`, full pipeline only).
-    embedder: Option<&'a Embedder>,
-}
-
-/// Keeps the retrieved chunks that may serve as prompt sources: chunks too far from the
-/// question go (without them a small model answers from whatever it was given instead of
-/// saying it cannot find it); all go when the question names something none of them
-/// mentions (another vendor, person, project), however close their topic; of the rest, the
-/// documents missing one of the question's names go when another document has them all
-/// ([`crate::focus::naming_all`]); and then the documents that match the question's
-/// distinguishing words clearly less well than the best one ([`crate::focus`]: near-copies
-/// about another segment, person or branch).
-fn keep_prompt_sources(
-    chunks: &mut Vec<SearchResult>,
-    query: &str,
-    sel: SourceSelection,
-    metrics: &Metrics,
-) {
-    let before = chunks.len();
-    chunks.retain(|c| c.stage_scores.rescore.is_none_or(|s| s >= sel.floor));
-    if chunks.len() < before {
-        metrics.below_floor.inc_by((before - chunks.len()) as u64);
-    }
-    if sel.check_names && !chunks.is_empty() {
-        let texts: Vec<String> = chunks
-            .iter()
-            .map(|c| format!("{}\n{}", c.title, c.text))
-            .collect();
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        if !crate::cite::unmatched_names(query, &refs).is_empty() {
-            metrics.unmatched_names.inc();
-            chunks.clear();
-        }
-    }
-    if sel.focus > 0.0 && chunks.len() > 1 {
-        let naming = crate::focus::naming_all(query, &focus_candidates(chunks));
-        if let Some(keep) = naming {
-            metrics.out_of_focus.inc_by(retain_kept(chunks, keep));
-        }
-    }
-    if sel.focus > 0.0 && chunks.len() > 1 {
-        let candidates = focus_candidates(chunks);
-        let judgement = sel.embedder.and_then(|e| {
-            crate::focus::semantic_judgement(query, &candidates, |t| e.embed(t))
-                .unwrap_or_else(|err| {
-                    tracing::warn!(error = %err, "semantic focus: embedding failed; lexical focus only");
-                    None
-                })
-        });
-        let keep = match judgement {
-            Some((cosines, embedded)) => {
-                metrics.focus_sentences.inc_by(embedded as u64);
-                crate::focus::keep_semantic(query, &candidates, sel.focus, &cosines)
-            }
-            None => crate::focus::keep(query, &candidates, sel.focus),
-        };
-        metrics.out_of_focus.inc_by(retain_kept(chunks, keep));
-    }
-}
-
-/// The prompt sources of a question retrieved once per facet: the lists taken in turn (each
-/// facet's best first), a chunk already taken skipped, at most `k`. One list is returned as is.
-fn interleave(lists: Vec<Vec<SearchResult>>, k: usize) -> Vec<SearchResult> {
-    if lists.len() == 1 {
-        return lists.into_iter().next().unwrap_or_default();
-    }
-    let mut out: Vec<SearchResult> = Vec::new();
-    let mut iters: Vec<_> = lists.into_iter().map(Vec::into_iter).collect();
-    let mut any = true;
-    while any && out.len() < k {
-        any = false;
-        for it in &mut iters {
-            if out.len() >= k {
-                break;
-            }
-            for c in it.by_ref() {
-                any = true;
-                if !out.iter().any(|o| o.chunk_id == c.chunk_id) {
-                    out.push(c);
-                    break;
-                }
-            }
-        }
-    }
-    out
-}
-
-/// Keeps the chunks whose flag in `keep` is set (one per chunk, in order); returns how many went.
-fn retain_kept(chunks: &mut Vec<SearchResult>, keep: Vec<bool>) -> u64 {
-    let before = chunks.len();
-    let mut it = keep.into_iter();
-    chunks.retain(|_| it.next().unwrap_or(true));
-    (before - chunks.len()) as u64
-}
-
-/// The chunks as source-focus candidates.
-fn focus_candidates(chunks: &[SearchResult]) -> Vec<crate::focus::Candidate<'_>> {
-    chunks
-        .iter()
-        .map(|c| crate::focus::Candidate {
-            doc_id: &c.doc_id,
-            title: &c.title,
-            text: &c.text,
-        })
-        .collect()
 }
 
 /// Records a served completion for feedback (id, user, model, rung, bundle; never text).
@@ -618,7 +570,13 @@ async fn record(
 
 /// The answer when no readable source is relevant enough (see `min_source_similarity`): the
 /// system prompt's own abstention, without generation, in the shape the client asked for.
-fn no_source_answer(stream: bool, id: String, model: String, airlock: AirlockResponse) -> Response {
+fn no_source_answer(
+    stream: bool,
+    include_usage: bool,
+    id: String,
+    model: String,
+    airlock: AirlockResponse,
+) -> Response {
     let usage = Usage {
         prompt_tokens: 0,
         completion_tokens: 0,
@@ -654,12 +612,12 @@ fn no_source_answer(stream: bool, id: String, model: String, airlock: AirlockRes
         cited_by,
     });
     last.usage = Some(usage);
-    let events: Vec<Result<SseEvent, Infallible>> = vec![
-        Ok(data(&first)),
-        Ok(data(&text)),
-        Ok(data(&last)),
-        Ok(SseEvent::default().data("[DONE]")),
-    ];
+    let mut events: Vec<Result<SseEvent, Infallible>> =
+        vec![Ok(data(&first)), Ok(data(&text)), Ok(data(&last))];
+    if include_usage {
+        events.push(Ok(data(&usage_chunk(&id, &model, created, usage))));
+    }
+    events.push(Ok(SseEvent::default().data("[DONE]")));
     Sse::new(futures::stream::iter(events)).into_response()
 }
 
@@ -696,6 +654,8 @@ struct Generation {
     first_token_at: Option<Instant>,
     tokens: usize,
     finished: bool,
+    /// Adds the answer to the thread it was asked in, when it completes.
+    recorder: Option<TurnRecorder>,
 }
 
 impl Generation {
@@ -867,7 +827,7 @@ async fn complete(
     id: String,
     model: String,
     airlock: AirlockResponse,
-    cite: Option<CiteInput>,
+    cite: Option<Attribution>,
     withhold_unsupported: bool,
 ) -> Result<Json<ChatResponse>, ApiError> {
     let mut text = String::new();
@@ -896,6 +856,9 @@ async fn complete(
                     }
                     airlock.cited = Some(c.sources);
                     airlock.cited_by = Some(c.by);
+                }
+                if let Some(r) = generation.recorder.take() {
+                    r.save(text.clone(), airlock.cited.as_deref().unwrap_or(&[]));
                 }
                 if let Some(t) = airlock.timings_ms.as_mut() {
                     let now = Instant::now();
@@ -976,12 +939,21 @@ fn data(c: &ChatChunk) -> SseEvent {
 /// The SSE body: the first event carries the role, citations and rung; then one event per text
 /// piece; then the finish reason with usage; then `data: [DONE]`. The caller adds keep-alive
 /// comments (`: keep-alive`) for the gaps (queueing, prefill, slow tokens).
+/// The chunk `stream_options.include_usage` asks for: no choices, the usage.
+fn usage_chunk(id: &str, model: &str, created: u64, usage: Usage) -> ChatChunk {
+    let mut c = chunk(id, model, created, Delta::default(), None);
+    c.choices.clear();
+    c.usage = Some(usage);
+    c
+}
+
 fn sse(
     generation: Generation,
     id: String,
     model: String,
     airlock: AirlockResponse,
-    cite: Option<CiteInput>,
+    cite: Option<Attribution>,
+    include_usage: bool,
 ) -> Sse<impl futures::Stream<Item = Result<SseEvent, Infallible>>> {
     let created = unix_now();
     let first = head_event(&id, &model, created, airlock);
@@ -994,7 +966,8 @@ fn sse(
         done: bool,
         /// The answer so far, kept only to find the cited sources at the end.
         text: String,
-        cite: Option<CiteInput>,
+        cite: Option<Attribution>,
+        include_usage: bool,
     }
     let body = futures::stream::unfold(
         St {
@@ -1005,6 +978,7 @@ fn sse(
             done: false,
             text: String::new(),
             cite,
+            include_usage,
         },
         |mut st| async move {
             if st.done {
@@ -1017,7 +991,7 @@ fn sse(
                         if piece.is_empty() {
                             continue;
                         }
-                        if st.cite.is_some() {
+                        if st.cite.is_some() || st.generation.recorder.is_some() {
                             st.text.push_str(&piece);
                         }
                         let c = chunk(
@@ -1041,7 +1015,7 @@ fn sse(
                         st.done = true;
                         let mut out = Vec::new();
                         if let Some(t) = text.filter(|t| !t.is_empty()) {
-                            if st.cite.is_some() {
+                            if st.cite.is_some() || st.generation.recorder.is_some() {
                                 st.text.push_str(&t);
                             }
                             let c = chunk(
@@ -1065,22 +1039,33 @@ fn sse(
                                     Delta::default(),
                                     Some(finish),
                                 );
+                                let mut cited_now: Vec<usize> = Vec::new();
                                 if let Some(cite) = &st.cite {
                                     let cited = cite.cited(&st.text);
                                     if cited.by == CitedBy::Unsupported {
                                         st.generation.metrics.unsupported_answers.inc();
                                     }
+                                    cited_now.clone_from(&cited.sources);
                                     c.airlock = Some(ChunkAirlock::End {
                                         cited: cited.sources,
                                         cited_by: cited.by,
                                     });
                                 }
-                                c.usage = Some(Usage {
+                                if let Some(r) = st.generation.recorder.take() {
+                                    r.save(std::mem::take(&mut st.text), &cited_now);
+                                }
+                                let usage = Usage {
                                     prompt_tokens: usage.prompt_tokens,
                                     completion_tokens: usage.completion_tokens,
                                     total_tokens: usage.prompt_tokens + usage.completion_tokens,
-                                });
+                                };
+                                c.usage = Some(usage);
                                 out.push(Ok(data(&c)));
+                                if st.include_usage {
+                                    out.push(Ok(data(&usage_chunk(
+                                        &st.id, &st.model, st.created, usage,
+                                    ))));
+                                }
                             }
                             Err(e) => {
                                 let (slug, _) = e.slug_status();
@@ -1111,33 +1096,7 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::{Duration, Instant};
 
-    use airlock_retrieval::SearchResult;
-
-    use super::{Stalled, interleave, until_stalled};
-
-    fn chunk(id: u32) -> SearchResult {
-        SearchResult {
-            chunk_id: id,
-            doc_id: format!("doc-{id}"),
-            doc_ordinal: id,
-            title: String::new(),
-            position: 0,
-            text: String::new(),
-            score: 0.0,
-            stage_scores: Default::default(),
-        }
-    }
-
-    #[test]
-    fn facet_sources_take_turns_without_repeats_up_to_k() {
-        let ids = |v: Vec<SearchResult>| v.iter().map(|c| c.chunk_id).collect::<Vec<_>>();
-        let lists = || vec![vec![chunk(1), chunk(2), chunk(3)], vec![chunk(2), chunk(4)]];
-        assert_eq!(ids(interleave(lists(), 10)), [1, 2, 3, 4]);
-        assert_eq!(ids(interleave(lists(), 3)), [1, 2, 3]);
-        // One facet found nothing: the other's sources stand; one list is kept as it is.
-        assert_eq!(ids(interleave(vec![vec![], vec![chunk(5)]], 4)), [5]);
-        assert_eq!(ids(interleave(vec![vec![chunk(7), chunk(6)]], 1)), [7, 6]);
-    }
+    use super::{Stalled, until_stalled};
 
     #[tokio::test]
     async fn a_stuck_engine_ends_the_wait_after_the_idle_timeout() {

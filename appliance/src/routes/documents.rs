@@ -240,6 +240,7 @@ pub async fn purge(
         purge_documents(
             &services.acl,
             &services.retrieval,
+            services.feedback.as_deref(),
             actor_of(&actor, &request_id),
             std::time::Duration::from_secs(body.retention_secs),
         )
@@ -254,12 +255,21 @@ pub async fn purge(
 pub fn purge_documents(
     acl: &Acl,
     retrieval: &Retrieval,
+    conversations: Option<&crate::feedback::FeedbackStore>,
     actor: Actor<'_>,
     retention: std::time::Duration,
 ) -> Result<Value, ApiError> {
     let now_ms = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
     let cutoff = i64::try_from(now_ms - retention.as_millis() as i128).unwrap_or(i64::MIN);
     let report = retrieval.purge(cutoff)?;
+    // Conversation turns that showed a purged document go with it.
+    let turns_removed = match conversations {
+        Some(store) => {
+            let ids: Vec<String> = report.purged.iter().map(|d| d.doc_id.clone()).collect();
+            store.remove_turns_showing(&ids)?
+        }
+        None => 0,
+    };
     for d in &report.purged {
         if acl
             .document_grants(&d.doc_id)?
@@ -282,6 +292,7 @@ pub fn purge_documents(
         "purged_at": rfc3339_ms(i64::try_from(now_ms).unwrap_or(i64::MAX)),
         "documents": documents,
         "index_generation": report.reindex.as_ref().map(|r| r.generation),
+        "conversation_turns_removed": turns_removed,
     });
     acl.audit_admin(actor, record.clone())?;
     Ok(record)

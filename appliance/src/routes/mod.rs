@@ -20,6 +20,7 @@ use crate::state::AppState;
 
 pub mod acl;
 pub mod chat;
+pub mod conversations;
 pub mod documents;
 pub mod feedback;
 pub mod health;
@@ -58,6 +59,14 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/retrieve", post(retrieve::retrieve))
         .route("/v1/feedback", post(feedback::submit))
+        .route(
+            "/v1/conversations",
+            get(conversations::list).post(conversations::create),
+        )
+        .route(
+            "/v1/conversations/{id}",
+            get(conversations::get).delete(conversations::delete),
+        )
         .route(
             "/v1/documents/{doc_id}",
             put(documents::put)

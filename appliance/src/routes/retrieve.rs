@@ -14,10 +14,14 @@ use crate::admission::Priority;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
-use crate::prompt::snippet;
-use crate::rag::{self, RetrieveParams, StageTimings};
+use crate::openai::ChatMessage;
 use crate::routes::{RUNG_HEADER, acl::blocking};
 use crate::state::AppState;
+use airlock_rag::prompt::snippet;
+use airlock_rag::{Ask, Purpose, Role, StageTimings};
+
+/// Most messages a retrieve conversation may hold (as a chat's).
+pub const MAX_MESSAGES: usize = crate::routes::chat::MAX_MESSAGES;
 
 /// Longest snippet, in bytes.
 pub const SNIPPET_BYTES: usize = 400;
@@ -26,8 +30,13 @@ pub const SNIPPET_BYTES: usize = 400;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RetrieveRequest {
-    /// The query.
+    /// The query (or give `messages`).
+    #[serde(default)]
     pub query: String,
+    /// A conversation instead of `query` (OpenAI chat messages): the retrieval query is built
+    /// from it as for a chat, so a follow-up retrieves what the chat would.
+    #[serde(default)]
+    pub messages: Option<Vec<ChatMessage>>,
     /// Chunks wanted (default 10).
     #[serde(default = "default_top_k")]
     pub top_k: usize,
@@ -94,9 +103,35 @@ pub async fn retrieve(
     ApiJson(req): ApiJson<RetrieveRequest>,
 ) -> Result<Response, ApiError> {
     let t0 = Instant::now();
-    if req.query.trim().is_empty() {
-        return Err(ApiError::InvalidRequest("`query` must not be empty".into()));
-    }
+    let conversation: Vec<(Role, String)> = match (&req.messages, req.query.trim().is_empty()) {
+        (Some(_), false) => {
+            return Err(ApiError::InvalidRequest(
+                "give either `query` or `messages`, not both".into(),
+            ));
+        }
+        (None, true) => {
+            return Err(ApiError::InvalidRequest("`query` must not be empty".into()));
+        }
+        (None, false) => vec![(Role::User, req.query.clone())],
+        (Some(m), true) => {
+            if !m
+                .iter()
+                .any(|m| Role::from_openai(&m.role) == Role::User && !m.content.trim().is_empty())
+            {
+                return Err(ApiError::InvalidRequest(
+                    "`messages` needs a non-empty user message".into(),
+                ));
+            }
+            if m.len() > MAX_MESSAGES {
+                return Err(ApiError::InvalidRequest(format!(
+                    "`messages` takes at most {MAX_MESSAGES} messages"
+                )));
+            }
+            m.iter()
+                .map(|m| (Role::from_openai(&m.role), m.content.clone()))
+                .collect()
+        }
+    };
     if !(1..=100).contains(&req.top_k) {
         return Err(ApiError::InvalidRequest(
             "`top_k` must be between 1 and 100".into(),
@@ -105,30 +140,24 @@ pub async fn retrieve(
     let ticket = state.admission().admit(&caller, None, priority)?;
     let sees_timings = state.config().shows_stage_timings(caller.admin);
     let time_quantum = state.config().retrieval_time_quantum_for(caller.admin);
+    let follow_ups = state.config().follow_up_query();
     let plan = ticket.plan;
     let services = state.services()?;
     let metrics = state.metrics().clone();
     let retrieved = blocking(move || {
-        let p = RetrieveParams {
+        let ask = Ask {
             user_id: &caller.user_id,
             request_id: &request_id,
-            query: &req.query,
+            conversation: &conversation,
             k: req.top_k,
             mode: req.mode.unwrap_or_else(|| services.default_mode()),
             rerank: req.rerank && plan.rerank,
             time_quantum,
+            follow_ups,
+            purpose: Purpose::Retrieve,
         };
-        let retrieved = rag::retrieve(&services, &metrics, &p)?;
-        // Every document shown to the caller is audited, as for chat citations.
-        if !retrieved.chunks.is_empty() {
-            let mut ids: Vec<&str> = retrieved.chunks.iter().map(|c| c.doc_id.as_str()).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            services
-                .acl
-                .audit_shown(&request_id, &caller.user_id, &ids)?;
-        }
-        Ok(retrieved)
+        // Every document shown to the caller is audited by the answer path, as for chat.
+        Ok(services.answer_path().run(&ask, &metrics)?)
     })
     .await?;
     drop(ticket);

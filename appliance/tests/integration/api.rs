@@ -50,8 +50,7 @@ async fn health_ready_and_not_ready() {
     assert_eq!(retry.unwrap(), "1");
     assert_eq!(
         body,
-        json!({"type": "https://airlock.local/problems/not-ready", "title": "Service Unavailable",
-               "status": 503, "detail": "the appliance is not ready"})
+        crate::support::problem_json(503, "not-ready", "the appliance is not ready")
     );
 }
 

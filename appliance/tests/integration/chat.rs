@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use airlock::Config;
 use airlock::generator::Generator;
-use airlock::prompt::Role;
 use airlock_inference::Catalogue;
 use airlock_inference::generate::{EngineConfig, Event, GenerateRequest, SamplingParams, Stream};
+use airlock_rag::prompt::Role;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
@@ -192,7 +192,7 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
     // No source left: the appliance abstains itself, without running the model.
     assert_eq!(
         r.json["choices"][0]["message"]["content"],
-        airlock::prompt::NO_SOURCE_ANSWER
+        airlock_rag::prompt::NO_SOURCE_ANSWER
     );
     assert_eq!(r.json["choices"][0]["finish_reason"], "stop");
     assert_eq!(r.json["usage"]["total_tokens"], 0);
@@ -226,7 +226,7 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
     assert_eq!(ev[0]["airlock"]["citations"], json!([]));
     assert_eq!(
         ev[1]["choices"][0]["delta"]["content"],
-        airlock::prompt::NO_SOURCE_ANSWER
+        airlock_rag::prompt::NO_SOURCE_ANSWER
     );
     assert_eq!(ev[2]["choices"][0]["finish_reason"], "stop");
     assert_eq!(ev[2]["airlock"]["cited"], json!([]));
@@ -1037,7 +1037,7 @@ async fn an_answer_no_source_supports_is_withheld() {
         r.text
     );
     assert_eq!(r.json["airlock"]["cited"], json!([]));
-    assert_ne!(said, airlock::prompt::NO_SOURCE_ANSWER);
+    assert_ne!(said, airlock_rag::prompt::NO_SOURCE_ANSWER);
     let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
     assert_eq!(unsupported_metric(&m.text), 1);
 
@@ -1049,7 +1049,7 @@ async fn an_answer_no_source_supports_is_withheld() {
     assert_eq!(r.json["airlock"]["cited_by"], "unsupported", "{}", r.text);
     assert_eq!(
         r.json["choices"][0]["message"]["content"],
-        airlock::prompt::NO_SOURCE_ANSWER
+        airlock_rag::prompt::NO_SOURCE_ANSWER
     );
     assert!(
         r.json["usage"]["completion_tokens"].as_u64().unwrap() > 0,

@@ -1,6 +1,6 @@
 //! Source focus's semantic judgement on real retrieved chunks with the real embedder.
 
-use airlock::focus::{self, Candidate};
+use airlock_rag::focus::{self, Candidate};
 use serde_json::Value;
 
 use crate::support::embedder;

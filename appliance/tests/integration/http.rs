@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use airlock::metrics::LimitLabel;
 use airlock::server::Drained;
 use airlock::{AppState, Config};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -92,14 +92,9 @@ impl Raw {
             "{self:?}"
         );
         assert!(self.header("x-request-id").is_some(), "{self:?}");
-        let title = axum::http::StatusCode::from_u16(status)
-            .unwrap()
-            .canonical_reason()
-            .unwrap();
         assert_eq!(
             self.json(),
-            json!({"type": format!("https://airlock.local/problems/{slug}"), "title": title,
-                   "status": status, "detail": detail}),
+            crate::support::problem_json(status, slug, detail),
             "{text}"
         );
     }
@@ -537,7 +532,7 @@ async fn idle_and_trickling_heads_are_cut_at_the_header_timeout() {
     );
     assert!(
         text.ends_with(
-            r#"{"type":"https://airlock.local/problems/request-timeout","title":"Request Timeout","status":408,"detail":"the request head did not arrive within 1 s"}"#
+            r#"{"type":"https://airlock.local/problems/request-timeout","title":"Request Timeout","status":408,"detail":"the request head did not arrive within 1 s","error":{"message":"the request head did not arrive within 1 s","type":"invalid_request_error","code":"request_timeout","param":null}}"#
         ),
         "{text}"
     );

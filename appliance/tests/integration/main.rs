@@ -4,6 +4,7 @@ mod api;
 mod audit;
 mod bundle_cli;
 mod chat;
+mod conversations;
 mod e2e;
 mod eval;
 mod feedback;

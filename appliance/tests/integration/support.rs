@@ -342,17 +342,38 @@ impl Resp {
             "{}",
             self.text
         );
-        let title = self.status.canonical_reason().unwrap();
-        assert_eq!(
-            self.json,
-            serde_json::json!({
-                "type": format!("https://airlock.local/problems/{slug}"),
-                "title": title,
-                "status": status,
-                "detail": detail,
-            }),
-        );
+        assert_eq!(self.json, problem_json(status, slug, detail));
     }
+}
+
+/// A problem body exactly as the daemon writes it (RFC 9457 members and the OpenAI-style
+/// `error` member).
+pub fn problem_json(status: u16, slug: &str, detail: &str) -> serde_json::Value {
+    let title = axum::http::StatusCode::from_u16(status)
+        .unwrap()
+        .canonical_reason()
+        .unwrap();
+    let class = match status {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        503 => "overloaded_error",
+        s if s >= 500 => "server_error",
+        _ => "invalid_request_error",
+    };
+    serde_json::json!({
+        "type": format!("https://airlock.local/problems/{slug}"),
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "error": {
+            "message": detail,
+            "type": class,
+            "code": slug.replace('-', "_"),
+            "param": null,
+        },
+    })
 }
 
 /// A staging directory with only the embedder and the small generator (hard links).

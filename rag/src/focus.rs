@@ -28,18 +28,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-/// English function words and question words: never distinguishing.
-const STOP_WORDS: &[&str] = &[
-    "a", "about", "above", "after", "all", "an", "and", "any", "are", "as", "at", "be", "because",
-    "been", "before", "being", "below", "both", "but", "by", "can", "could", "did", "do", "does",
-    "doing", "each", "few", "for", "from", "had", "has", "have", "having", "he", "her", "here",
-    "him", "his", "how", "i", "if", "in", "into", "is", "it", "its", "just", "may", "me", "might",
-    "more", "most", "must", "my", "no", "nor", "not", "of", "on", "only", "or", "other", "our",
-    "over", "own", "s", "same", "shall", "she", "should", "so", "some", "such", "t", "than",
-    "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "too",
-    "under", "until", "us", "very", "was", "we", "were", "what", "when", "where", "which", "while",
-    "who", "whom", "whose", "why", "will", "with", "would", "you", "your",
-];
+use airlock_text::is_stop;
+pub use airlock_text::words;
 
 /// One candidate source.
 #[derive(Debug, Clone, Copy)]
@@ -50,39 +40,6 @@ pub struct Candidate<'a> {
     pub title: &'a str,
     /// The chunk's text.
     pub text: &'a str,
-}
-
-/// Lower-case words: runs of letters and digits, joined by inner `-` or `'` ("third-party",
-/// "o'neill"), a possessive `'s` removed; everything else separates.
-pub fn words(text: &str) -> Vec<String> {
-    fn push(out: &mut Vec<String>, mut w: String) {
-        if w.len() > 2 && w.ends_with("'s") {
-            w.truncate(w.len() - 2);
-        }
-        out.push(w);
-    }
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut pending: Option<char> = None;
-    for ch in text.chars() {
-        if ch.is_alphanumeric() {
-            if let Some(j) = pending.take() {
-                cur.push(j);
-            }
-            cur.extend(ch.to_lowercase());
-        } else if (ch == '-' || ch == '\'' || ch == '’') && !cur.is_empty() && pending.is_none() {
-            pending = Some(if ch == '’' { '\'' } else { ch });
-        } else {
-            pending = None;
-            if !cur.is_empty() {
-                push(&mut out, std::mem::take(&mut cur));
-            }
-        }
-    }
-    if !cur.is_empty() {
-        push(&mut out, cur);
-    }
-    out
 }
 
 /// The question's content words (distinct, function words removed).
@@ -106,10 +63,6 @@ pub fn question_pairs(question: &str) -> Vec<(String, String)> {
         .map(|p| (p[0].clone(), p[1].clone()))
         .filter(|p| seen.insert(p.clone()))
         .collect()
-}
-
-fn is_stop(w: &str) -> bool {
-    STOP_WORDS.contains(&w)
 }
 
 /// Lines and sentences of a chunk: split at line breaks and after `.`, `?` or `!` followed by

@@ -199,12 +199,12 @@ fn strip_markers(answer: &str) -> String {
 }
 
 /// `text` with figures and dates written one way, as the evals match answers
-/// ([`airlock_eval::metrics::normalize`]: `49,600` → `49600`, `14 July 2026` → `2026-07-14`),
+/// ([`airlock_text::normalize`]: `49,600` → `49600`, `14 July 2026` → `2026-07-14`),
 /// and each ISO date joined into one word (`20260714`): a bare "14" is not supported by a
 /// source dated 14 July, and "2025-11-24" is not supported by a source that has 2025 and 24 in
 /// other places.
 fn comparable(text: &str) -> String {
-    let text = airlock_eval::metrics::normalize(&without_list_numbers(text));
+    let text = airlock_text::normalize(&without_list_numbers(text));
     let b = text.as_bytes();
     let digits =
         |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
@@ -254,152 +254,53 @@ fn without_list_numbers(text: &str) -> String {
 
 /// Lower-case alphanumeric words, a plural `s` removed from words longer than three letters.
 fn words(text: &str) -> impl Iterator<Item = String> + '_ {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(|w| {
-            let w = w.to_lowercase();
-            match w.strip_suffix('s') {
-                Some(stem) if stem.chars().count() > 3 && !stem.ends_with('s') => stem.to_string(),
-                _ => w,
-            }
-        })
+    airlock_text::alnum_words(text).map(airlock_text::singular)
 }
 
 /// Stop words, single letters and the vocabulary every answer uses about itself.
 fn is_noise(w: &str) -> bool {
-    const NOISE: &[&str] = &[
-        "a",
-        "about",
-        "above",
-        "according",
-        "after",
-        "again",
-        "all",
-        "also",
-        "am",
-        "an",
-        "and",
-        "any",
-        "are",
-        "as",
-        "at",
-        "available",
-        "based",
-        "be",
-        "because",
-        "been",
-        "before",
-        "being",
-        "below",
-        "between",
-        "both",
-        "but",
-        "by",
-        "can",
-        "cannot",
-        "context",
-        "could",
-        "did",
-        "do",
-        "doe",
-        "does",
-        "document",
-        "during",
-        "each",
-        "find",
-        "for",
-        "found",
-        "from",
-        "further",
-        "given",
-        "had",
-        "has",
-        "have",
-        "having",
-        "he",
-        "her",
-        "here",
-        "him",
-        "his",
-        "how",
-        "i",
-        "if",
-        "in",
-        "information",
-        "into",
-        "is",
-        "it",
-        "its",
-        "itself",
-        "me",
-        "mention",
-        "mentioned",
-        "more",
-        "most",
-        "must",
-        "my",
-        "no",
-        "nor",
-        "not",
-        "of",
-        "on",
-        "once",
-        "only",
-        "or",
-        "other",
-        "our",
-        "out",
-        "over",
-        "own",
-        "provide",
-        "provided",
-        "question",
-        "same",
-        "she",
-        "should",
-        "so",
-        "some",
-        "sorry",
-        "source",
-        "such",
-        "than",
-        "that",
-        "the",
-        "their",
-        "them",
-        "then",
-        "there",
-        "these",
-        "they",
-        "this",
-        "those",
-        "through",
-        "to",
-        "too",
-        "under",
-        "until",
-        "up",
-        "us",
-        "very",
-        "was",
-        "we",
-        "were",
-        "what",
-        "when",
-        "where",
-        "which",
-        "while",
-        "who",
-        "whom",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-    ];
-    (w.chars().count() == 1 && !w.chars().all(|c| c.is_ascii_digit())) || NOISE.contains(&w)
+    (w.chars().count() == 1 && !w.chars().all(|c| c.is_ascii_digit()))
+        || (airlock_text::is_stop(w) && !CONTENT_IN_ANSWERS.contains(&w))
+        || ANSWER_VOCABULARY.contains(&w)
 }
+
+/// Words an answer uses about itself and its sources ("according to the document …"): never
+/// evidence of which source it used.
+const ANSWER_VOCABULARY: &[&str] = &[
+    "according",
+    "again",
+    "also",
+    "am",
+    "available",
+    "based",
+    "between",
+    "cannot",
+    "context",
+    "doe",
+    "document",
+    "during",
+    "find",
+    "found",
+    "further",
+    "given",
+    "information",
+    "itself",
+    "mention",
+    "mentioned",
+    "once",
+    "out",
+    "provide",
+    "provided",
+    "question",
+    "sorry",
+    "source",
+    "through",
+    "up",
+];
+
+/// Function words that still count as an answer's content words here ("may" is a month in a
+/// date; the others were never treated as noise by attribution and are kept so).
+const CONTENT_IN_ANSWERS: &[&str] = &["doing", "few", "just", "may", "might", "shall", "whose"];
 
 #[cfg(test)]
 mod tests {

@@ -5,12 +5,11 @@
 
 use std::time::Instant;
 
-use airlock_retrieval::{SearchMode, SearchRequest, SearchResult, Timings};
+use airlock_acl::Acl;
+use airlock_retrieval::{Retrieval, SearchMode, SearchRequest, SearchResult, Timings};
 use serde::Serialize;
 
-use crate::error::ApiError;
-use crate::metrics::Metrics;
-use crate::services::Services;
+use crate::{Count, Error, Meter};
 
 /// What to retrieve.
 #[derive(Debug, Clone)]
@@ -56,7 +55,7 @@ pub struct StageTimings {
 }
 
 impl StageTimings {
-    fn from_search(t: &Timings) -> Self {
+    pub(crate) fn from_search(t: &Timings) -> Self {
         StageTimings {
             embed: t.embed_ms,
             bm25: t.bm25_ms,
@@ -83,8 +82,8 @@ impl StageTimings {
         self.total += o.total;
     }
 
-    /// Records every stage in `airlock_retrieval_stage_seconds`.
-    pub fn observe(&self, m: &Metrics) {
+    /// Records every stage (the appliance's `airlock_retrieval_stage_seconds`).
+    pub fn observe(&self, m: &dyn Meter) {
         for (stage, ms) in [
             ("embed", self.embed),
             ("bm25", self.bm25),
@@ -97,7 +96,7 @@ impl StageTimings {
             ("retrieval_total", self.total),
         ] {
             if ms > 0.0 {
-                m.observe_stage(stage, ms / 1e3);
+                m.stage(stage, ms / 1e3);
             }
         }
     }
@@ -116,12 +115,13 @@ pub struct Retrieved {
 
 /// Runs the search for the caller's current allow set, then the re-check. Blocking.
 pub fn retrieve(
-    services: &Services,
-    metrics: &Metrics,
+    acl: &Acl,
+    retrieval: &Retrieval,
+    metrics: &dyn Meter,
     p: &RetrieveParams<'_>,
-) -> Result<Retrieved, ApiError> {
+) -> Result<Retrieved, Error> {
     let started = Instant::now();
-    let allow = services.acl.allow_set(p.user_id);
+    let allow = acl.allow_set(p.user_id);
     let req = SearchRequest {
         query: p.query,
         k: p.k,
@@ -129,22 +129,20 @@ pub fn retrieve(
         rescore: true,
         rerank: p.rerank,
     };
-    let resp = services.retrieval.search(&req, &allow)?;
+    let resp = retrieval.search(&req, &allow)?;
     let mut timings = StageTimings::from_search(&resp.timings);
     let t = Instant::now();
-    let (chunks, dropped_docs) = recheck(services, p.user_id, resp.results);
+    let (chunks, dropped_docs) = recheck(acl, retrieval, p.user_id, resp.results);
     timings.recheck = t.elapsed().as_secs_f64() * 1e3;
     timings.total += timings.recheck;
     let dropped = dropped_docs.len();
     if dropped > 0 {
-        metrics.recheck_drops.inc_by(dropped as u64);
+        metrics.count(Count::RecheckDrops, dropped as u64);
         tracing::warn!(
             dropped,
             "re-check dropped chunks that changed access since the search"
         );
-        services
-            .acl
-            .audit_recheck_drop(p.request_id, p.user_id, &dropped_docs)?;
+        acl.audit_recheck_drop(p.request_id, p.user_id, &dropped_docs)?;
     }
     timings.observe(metrics);
     wait_for_quantum(started, p.time_quantum);
@@ -182,19 +180,20 @@ fn wait_for_quantum(started: Instant, quantum: std::time::Duration) {
 /// chunks only after, so a chunk live under a stable ACL state is readable under that state's
 /// grant. When the ACL state keeps changing, nothing is kept.
 pub fn recheck(
-    services: &Services,
+    acl: &Acl,
+    retrieval: &Retrieval,
     user_id: &str,
     results: Vec<SearchResult>,
 ) -> (Vec<SearchResult>, Vec<String>) {
     const ATTEMPTS: usize = 8;
     for _ in 0..ATTEMPTS {
-        let state = services.acl.snapshot();
+        let state = acl.snapshot();
         let allow = state.allow_set(user_id);
         let keep: Vec<bool> = results
             .iter()
-            .map(|r| services.retrieval.is_visible(r.chunk_id, &allow))
+            .map(|r| retrieval.is_visible(r.chunk_id, &allow))
             .collect();
-        if services.acl.snapshot().generation() != state.generation() {
+        if acl.snapshot().generation() != state.generation() {
             continue;
         }
         let mut kept = Vec::with_capacity(results.len());

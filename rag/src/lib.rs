@@ -1,0 +1,322 @@
+//! `airlock-rag`: the answer path (DESIGN.md §4), one entry point for `/v1/chat/completions` and
+//! `/v1/retrieve`. From a conversation and a caller it builds the retrieval query, retrieves
+//! through `airlock-retrieval` with the caller's allow set, re-checks every chunk against the
+//! current ACL just before it is shown, audits what is shown, chooses a chat's prompt sources
+//! (similarity floor, names, focus, facets), builds the prompt and, once the answer exists,
+//! finds the sources it used.
+//!
+//! It depends on `airlock-acl` and `airlock-retrieval` only: models come in through
+//! retrieval's [`Embed`] seam, metrics through [`Meter`], and HTTP stays in the appliance.
+//! Every function here is blocking: run it on a blocking pool.
+#![warn(missing_docs)]
+
+pub mod cite;
+pub mod facets;
+pub mod focus;
+pub mod prompt;
+pub mod query;
+pub mod retrieve;
+mod select;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use airlock_acl::Acl;
+use airlock_retrieval::{Embed, Retrieval, SearchMode, SearchResult};
+
+pub use cite::{Cited, CitedBy};
+pub use prompt::{Role, Source};
+pub use query::FollowUps;
+pub use retrieve::{RetrieveParams, Retrieved, StageTimings};
+
+/// What can go wrong on the answer path.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Retrieval failed.
+    #[error(transparent)]
+    Retrieval(#[from] airlock_retrieval::Error),
+    /// The ACL (or its audit log) failed.
+    #[error(transparent)]
+    Acl(#[from] airlock_acl::Error),
+}
+
+/// The answer path's counters (the appliance maps them onto its Prometheus metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// Chunks dropped by the pre-prompt re-check.
+    RecheckDrops,
+    /// Chunks under the similarity floor.
+    BelowFloor,
+    /// Questions whose names no retrieved source holds.
+    UnmatchedNames,
+    /// Chunks set aside by source focus.
+    OutOfFocus,
+    /// Sentences embedded for semantic focus.
+    FocusSentences,
+    /// Questions retrieved once per facet.
+    FacetQuestions,
+}
+
+/// Where the answer path reports what it did.
+pub trait Meter {
+    /// Adds `n` to a counter.
+    fn count(&self, what: Count, n: u64);
+    /// Records one retrieval stage's duration.
+    fn stage(&self, stage: &'static str, seconds: f64);
+}
+
+/// A [`Meter`] that records nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoMeter;
+
+impl Meter for NoMeter {
+    fn count(&self, _: Count, _: u64) {}
+    fn stage(&self, _: &'static str, _: f64) {}
+}
+
+/// How a chat chooses its prompt sources (docs/OPERATIONS.md §10).
+#[derive(Debug, Clone, Copy)]
+pub struct Selection {
+    /// `min_source_similarity`: chunks whose rescored similarity is below it go.
+    pub floor: f32,
+    /// `abstain_on_unmatched_names`.
+    pub check_names: bool,
+    /// `source_focus` (0: off).
+    pub focus: f32,
+    /// `semantic_focus` (with the embedder; full pipeline only).
+    pub semantic: bool,
+    /// `facet_retrieval`: a two-subject question is retrieved once per subject.
+    pub facets: bool,
+}
+
+/// Why the answer path runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Purpose {
+    /// `/v1/retrieve`: the re-checked results, best first.
+    Retrieve,
+    /// A chat answer: the prompt sources chosen by the selection.
+    Chat(Selection),
+}
+
+/// One run of the answer path.
+#[derive(Debug, Clone)]
+pub struct Ask<'a> {
+    /// The caller.
+    pub user_id: &'a str,
+    /// The request id (audit key).
+    pub request_id: &'a str,
+    /// The conversation so far, the question last (`/v1/retrieve`: one user message).
+    pub conversation: &'a [(Role, String)],
+    /// Chunks wanted.
+    pub k: usize,
+    /// Retrievers.
+    pub mode: SearchMode,
+    /// Cross-encoder rerank (the rung allows it and one is installed).
+    pub rerank: bool,
+    /// Each retrieval ends on a multiple of this (zero: at once).
+    pub time_quantum: Duration,
+    /// How the conversation becomes the retrieval query.
+    pub follow_ups: FollowUps,
+    /// Chat or retrieve.
+    pub purpose: Purpose,
+}
+
+/// What the answer path chose to show.
+#[derive(Debug)]
+pub struct Shown {
+    /// The retrieval query built from the conversation.
+    pub query: String,
+    /// The chunks shown (retrieve: best first; chat: the prompt sources in prompt order,
+    /// source `n` is `chunks[n - 1]`). Each passed the re-check and is audited as shown.
+    pub chunks: Vec<SearchResult>,
+    /// Chunks the re-check dropped.
+    pub dropped: usize,
+    /// Retrieval stage timings (summed over facets).
+    pub timings: StageTimings,
+    /// Milliseconds spent choosing prompt sources.
+    pub selection_ms: f64,
+}
+
+impl Shown {
+    /// The prompt for `conversation` with these chunks as its sources.
+    pub fn prompt(&self, conversation: &[(Role, String)]) -> Vec<(Role, String)> {
+        let sources: Vec<Source<'_>> = self
+            .chunks
+            .iter()
+            .map(|c| Source {
+                title: &c.title,
+                text: &c.text,
+            })
+            .collect();
+        prompt::build(conversation, Some(&sources))
+    }
+
+    /// What attribution needs once the answer is complete.
+    pub fn attribution(&self) -> Attribution {
+        Attribution {
+            question: self.query.clone(),
+            sources: self.chunks.iter().map(|c| c.text.clone()).collect(),
+        }
+    }
+}
+
+/// The question and the sources' texts, kept until the answer is complete to find which
+/// sources it used ([`cite::cited`]).
+#[derive(Debug, Clone)]
+pub struct Attribution {
+    question: String,
+    sources: Vec<String>,
+}
+
+impl Attribution {
+    /// The sources `answer` used.
+    pub fn cited(&self, answer: &str) -> Cited {
+        let sources: Vec<&str> = self.sources.iter().map(String::as_str).collect();
+        cite::cited(answer, &self.question, &sources)
+    }
+}
+
+/// The answer path over one appliance's ACL, documents and embedder.
+#[derive(Clone)]
+pub struct AnswerPath {
+    acl: Arc<Acl>,
+    retrieval: Arc<Retrieval>,
+    embedder: Arc<dyn Embed>,
+}
+
+impl std::fmt::Debug for AnswerPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnswerPath").finish_non_exhaustive()
+    }
+}
+
+impl AnswerPath {
+    /// The answer path over these services.
+    pub fn new(acl: Arc<Acl>, retrieval: Arc<Retrieval>, embedder: Arc<dyn Embed>) -> Self {
+        AnswerPath {
+            acl,
+            retrieval,
+            embedder,
+        }
+    }
+
+    /// Whether `user_id` may read each of `doc_ids` right now: the document is live (not
+    /// deleted or purged) and the current ACL grants it. What history may show is decided
+    /// here, like what a new answer may show. Blocking.
+    pub fn still_readable(&self, user_id: &str, doc_ids: &[&str]) -> Result<Vec<bool>, Error> {
+        let allow = self.acl.allow_set(user_id);
+        doc_ids
+            .iter()
+            .map(|d| {
+                Ok(match self.retrieval.document(d)? {
+                    Some(info) => info.deleted_at_ms.is_none() && allow.contains(info.ordinal),
+                    None => false,
+                })
+            })
+            .collect()
+    }
+
+    /// The current version (content hash) of each of `doc_ids` (`None`: not stored). Blocking.
+    pub fn versions(&self, doc_ids: &[&str]) -> Result<Vec<Option<String>>, Error> {
+        doc_ids
+            .iter()
+            .map(|d| Ok(self.retrieval.document(d)?.map(|i| i.version)))
+            .collect()
+    }
+
+    /// Retrieves for the conversation's question as the caller, re-checks, chooses what to
+    /// show and audits it. Blocking.
+    pub fn run(&self, ask: &Ask<'_>, meter: &dyn Meter) -> Result<Shown, Error> {
+        let query = query::retrieval_query(ask.conversation, ask.follow_ups);
+        let shown = match ask.purpose {
+            Purpose::Retrieve => {
+                let r = self.retrieve(ask, &query, meter)?;
+                Shown {
+                    query,
+                    chunks: r.chunks,
+                    dropped: r.dropped,
+                    timings: r.timings,
+                    selection_ms: 0.0,
+                }
+            }
+            Purpose::Chat(sel) => self.chat_sources(ask, query, sel, meter)?,
+        };
+        if !shown.chunks.is_empty() {
+            let mut ids: Vec<&str> = shown.chunks.iter().map(|c| c.doc_id.as_str()).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            self.acl.audit_shown(ask.request_id, ask.user_id, &ids)?;
+        }
+        Ok(shown)
+    }
+
+    fn retrieve(&self, ask: &Ask<'_>, query: &str, meter: &dyn Meter) -> Result<Retrieved, Error> {
+        retrieve::retrieve(
+            &self.acl,
+            &self.retrieval,
+            meter,
+            &RetrieveParams {
+                user_id: ask.user_id,
+                request_id: ask.request_id,
+                query,
+                k: ask.k,
+                mode: ask.mode,
+                rerank: ask.rerank,
+                time_quantum: ask.time_quantum,
+            },
+        )
+    }
+
+    /// A chat's prompt sources: a question about two subjects is retrieved and focused once
+    /// per subject, the lists then taken in turn.
+    fn chat_sources(
+        &self,
+        ask: &Ask<'_>,
+        query: String,
+        sel: Selection,
+        meter: &dyn Meter,
+    ) -> Result<Shown, Error> {
+        let facets = sel.facets.then(|| facets::facets(&query)).flatten();
+        if facets.is_some() {
+            meter.count(Count::FacetQuestions, 1);
+        }
+        let questions: Vec<&str> = match &facets {
+            Some(f) => f.iter().map(String::as_str).collect(),
+            None => vec![query.as_str()],
+        };
+        let mut per_question = Vec::with_capacity(questions.len());
+        let mut timings: Option<StageTimings> = None;
+        let mut dropped = 0;
+        let mut selection_ms = 0.0;
+        for q in questions {
+            let mut retrieved = self.retrieve(ask, q, meter)?;
+            let ts = Instant::now();
+            select::keep_prompt_sources(
+                &mut retrieved.chunks,
+                q,
+                select::SourceSelection {
+                    floor: sel.floor,
+                    check_names: sel.check_names,
+                    focus: sel.focus,
+                    embedder: (sel.semantic && ask.rerank).then_some(self.embedder.as_ref()),
+                },
+                meter,
+            );
+            selection_ms += ts.elapsed().as_secs_f64() * 1e3;
+            dropped += retrieved.dropped;
+            match &mut timings {
+                Some(t) => t.add(&retrieved.timings),
+                None => timings = Some(retrieved.timings),
+            }
+            per_question.push(retrieved.chunks);
+        }
+        let chunks = select::interleave(per_question, ask.k);
+        Ok(Shown {
+            query,
+            chunks,
+            dropped,
+            timings: timings.unwrap_or_default(),
+            selection_ms,
+        })
+    }
+}
