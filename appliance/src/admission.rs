@@ -21,27 +21,18 @@ use std::time::{Duration, Instant};
 use airlock_inference::generate::EngineCounters;
 use parking_lot::Mutex;
 
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::config::Config;
 use crate::error::ApiError;
+pub use crate::ladder::{DEFAULT_QUEUE_DEADLINE, MAX_RUNG};
 use crate::ladder::{Ewma, Ladder, LadderConfig, ShedDemand, Signals, Transition};
 use crate::metrics::Metrics;
 use crate::quota::{QuotaConfig, Quotas, TokenReservation};
 use crate::services::Services;
 
-/// The highest rung (shed: everything when forced or pinned, the excess when the load put the
-/// ladder there).
-pub const MAX_RUNG: u8 = 5;
-
 /// The request header that marks batch/eval traffic (`batch`) or interactive (`interactive`,
 /// the default).
 pub const PRIORITY_HEADER: &str = "x-airlock-priority";
-
-/// Rung 4's (and the load-driven rung 5's) default wait limit before the first token
-/// (`queue_deadline_ms`). It must exceed the unloaded time to first token of a full RAG prompt
-/// on the target box (~37 s for a 6-chunk prompt with SmolLM2 on the 2-core dev box), or a lone
-/// user is answered 504.
-pub const DEFAULT_QUEUE_DEADLINE: Duration = Duration::from_secs(120);
 
 /// What a request may do at its rung.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

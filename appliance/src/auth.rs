@@ -14,14 +14,7 @@ use crate::state::AppState;
 /// Header the SSO proxy uses to prove itself in trusted-header mode.
 pub const PROXY_SECRET_HEADER: HeaderName = HeaderName::from_static("x-airlock-proxy-secret");
 
-/// An authenticated caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    /// The user id.
-    pub user_id: String,
-    /// Whether the user has the `admin` role.
-    pub admin: bool,
-}
+pub use crate::caller::Caller;
 
 /// An authenticated caller with the admin role (403 `forbidden` otherwise).
 #[derive(Debug, Clone)]

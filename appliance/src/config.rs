@@ -675,7 +675,7 @@ impl Config {
                 return Err(invalid(field, "must be at least 1"));
             }
         }
-        if !(1..=crate::admission::MAX_RUNG).contains(&self.batch_shed_rung()) {
+        if !(1..=crate::ladder::MAX_RUNG).contains(&self.batch_shed_rung()) {
             return Err(invalid("batch_shed_rung", "must be between 1 and 5"));
         }
         match self.log_format.as_deref() {
@@ -963,10 +963,8 @@ impl Config {
 
     /// Rung 4's (and the load-driven rung 5's) wait limit before the first token.
     pub fn queue_deadline(&self) -> Duration {
-        self.queue_deadline_ms.map_or(
-            crate::admission::DEFAULT_QUEUE_DEADLINE,
-            Duration::from_millis,
-        )
+        self.queue_deadline_ms
+            .map_or(crate::ladder::DEFAULT_QUEUE_DEADLINE, Duration::from_millis)
     }
 
     /// `Retry-After` of shed responses.

@@ -82,39 +82,6 @@ pub enum Appended {
     Full,
 }
 
-/// The SQL of migration 2.
-pub(crate) const MIGRATION_SQL: &str = "
-CREATE TABLE conversations (
-    id         TEXT PRIMARY KEY,
-    user_id    TEXT NOT NULL,
-    title      TEXT NOT NULL,
-    created_us INTEGER NOT NULL,
-    updated_us INTEGER NOT NULL
-) STRICT;
-CREATE INDEX conversations_user ON conversations(user_id, updated_us);
-CREATE TABLE conversation_turns (
-    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-    seq             INTEGER NOT NULL,
-    question        TEXT NOT NULL,
-    answer          TEXT NOT NULL,
-    request_id      TEXT NOT NULL,
-    created_us      INTEGER NOT NULL,
-    PRIMARY KEY (conversation_id, seq)
-) STRICT, WITHOUT ROWID;
-CREATE TABLE conversation_sources (
-    conversation_id TEXT NOT NULL,
-    seq             INTEGER NOT NULL,
-    doc_id          TEXT NOT NULL,
-    version         TEXT NOT NULL,
-    cited           INTEGER NOT NULL,
-    n               INTEGER NOT NULL,
-    PRIMARY KEY (conversation_id, seq, doc_id),
-    FOREIGN KEY (conversation_id, seq) REFERENCES conversation_turns(conversation_id, seq)
-        ON DELETE CASCADE
-) STRICT, WITHOUT ROWID;
-CREATE INDEX conversation_sources_doc ON conversation_sources(doc_id);
-";
-
 /// A title from a first question: whitespace collapsed, cut on a word at [`MAX_TITLE_BYTES`].
 pub fn title_of(question: &str) -> String {
     let one_line = question.split_whitespace().collect::<Vec<_>>().join(" ");

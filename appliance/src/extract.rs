@@ -7,12 +7,29 @@
 use axum::body::Body;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::header;
+use axum::http::{HeaderName, header};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
 use crate::state::AppState;
+
+/// Whether a client's `X-Request-Id` is kept: 1 to 64 characters of `[A-Za-z0-9._-]`. Any
+/// other id is replaced by a fresh UUID, so ids in logs, audit rows, completion ids and
+/// feedback keys are short and printable whatever a client sends.
+pub fn valid_request_id(id: &str) -> bool {
+    (1..=MAX_REQUEST_ID_LEN).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// The longest client request id kept (longer ones are replaced).
+pub const MAX_REQUEST_ID_LEN: usize = 64;
+
+/// The request id header, set on every request that lacks a valid one and echoed on every
+/// response.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Which limit applies to a body.
 #[derive(Debug, Clone, Copy)]
@@ -131,7 +148,7 @@ impl FromRequest<AppState> for NdjsonText {
     }
 }
 
-/// The request id (`x-request-id`: the client's if [`crate::routes::valid_request_id`] keeps
+/// The request id (`x-request-id`: the client's if [`valid_request_id`] keeps
 /// it, else the fresh UUID the request-id layer set).
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
@@ -145,9 +162,9 @@ impl<S: Send + Sync> axum::extract::FromRequestParts<S> for RequestId {
     ) -> Result<Self, Self::Rejection> {
         let id = parts
             .headers
-            .get(crate::routes::REQUEST_ID)
+            .get(REQUEST_ID)
             .and_then(|v| v.to_str().ok())
-            .filter(|v| crate::routes::valid_request_id(v))
+            .filter(|v| valid_request_id(v))
             .map(str::to_owned)
             .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
         Ok(RequestId(id))

@@ -160,9 +160,42 @@ CREATE INDEX feedback_at ON feedback(updated_us);
     Migration {
         version: 2,
         name: "conversations kept by the server",
-        sql: crate::conversations::MIGRATION_SQL,
+        sql: CONVERSATIONS_SQL,
     },
 ];
+
+/// The SQL of migration 2: the server-kept conversations ([`crate::conversations`]).
+const CONVERSATIONS_SQL: &str = "
+CREATE TABLE conversations (
+    id         TEXT PRIMARY KEY,
+    user_id    TEXT NOT NULL,
+    title      TEXT NOT NULL,
+    created_us INTEGER NOT NULL,
+    updated_us INTEGER NOT NULL
+) STRICT;
+CREATE INDEX conversations_user ON conversations(user_id, updated_us);
+CREATE TABLE conversation_turns (
+    conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    seq             INTEGER NOT NULL,
+    question        TEXT NOT NULL,
+    answer          TEXT NOT NULL,
+    request_id      TEXT NOT NULL,
+    created_us      INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, seq)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE conversation_sources (
+    conversation_id TEXT NOT NULL,
+    seq             INTEGER NOT NULL,
+    doc_id          TEXT NOT NULL,
+    version         TEXT NOT NULL,
+    cited           INTEGER NOT NULL,
+    n               INTEGER NOT NULL,
+    PRIMARY KEY (conversation_id, seq, doc_id),
+    FOREIGN KEY (conversation_id, seq) REFERENCES conversation_turns(conversation_id, seq)
+        ON DELETE CASCADE
+) STRICT, WITHOUT ROWID;
+CREATE INDEX conversation_sources_doc ON conversation_sources(doc_id);
+";
 
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = 2;

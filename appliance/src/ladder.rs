@@ -24,7 +24,15 @@
 
 use std::time::{Duration, Instant};
 
-use crate::admission::MAX_RUNG;
+/// The highest rung (shed: everything when forced or pinned, the excess when the load put the
+/// ladder there).
+pub const MAX_RUNG: u8 = 5;
+
+/// Rung 4's (and the load-driven rung 5's) default wait limit before the first token
+/// (`queue_deadline_ms`). It must exceed the unloaded time to first token of a full RAG prompt
+/// on the target box (~37 s for a 6-chunk prompt with SmolLM2 on the 2-core dev box), or a lone
+/// user is answered 504.
+pub const DEFAULT_QUEUE_DEADLINE: Duration = Duration::from_secs(120);
 
 /// The controller's tuning (all from configuration; see `docs/OPERATIONS.md`).
 #[derive(Debug, Clone, PartialEq)]

@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod caller;
 pub mod cli;
 pub mod config;
 pub mod conversations;

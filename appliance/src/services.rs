@@ -11,7 +11,7 @@ use airlock_inference::Embedder;
 use airlock_retrieval::{Retrieval, SearchMode};
 use serde::Serialize;
 
-use crate::auth::Caller;
+use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::feedback::FeedbackStore;
 use crate::generator::Generator;

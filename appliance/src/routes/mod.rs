@@ -18,6 +18,8 @@ use crate::error::ApiError;
 use crate::metrics::RouteStatus;
 use crate::state::AppState;
 
+pub use crate::extract::{MAX_REQUEST_ID_LEN, REQUEST_ID, valid_request_id};
+
 pub mod acl;
 pub mod chat;
 pub mod conversations;
@@ -28,21 +30,6 @@ pub mod models;
 pub mod retrieve;
 pub mod ui;
 
-/// The request id header, set on every request that lacks a valid one and echoed on every
-/// response.
-pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-/// The longest client request id kept (longer ones are replaced).
-pub const MAX_REQUEST_ID_LEN: usize = 64;
-
-/// Whether a client's `X-Request-Id` is kept: 1 to 64 characters of `[A-Za-z0-9._-]`. Any
-/// other id is replaced by a fresh UUID, so ids in logs, audit rows, completion ids and
-/// feedback keys are short and printable whatever a client sends.
-pub fn valid_request_id(id: &str) -> bool {
-    (1..=MAX_REQUEST_ID_LEN).contains(&id.len())
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
 /// The degradation rung header on model-bound responses.
 pub const RUNG_HEADER: HeaderName = HeaderName::from_static("x-airlock-rung");
 
