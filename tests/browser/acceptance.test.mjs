@@ -254,4 +254,60 @@ describe('web UI against the real daemon', { skip, timeout: 60 * 60_000 }, () =>
     assertClean(page, { allowConsole: HTTP_ERRORS });
     await page.context().close();
   });
+
+  test('a thread kept by the server: a follow-up, reopened on another device, then withheld after an IAM sync revokes its source', async () => {
+    const c = plan.answerable;
+    const doc = c.relevant_doc_ids[0];
+    const page = await signedIn(c.user);
+    assert.equal(await page.locator('#threads-menu').isVisible(), true, 'the Conversations menu is offered');
+    const first = await askAdmitted(page, c.query, ANSWER_TIMEOUT);
+    await settled(first, ANSWER_TIMEOUT);
+    assert.ok((await sources(first)).some((x) => x.doc === doc), 'the first answer cites the document');
+    // A follow-up in the same thread: sent with the thread id, the server supplies the history.
+    const follow = await askAdmitted(page, 'And which document says so?', ANSWER_TIMEOUT);
+    await settled(follow, ANSWER_TIMEOUT);
+    assert.equal(await follow.locator('[role="alert"]:visible').count(), 0, await follow.textContent());
+    assert.ok((await sources(follow)).some((x) => x.doc === doc), 'the follow-up retrieves the same document');
+    await page.context().close();
+
+    // Another browser (a fresh context: no storage): the thread is listed and reopens.
+    const other = await signedIn(c.user);
+    const openThread = async (p) => {
+      await p.getByText('Conversations', { exact: true }).click();
+      const item = p.locator('#threads button.thread').first();
+      await item.waitFor();
+      const label = await item.textContent();
+      await item.click();
+      await p.locator('.turn').nth(1).waitFor();
+      return label;
+    };
+    assert.match(await openThread(other), /\(2 turns\)$/);
+    assert.equal(await other.locator('.turn').count(), 2);
+    assert.ok((await other.locator('.turn').nth(0).textContent()).includes(c.query.slice(0, 40)), 'the first question is shown');
+
+    // An IAM sync re-permissions the document to nobody: reopened, the turns that showed it are
+    // withheld, and nothing of the document is on the page any more.
+    const lines = [
+      ...plan.users.map((u) => ({ user: u.user, groups: u.groups })),
+      ...plan.docs.map((d) => (d.doc_id === doc ? { doc: d.doc_id, users: [], groups: [] } : { doc: d.doc_id, users: d.acl.users, groups: d.acl.groups })),
+      { doc: HOSTILE.doc_id, users: [c.user], groups: [] },
+    ];
+    const r = await fetch(`${daemon.url}/v1/acl/sync`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${daemon.adminToken}`, 'Content-Type': 'application/x-ndjson' },
+      body: lines.map((l) => JSON.stringify(l)).join('\n') + '\n',
+    });
+    assert.equal(r.status, 200, await r.text());
+    await other.reload();
+    await other.getByLabel('Your question').waitFor({ state: 'visible' });
+    await openThread(other);
+    const withheld = other.locator('.turn.withheld');
+    assert.equal(await withheld.count(), 2, 'both turns showed the revoked document');
+    assert.match(await withheld.first().textContent(), /no longer available to you/);
+    const dom = await everythingInDom(other);
+    for (const s of c.answer_contains) assert.ok(!dom.includes(s), `the answer's figure ${s} is gone from the page`);
+    assert.ok(!dom.includes(plan.corpus.get(doc).title), 'the document title is gone from the page');
+    assertClean(other, { allowConsole: INFO_404 });
+    await other.context().close();
+  });
 });

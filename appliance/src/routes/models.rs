@@ -31,6 +31,8 @@ pub async fn info(State(state): State<AppState>, caller: Caller) -> Result<Json<
         "daemon_version": env!("CARGO_PKG_VERSION"),
         "user": caller.user_id,
         "admin": caller.admin,
+        // The server keeps conversations (`/v1/conversations`): the web UI offers them.
+        "conversations": services.feedback.is_some(),
     })))
 }
 

@@ -180,6 +180,36 @@ export class Api {
     }
   }
 
+  /** `GET /v1/conversations`: the caller's server-kept threads, most recent first. */
+  async threads() {
+    const r = await this.getJson('/v1/conversations');
+    return Array.isArray(r?.data) ? r.data : [];
+  }
+
+  /** `GET /v1/conversations/{id}`: one thread with its turns (redacted ones without text). */
+  thread(id) {
+    return this.getJson(`/v1/conversations/${encodeURIComponent(id)}`);
+  }
+
+  /**
+   * `POST /v1/conversations`: a new thread titled after its first question.
+   * @param {string} title
+   */
+  async createThread(title) {
+    let res;
+    try {
+      res = await this.fetch('/v1/conversations', {
+        method: 'POST',
+        headers: this.headers({ 'Content-Type': 'application/json', Accept: 'application/json' }),
+        body: JSON.stringify({ title }),
+      });
+    } catch (e) {
+      throw new ApiError({ status: 0, title: 'Network error' });
+    }
+    if (!res.ok) throw await errorFromResponse(res);
+    return res.json();
+  }
+
   /**
    * `POST /v1/feedback` (see "Feedback" in docs/API.md).
    * @param {{request_id: string, rating: 'up' | 'down', comment?: string}} body
@@ -210,8 +240,9 @@ export class Api {
    * @param {(text: string) => void} req.onDelta
    * @returns {Promise<{finishReason: string | null}>}
    */
-  async chatStream({ messages, model, signal, onMeta, onDelta }) {
+  async chatStream({ messages, model, conversationId, signal, onMeta, onDelta }) {
     const body = { messages, stream: true, airlock: { retrieval: true } };
+    if (conversationId) body.airlock.conversation_id = conversationId;
     if (model) body.model = model;
     let res;
     try {

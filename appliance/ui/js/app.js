@@ -36,6 +36,9 @@ const ui = {
   stop: /** @type {HTMLButtonElement} */ ($('stop')),
   status: $('composer-status'),
   bundle: $('bundle-version'),
+  threadsMenu: /** @type {HTMLDetailsElement} */ ($('threads-menu')),
+  threads: $('threads'),
+  newThread: $('new-thread'),
   bundleItem: $('bundle-item'),
 };
 
@@ -154,7 +157,10 @@ async function startSession(token) {
   }
   const user = info && typeof info.user === 'string' ? info.user : null;
   const key = await store.userKey({ user, token });
-  session = { api, key, user, turns: [], views: new Map() };
+  // Threads are kept by the server only where it says so (`GET /v1/info`: conversations).
+  const threadless = !(info && info.conversations === true);
+  session = { api, key, user, turns: [], views: new Map(), threadId: null, threadless };
+  ui.threadsMenu.hidden = threadless;
   setBundleVersion(bundleVersionFrom(info, models));
   fillModels(models);
   ui.keep.checked = store.keepEnabled(key);
@@ -411,8 +417,19 @@ async function run(turn, view) {
     });
   };
   try {
+    // The first question opens a server-kept thread; later ones are asked in it, and the
+    // server supplies the thread's readable turns as the history.
+    if (!session.threadId && !session.threadless) {
+      try {
+        session.threadId = (await session.api.createThread(turn.question)).id || null;
+      } catch (e) {
+        if (e instanceof ApiError && e.status === 401) throw e;
+        session.threadless = true; // the daemon keeps no threads: history from the page
+      }
+    }
     await session.api.chatStream({
-      messages: historyFor(turn),
+      messages: session.threadId ? [{ role: 'user', content: turn.question }] : historyFor(turn),
+      conversationId: session.threadId || undefined,
       model: turn.model,
       signal: controller.signal,
       onMeta: (m) => {
@@ -472,6 +489,94 @@ function ask(question) {
   const view = addTurn(turn);
   scrollToBottom();
   run(turn, view);
+}
+
+// ---------------------------------------------------------------- server-kept threads
+
+/** The notice of a turn withheld because one of its sources is no longer readable. */
+const WITHHELD = 'A source of this answer is no longer available to you, so this turn is withheld.';
+
+async function listThreads() {
+  if (!session) return;
+  let threads;
+  try {
+    threads = await session.api.threads();
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) return handleUnauthorized();
+    ui.threads.replaceChildren(textP('hint', 'Your conversations could not be loaded.'));
+    return;
+  }
+  if (threads.length === 0) {
+    ui.threads.replaceChildren(textP('hint', 'No conversations yet.'));
+    return;
+  }
+  ui.threads.replaceChildren(
+    ...threads.map((t) => {
+      const li = document.createElement('li');
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.className = 'btn thread';
+      b.dataset.thread = String(t.id);
+      if (t.id === session.threadId) b.setAttribute('aria-current', 'true');
+      b.textContent = `${t.title} (${t.turns} ${t.turns === 1 ? 'turn' : 'turns'})`;
+      b.addEventListener('click', () => openThread(String(t.id)));
+      li.appendChild(b);
+      return li;
+    }),
+  );
+}
+
+function clearLog() {
+  for (const v of session.views.values()) v.dispose();
+  session.views.clear();
+  session.turns = [];
+  ui.log.replaceChildren();
+  syncEmpty();
+}
+
+async function openThread(id) {
+  if (!session || current) {
+    announce('An answer is still being written: stop it first.');
+    return;
+  }
+  let thread;
+  try {
+    thread = await session.api.thread(id);
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) return handleUnauthorized();
+    announce('That conversation could not be opened.');
+    return;
+  }
+  clearLog();
+  session.threadId = id;
+  for (const m of Array.isArray(thread?.messages) ? thread.messages : []) {
+    const redacted = m.redacted === true;
+    const turn = {
+      id: newId(),
+      question: redacted ? '(withheld)' : String(m.question ?? ''),
+      answer: {
+        ...emptyAnswer(),
+        text: redacted ? WITHHELD : String(m.answer ?? ''),
+        requestId: typeof m.request_id === 'string' ? m.request_id : '',
+        status: 'done',
+      },
+      redacted,
+    };
+    const view = addTurn(turn);
+    if (redacted) view.root.classList.add('withheld');
+  }
+  ui.threadsMenu.open = false;
+  announce(`Conversation opened: ${thread?.messages?.length ?? 0} turns.`);
+  ui.question.focus();
+}
+
+function newThread() {
+  if (!session || current) return;
+  clearLog();
+  session.threadId = null;
+  ui.threadsMenu.open = false;
+  announce('New conversation.');
+  ui.question.focus();
 }
 
 function retry(turn) {
@@ -628,7 +733,14 @@ document.addEventListener('keydown', (e) => {
 // A click outside the open Settings menu closes it.
 document.addEventListener('click', (e) => {
   if (ui.menu.open && e.target instanceof Node && !ui.menu.contains(e.target)) ui.menu.open = false;
+  if (ui.threadsMenu.open && e.target instanceof Node && !ui.threadsMenu.contains(e.target)) ui.threadsMenu.open = false;
 });
+
+// Opening the Conversations menu lists the threads the server keeps for this user.
+ui.threadsMenu.addEventListener('toggle', () => {
+  if (ui.threadsMenu.open) listThreads();
+});
+ui.newThread.addEventListener('click', () => newThread());
 
 ui.model.addEventListener('change', () => {
   store.savePrefs({ ...store.loadPrefs(), model: ui.model.value });
@@ -650,6 +762,7 @@ ui.clear.addEventListener('click', () => {
   session.views.clear();
   ui.log.replaceChildren();
   store.clearConversation(session.key);
+  session.threadId = null;
   syncEmpty();
   ui.menu.open = false;
   announce('Conversation cleared.');

@@ -1,0 +1,436 @@
+//! `POST /v1/chat/completions`: the RAG request path of DESIGN.md §4, OpenAI shapes, non-streaming
+//! and SSE. Retrieval and prompt building run on the blocking pool, generation on the engine
+//! thread; a client that goes away drops the stream, which cancels the sequence at the engine's
+//! next step (hyper notices the closed connection while the answer is pending or streaming and
+//! drops the handler or the body, and with it the engine stream).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use airlock_inference::generate::{Event as GenEvent, GenerateRequest};
+use airlock_rag::{Ask, Attribution, CitedBy, Purpose, Role, Selection, StageTimings, prompt};
+use airlock_retrieval::SearchResult;
+use axum::extract::State;
+use axum::http::HeaderValue;
+use axum::response::sse::KeepAlive;
+use axum::response::{IntoResponse, Response};
+
+use crate::admission::Priority;
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::extract::{ApiJson, RequestId};
+use crate::feedback::CompletionRecord;
+use crate::generator::{Generator, submit_error};
+use crate::openai::{AirlockResponse, ChatRequest, ChatTimings, Citation};
+use crate::routes::{REQUEST_ID, acl::blocking};
+use crate::services::Services;
+use crate::state::AppState;
+
+mod request;
+mod stream;
+mod thread;
+
+use request::pick_generator;
+pub(crate) use request::validate;
+use stream::{Generation, complete, no_source_answer, sse, with_rung};
+use thread::TurnRecorder;
+
+/// Longest citation snippet, in bytes.
+pub const CITATION_SNIPPET_BYTES: usize = 300;
+/// Most chunks a request may ask for.
+pub const MAX_TOP_K: usize = 20;
+/// Most messages a conversation may hold.
+pub const MAX_MESSAGES: usize = 256;
+/// Largest `max_tokens` accepted.
+pub const MAX_COMPLETION_TOKENS: u32 = 4096;
+
+/// Everything decided before generation starts.
+pub(super) struct Prepared {
+    pub(super) generator: Arc<Generator>,
+    pub(super) prompt: Vec<u32>,
+    /// The version of each citation's document (only when the turn is kept in a thread).
+    pub(super) versions: Vec<String>,
+    pub(super) citations: Vec<Citation>,
+    /// The question and the sources' texts, to find which sources the answer used.
+    pub(super) cite: Option<Attribution>,
+    pub(super) retrieval: Option<StageTimings>,
+    pub(super) sources_ms: f64,
+    pub(super) prompt_ms: f64,
+}
+/// The citations of the prompt sources, numbered in prompt order.
+pub(super) fn citations_of(chunks: &[SearchResult]) -> Vec<Citation> {
+    chunks
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Citation {
+            n: i + 1,
+            doc_id: c.doc_id.clone(),
+            chunk_id: c.chunk_id,
+            title: c.title.clone(),
+            snippet: prompt::snippet(&c.text, CITATION_SNIPPET_BYTES),
+            score: c.score,
+        })
+        .collect()
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn completions(
+    State(state): State<AppState>,
+    caller: Caller,
+    priority: Priority,
+    RequestId(request_id): RequestId,
+    ApiJson(req): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    let t0 = Instant::now();
+    let ext = req.airlock.clone().unwrap_or_default();
+    if ext.rung.is_some() && !caller.admin {
+        return Err(ApiError::Forbidden("forcing a rung needs the admin role"));
+    }
+    let params = validate(&req, state.config().max_tokens())?;
+    let top_k = ext.top_k.unwrap_or(state.config().top_k());
+    if !(1..=MAX_TOP_K).contains(&top_k) {
+        return Err(ApiError::InvalidRequest(format!(
+            "`airlock.top_k` must be between 1 and {MAX_TOP_K}"
+        )));
+    }
+    let services = state.services()?;
+    // A server-kept thread: its readable turns are the history (a redacted turn never
+    // reaches the prompt), and the answer becomes its next turn.
+    let (history, thread) = match ext.conversation_id.clone() {
+        Some(id) => {
+            crate::routes::conversations::check_id(&id)?;
+            let services = services.clone();
+            let user = caller.user_id.clone();
+            blocking(move || {
+                let store = services.feedback.clone().ok_or_else(|| {
+                    ApiError::NotFound(crate::routes::conversations::UNKNOWN_THREAD.into())
+                })?;
+                let Some((_, turns)) = store.thread(&user, &id)? else {
+                    return Err(ApiError::NotFound(
+                        crate::routes::conversations::UNKNOWN_THREAD.into(),
+                    ));
+                };
+                let views = crate::routes::conversations::views(&services, &user, turns)?;
+                let mut history = Vec::new();
+                for v in views {
+                    if let (Some(q), Some(a)) = (v.question, v.answer) {
+                        history.push((Role::User, q));
+                        history.push((Role::Assistant, a));
+                    }
+                }
+                Ok((history, Some((store, id))))
+            })
+            .await?
+        }
+        None => (Vec::new(), None),
+    };
+    let ticket = match state.admission().admit(&caller, ext.rung, priority) {
+        Ok(t) => t,
+        Err(e @ ApiError::CapacityUnavailable { .. }) => {
+            let rung = ext.rung.unwrap_or_else(|| state.admission().current_rung());
+            return Ok(with_rung(e.into_response(), rung));
+        }
+        Err(e) => return Err(e),
+    };
+    let plan = ticket.plan;
+    let generator = pick_generator(&services, req.model.as_deref(), plan.small_model)?;
+    let model_alias = generator.alias.clone();
+    let mut conversation: Vec<(Role, String)> = history;
+    conversation.extend(
+        req.messages
+            .iter()
+            .map(|m| (Role::from_openai(&m.role), m.content.clone())),
+    );
+    let question = prompt::last_user_text(&conversation)
+        .unwrap_or_default()
+        .to_string();
+
+    // Retrieval, re-check, source selection, prompt: blocking work on the answer path.
+    let metrics = state.metrics().clone();
+    let k = plan.max_prompt_chunks.map_or(top_k, |cap| top_k.min(cap));
+    let selection = Selection {
+        floor: state.config().min_source_similarity(),
+        check_names: state.config().abstain_on_unmatched_names(),
+        focus: state.config().source_focus(),
+        semantic: state.config().semantic_focus(),
+        facets: state.config().facet_retrieval(),
+    };
+    let follow_ups = state.config().follow_up_query();
+    let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
+    let prepared = {
+        let services = services.clone();
+        let user = caller.user_id.clone();
+        let time_quantum = state.config().retrieval_time_quantum_for(caller.admin);
+        let rid = request_id.clone();
+        let keep_turn = thread.is_some();
+        blocking(move || {
+            let mut versions: Vec<String> = Vec::new();
+            let (built, citations, retrieval, attribution, sources_ms) = if ext.retrieval {
+                let shown = services.answer_path().run(
+                    &Ask {
+                        user_id: &user,
+                        request_id: &rid,
+                        conversation: &conversation,
+                        k,
+                        mode: services.default_mode(),
+                        rerank: plan.rerank,
+                        time_quantum,
+                        follow_ups,
+                        purpose: Purpose::Chat(selection),
+                    },
+                    &metrics,
+                )?;
+                let citations = citations_of(&shown.chunks);
+                if keep_turn {
+                    let ids: Vec<&str> = citations.iter().map(|c| c.doc_id.as_str()).collect();
+                    let now = services.answer_path().versions(&ids)?;
+                    versions = now.into_iter().map(Option::unwrap_or_default).collect();
+                }
+                (
+                    shown.prompt(&conversation),
+                    citations,
+                    Some(shown.timings.clone()),
+                    Some(shown.attribution()),
+                    shown.selection_ms,
+                )
+            } else {
+                (
+                    prompt::build(&conversation, None),
+                    Vec::new(),
+                    None,
+                    None,
+                    0.0,
+                )
+            };
+            let tp = Instant::now();
+            let prompt = generator.prompt_ids(&built)?;
+            Ok(Prepared {
+                generator,
+                prompt,
+                versions,
+                citations,
+                cite: attribution,
+                retrieval,
+                sources_ms,
+                prompt_ms: crate::routes::ms_since(tp),
+            })
+        })
+        .await?
+    };
+    let mut recorder = thread.map(|(store, thread)| TurnRecorder {
+        store,
+        thread,
+        user: caller.user_id.clone(),
+        question: question.clone(),
+        request_id: request_id.clone(),
+        sources: prepared
+            .citations
+            .iter()
+            .zip(&prepared.versions)
+            .map(|(c, v)| (c.doc_id.clone(), v.clone()))
+            .collect(),
+    });
+    if ext.retrieval && prepared.citations.is_empty() {
+        if let Some(r) = recorder.take() {
+            r.save(prompt::NO_SOURCE_ANSWER.to_string(), &[]);
+        }
+        // No chunk the caller may read passed the similarity floor: say so without running the
+        // model (given no source, a small model invents an answer or loops on "[1] [2] …").
+        state.metrics().no_source_answers.inc();
+        tracing::info!(
+            airlock.rung = plan.rung,
+            "no readable source: answered without generation"
+        );
+        record(
+            &services,
+            &request_id,
+            &caller.user_id,
+            &model_alias,
+            plan.rung,
+        )
+        .await?;
+        let airlock = AirlockResponse {
+            citations: Vec::new(),
+            rung: plan.rung,
+            bundle_version: Some(services.bundle_version().to_string()),
+            timings_ms: state
+                .config()
+                .shows_stage_timings(caller.admin)
+                .then(|| ChatTimings {
+                    retrieval: prepared.retrieval,
+                    sources: prepared.sources_ms,
+                    prompt: prepared.prompt_ms,
+                    total: crate::routes::ms_since(t0),
+                    ..ChatTimings::default()
+                }),
+            cited: Some(Vec::new()),
+            cited_by: Some(CitedBy::NoSource),
+        };
+        let id_header = HeaderValue::from_str(&request_id).ok();
+        let mut resp =
+            no_source_answer(req.stream, include_usage, request_id, model_alias, airlock);
+        if let Some(v) = id_header {
+            resp.headers_mut().insert(REQUEST_ID, v);
+        }
+        return Ok(with_rung(resp, plan.rung));
+    }
+    let prompt_tokens = prepared.prompt.len();
+    // Token quota: reserve the most this request can cost; the unused part is refunded when
+    // the generation ends (Generation's drop).
+    let reservation = state
+        .admission()
+        .reserve_tokens(&caller, prompt_tokens + params.max_tokens)?;
+    let queue = state.admission().enqueue();
+    let submitted = Instant::now();
+    // The engine admits interactive requests before queued batch/eval ones.
+    let mut stream = prepared
+        .generator
+        .engine()
+        .submit_with_priority(
+            GenerateRequest {
+                prompt: prepared.prompt,
+                params,
+            },
+            priority.engine(),
+        )
+        .map_err(submit_error)?;
+    tracing::info!(
+        gen_ai.request.model = %model_alias,
+        gen_ai.usage.input_tokens = prompt_tokens,
+        airlock.rung = plan.rung,
+        airlock.priority = priority.as_str(),
+        airlock.citations = prepared.citations.len(),
+        "generation queued"
+    );
+
+    // Rung 4: a bounded wait for the first output (token or end), else 504. The engine's
+    // admission event on the way ends the queue wait but not the deadline.
+    let mut queue = Some(queue);
+    let mut admitted_at = None;
+    let first = match plan.queue_deadline {
+        Some(deadline) => {
+            let until = tokio::time::Instant::from_std(submitted + deadline);
+            loop {
+                match tokio::time::timeout_at(until, stream.recv()).await {
+                    Ok(Some(GenEvent::Admitted { .. })) => {
+                        admitted_at = Some(Instant::now());
+                        queue = None;
+                    }
+                    Ok(ev) => break ev,
+                    Err(_) => {
+                        // Nothing was generated: the reservation goes back in full.
+                        reservation.settle(0);
+                        return Ok(with_rung(
+                            ApiError::DeadlineExceeded.into_response(),
+                            plan.rung,
+                        ));
+                    }
+                }
+            }
+        }
+        None => None,
+    };
+
+    // The completion is served from here on: record it (id, user, model, rung, bundle; never
+    // text) before its id reaches the client, so the user can rate it, even if stopped early.
+    if let Err(e) = record(
+        &services,
+        &request_id,
+        &caller.user_id,
+        &model_alias,
+        plan.rung,
+    )
+    .await
+    {
+        reservation.settle(0);
+        return Err(e);
+    }
+
+    let generation = Generation {
+        engine: prepared.generator.engine().counters(),
+        stream,
+        idle_timeout: state.config().stream_idle_timeout(),
+        first,
+        ticket,
+        queue,
+        admitted_at,
+        reservation: Some(reservation),
+        prompt_tokens,
+        used: None,
+        metrics: state.metrics().clone(),
+        t0,
+        submitted,
+        first_token_at: None,
+        tokens: 0,
+        finished: false,
+        recorder,
+    };
+    let airlock = AirlockResponse {
+        citations: prepared.citations,
+        rung: plan.rung,
+        bundle_version: Some(services.bundle_version().to_string()),
+        timings_ms: state
+            .config()
+            .shows_stage_timings(caller.admin)
+            .then(|| ChatTimings {
+                retrieval: prepared.retrieval,
+                sources: prepared.sources_ms,
+                prompt: prepared.prompt_ms,
+                ..ChatTimings::default()
+            }),
+        cited: None,
+        cited_by: None,
+    };
+    let cite = prepared.cite;
+    let id = request_id;
+    // The completion id and `X-Request-Id` are the same value (the web UI rates answers by
+    // either): set it here, since an unusable client id was replaced by a fresh one.
+    let id_header = HeaderValue::from_str(&id).ok();
+    let mut resp = if req.stream {
+        sse(generation, id, model_alias, airlock, cite, include_usage)
+            .keep_alive(
+                KeepAlive::new()
+                    .interval(state.config().sse_keep_alive())
+                    .text("keep-alive"),
+            )
+            .into_response()
+    } else {
+        let withhold = state.config().withhold_unsupported_answers();
+        complete(generation, id, model_alias, airlock, cite, withhold)
+            .await?
+            .into_response()
+    };
+    if let Some(v) = id_header {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    Ok(with_rung(resp, plan.rung))
+}
+
+/// Records a served completion for feedback (id, user, model, rung, bundle; never text).
+pub(super) async fn record(
+    services: &Arc<Services>,
+    request_id: &str,
+    user_id: &str,
+    model: &str,
+    rung: u8,
+) -> Result<(), ApiError> {
+    let Some(store) = services.feedback.clone() else {
+        return Ok(());
+    };
+    let (rid, user, model) = (
+        request_id.to_string(),
+        user_id.to_string(),
+        model.to_string(),
+    );
+    let bundle_version = services.bundle_version().to_string();
+    blocking(move || {
+        Ok(store.record_completion(&CompletionRecord {
+            request_id: &rid,
+            user_id: &user,
+            model: &model,
+            rung,
+            bundle_version: &bundle_version,
+        })?)
+    })
+    .await
+}

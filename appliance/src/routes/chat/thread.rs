@@ -1,0 +1,44 @@
+//! The turn a chat adds to a server-kept thread (`airlock.conversation_id`).
+
+use std::sync::Arc;
+
+/// Adds the answer to a server-kept thread once it is complete.
+pub(super) struct TurnRecorder {
+    pub(super) store: Arc<crate::feedback::FeedbackStore>,
+    pub(super) thread: String,
+    pub(super) user: String,
+    pub(super) question: String,
+    pub(super) request_id: String,
+    /// `(doc_id, version)` of each citation, in citation order.
+    pub(super) sources: Vec<(String, String)>,
+}
+
+impl TurnRecorder {
+    /// Stores the turn (on the blocking pool; a failure is logged, the answer stands).
+    pub(super) fn save(self, answer: String, cited: &[usize]) {
+        let sources: Vec<crate::conversations::TurnSource> = self
+            .sources
+            .iter()
+            .enumerate()
+            .map(|(i, (doc_id, version))| crate::conversations::TurnSource {
+                doc_id: doc_id.clone(),
+                version: version.clone(),
+                cited: cited.contains(&(i + 1)),
+            })
+            .collect();
+        tokio::task::spawn_blocking(move || {
+            match self.store.append_turn(
+                &self.user,
+                &self.thread,
+                &self.question,
+                &answer,
+                &self.request_id,
+                &sources,
+            ) {
+                Ok(crate::conversations::Appended::Added(_)) => {}
+                Ok(other) => tracing::warn!(outcome = ?other, "conversation turn not kept"),
+                Err(e) => tracing::error!(error = %e, "conversation turn not kept"),
+            }
+        });
+    }
+}
