@@ -182,6 +182,8 @@ impl DecoderModel {
     /// Loads a llama or qwen2 GGUF file from `path` (a catalogue path of an installed bundle).
     pub fn load(path: impl AsRef<Path>) -> crate::Result<Self> {
         let path = path.as_ref().to_path_buf();
+        // A kernel tier forced by AIRLOCK_KERNEL_TIER that this CPU cannot run is refused here.
+        super::qmatmul::kernel_tier().map_err(Error::InvalidInput)?;
         let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
         let mut reader = BufReader::new(file);
         let ct = gguf_file::Content::read(&mut reader)
