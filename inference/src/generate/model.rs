@@ -71,7 +71,7 @@ impl ModelConfig {
         self.n_kv_head * self.head_dim
     }
 
-    /// KV-cache bytes per position of one sequence (all layers, K and V, `f32`).
+    /// KV-cache bytes per position of one sequence (all layers, K and V, `f16`).
     pub fn kv_bytes_per_token(&self) -> usize {
         super::kv::bytes_per_token(self.n_layer, self.kv_dim())
     }
@@ -433,7 +433,7 @@ impl DecoderModel {
                 c.cache.append(li, &k[a..b], &v[a..b]);
             }
             // Row r's cache view, and how many positions it may see (causal within its chunk).
-            let views: Vec<(&[f32], &[f32], usize)> = chunks
+            let views: Vec<(&[half::f16], &[half::f16], usize)> = chunks
                 .iter()
                 .enumerate()
                 .flat_map(|(ci, c)| {
