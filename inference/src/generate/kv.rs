@@ -103,6 +103,25 @@ impl KvCache {
         debug_assert!(self.keys.iter().all(|k| k.len() == self.len * self.kv_dim));
     }
 
+    /// A new cache holding a copy of the first `len` positions (a shared prompt prefix), with
+    /// whole blocks reserved as [`Self::reserve`] does, so [`Self::bytes`] stays exact.
+    pub(crate) fn prefix_copy(&self, len: usize) -> Self {
+        assert!(
+            len <= self.len,
+            "prefix of {len} > {} cached positions",
+            self.len
+        );
+        let mut c = Self::new(self.keys.len(), self.kv_dim);
+        c.reserve(len);
+        let n = len * self.kv_dim;
+        for l in 0..self.keys.len() {
+            c.keys[l].extend_from_slice(&self.keys[l][..n]);
+            c.values[l].extend_from_slice(&self.values[l][..n]);
+        }
+        c.len = len;
+        c
+    }
+
     /// Keys and values of `layer` (token-major).
     pub(crate) fn layer(&self, layer: usize) -> (&[f16], &[f16]) {
         (&self.keys[layer], &self.values[layer])
@@ -149,6 +168,9 @@ mod tests {
         assert_eq!(c.bytes_after(KV_BLOCK_TOKENS - 2), 2 * KV_BLOCK_TOKENS * 32);
         assert_eq!(c.layer(1).0.len(), 12);
         assert_eq!(c.layer(1).1[11], f16::from_f32(2.0));
+        let p = c.prefix_copy(2);
+        assert_eq!((p.len(), p.bytes()), (2, KV_BLOCK_TOKENS * 32));
+        assert_eq!(p.layer(1).0, &c.layer(1).0[..8]);
         c.clear();
         assert!(c.is_empty());
         assert_eq!(c.bytes(), 0);

@@ -2665,6 +2665,11 @@ mod timing {
     #[ignore]
     fn kernel_timings() {
         let only = std::env::var("AIRLOCK_KERNEL").unwrap_or_default();
+        println!(
+            "tier {} ({KERNEL_TIER_ENV}={:?})",
+            Tier::detect().name(),
+            std::env::var(KERNEL_TIER_ENV).ok()
+        );
         for (dtype, n, k) in [
             (GgmlDType::Q4_1, 1536, 576),
             (GgmlDType::Q5_0, 4864, 896),
