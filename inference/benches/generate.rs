@@ -25,7 +25,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use airlock_inference::generate::{
-    DecoderModel, Engine, EngineConfig, Event, GenerateRequest, SamplingParams, SeqChunk, argmax,
+    DecoderModel, Engine, EngineConfig, Event, GenerateRequest, KERNEL_TIER_ENV, SamplingParams,
+    SeqChunk, argmax, kernel_tier,
 };
 
 const STREAM_PROMPT: usize = 16;
@@ -203,6 +204,27 @@ fn aggregate(engine: &Engine, n: usize) -> Rate {
     }
 }
 
+/// The CPU model and its SIMD flags that matter to the kernels (`/proc/cpuinfo`).
+fn cpu_line() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_once(':'))
+            .map_or(String::new(), |(_, v)| v.trim().to_string())
+    };
+    let flags = field("flags");
+    let simd: Vec<&str> = flags
+        .split_whitespace()
+        .filter(|f| f.starts_with("avx") || *f == "fma" || *f == "f16c" || f.starts_with("amx"))
+        .collect();
+    format!(
+        "CPU: {}; SIMD flags: {}",
+        field("model name"),
+        simd.join(" ")
+    )
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let which = std::env::var("AIRLOCK_BENCH_MODELS").unwrap_or_else(|_| "smollm2,qwen".into());
@@ -219,6 +241,12 @@ fn main() {
         .filter(|&n| n > 0)
         .collect();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("{}", cpu_line());
+    println!(
+        "quantized kernel tier: {} ({KERNEL_TIER_ENV}={})",
+        kernel_tier().unwrap_or_else(|e| panic!("{e}")),
+        std::env::var(KERNEL_TIER_ENV).unwrap_or_else(|_| "(unset)".into())
+    );
     println!(
         "RAYON_NUM_THREADS={threads}; pp {} tokens, tg {} steps, {} timed runs; load average \
          before: {}",
@@ -238,6 +266,13 @@ fn main() {
         );
         let (pp, tg) = single_stream(&model, sz);
         println!("pp{}:                 {pp}", sz.pp);
+        println!(
+            "time to first token ({} prompt tokens, one prefill chunk): {:.0} ms wall, {:.0} ms \
+             per CPU-time",
+            sz.pp,
+            sz.pp as f64 / pp.wall * 1e3,
+            sz.pp as f64 / pp.cpu * 1e3
+        );
         println!("tg{} (after {}):     {tg}", sz.tg, sz.pp);
         if streams.is_empty() {
             continue;

@@ -18,6 +18,14 @@
 //!   ([`SubmitError::OverBudget`]); admission waits while the budget is used; when growth during
 //!   decode would exceed it, the most recently admitted sequence is preempted (its KV dropped,
 //!   re-prefilled later from prompt + generated tokens), never the oldest.
+//! - **Shared prefix KV cache**: [`Engine::set_shared_prefix`] registers the token ids of the
+//!   platform's fixed system-prompt prefix (identical for every user, never user content). The
+//!   first request whose prompt starts with it fills the prefix's KV once; every later request
+//!   starting with it copies that KV and prefills only the rest (bit-identical to a cold run: a
+//!   position's keys and values depend only on the tokens up to it, and the forward is
+//!   batch- and chunk-invariant). Nothing else is ever reused across requests, so one user's
+//!   prompt cannot change another's timing. The cached prefix is bounded (at most a quarter of
+//!   the KV budget) and counted in the KV bytes; hits and saved tokens are counted.
 //! - [`EngineCounters`] are atomics readable from any thread for the daemon's metrics.
 //!
 //! [`KV_BLOCK_TOKENS`]: super::KV_BLOCK_TOKENS
@@ -245,6 +253,8 @@ pub struct EngineCounters {
     steps: AtomicU64,
     preemptions: AtomicU64,
     cancellations: AtomicU64,
+    prefix_hits: AtomicU64,
+    prefix_tokens_saved: AtomicU64,
     tokens_per_second_bits: AtomicU64,
 }
 
@@ -267,6 +277,10 @@ pub struct EngineMetrics {
     pub preemptions: u64,
     /// Streams cancelled by their client since start.
     pub cancellations: u64,
+    /// Requests (and re-admissions) that started from the shared prefix's cached KV.
+    pub prefix_hits: u64,
+    /// Prompt tokens whose prefill those hits skipped.
+    pub prefix_tokens_saved: u64,
     /// Generated tokens per second over the last few seconds of work.
     pub tokens_per_second: f64,
 }
@@ -284,6 +298,8 @@ impl EngineCounters {
             steps: self.steps.load(r),
             preemptions: self.preemptions.load(r),
             cancellations: self.cancellations.load(r),
+            prefix_hits: self.prefix_hits.load(r),
+            prefix_tokens_saved: self.prefix_tokens_saved.load(r),
             tokens_per_second: f64::from_bits(self.tokens_per_second_bits.load(r)),
         }
     }
@@ -362,6 +378,8 @@ struct Shared {
     queue: Mutex<Queue>,
     wake: Condvar,
     counters: Arc<EngineCounters>,
+    /// The registered shared prefix (see [`Engine::set_shared_prefix`]).
+    prefix: Mutex<Arc<Vec<u32>>>,
 }
 
 /// A running engine. Dropping it stops the scheduler (open streams end with `Cancelled`).
@@ -415,6 +433,7 @@ impl Engine {
             queue: Mutex::new(Queue::default()),
             wake: Condvar::new(),
             counters: Arc::new(EngineCounters::default()),
+            prefix: Mutex::new(Arc::new(Vec::new())),
         });
         let name = model
             .path()
@@ -433,6 +452,7 @@ impl Engine {
             next_admit: 0,
             step: 0,
             rate_window: VecDeque::new(),
+            prefix: SharedPrefix::default(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("airlock-gen-{name}"))
@@ -524,6 +544,16 @@ impl Engine {
         }
         self.shared.wake.notify_one();
         Ok(Stream { id, rx })
+    }
+
+    /// Registers the token ids of the platform's fixed system-prompt prefix (the templated
+    /// system prompt every chat request starts with; empty disables the cache). Its KV is
+    /// computed once, by the first request that starts with it, and copied into every later
+    /// one. Only pass text that is the same for every user: the cached KV is shared across
+    /// all requests. A new prefix replaces the old one (its KV is dropped).
+    pub fn set_shared_prefix(&self, tokens: Vec<u32>) {
+        *self.shared.prefix.lock() = Arc::new(tokens);
+        self.shared.wake.notify_one();
     }
 
     /// The live counters (cheap to clone and keep, e.g. in the daemon's metrics registry).
@@ -618,6 +648,26 @@ struct Scheduler {
     step: u64,
     /// (time, tokens generated) of recent steps, for the tokens/s estimate.
     rate_window: VecDeque<(Instant, usize)>,
+    /// The shared system-prompt prefix and its cached KV.
+    prefix: SharedPrefix,
+}
+
+/// The engine thread's copy of the shared prefix and, once filled, its KV.
+#[derive(Default)]
+struct SharedPrefix {
+    tokens: Arc<Vec<u32>>,
+    kv: Option<KvCache>,
+    /// The prefix did not fit its share of the KV budget (logged once, never cached).
+    too_big: bool,
+}
+
+impl SharedPrefix {
+    /// Whether `tokens` starts with the prefix and goes beyond it (the last prompt token must
+    /// be computed for its logits).
+    fn covers(&self, tokens: &[u32]) -> bool {
+        let p = self.tokens.len();
+        p > 0 && tokens.len() > p && tokens[..p] == self.tokens[..]
+    }
 }
 
 /// Seconds of history behind the tokens/s estimate.
@@ -700,7 +750,60 @@ impl Scheduler {
     }
 
     fn kv_used(&self) -> usize {
-        self.active.iter().map(|s| s.cache.bytes()).sum()
+        let prefix = self.prefix.kv.as_ref().map_or(0, KvCache::bytes);
+        prefix + self.active.iter().map(|s| s.cache.bytes()).sum::<usize>()
+    }
+
+    /// Picks up a newly registered shared prefix (dropping the old one's KV).
+    fn sync_prefix(&mut self) {
+        let registered = self.shared.prefix.lock().clone();
+        if !Arc::ptr_eq(&registered, &self.prefix.tokens) {
+            self.prefix = SharedPrefix {
+                tokens: registered,
+                kv: None,
+                too_big: false,
+            };
+        }
+    }
+
+    /// A cache starting with the shared prefix's KV for a sequence of `tokens`, if it has the
+    /// prefix and the prefix is cached (counted as a hit).
+    fn prefix_start(&self, tokens: &[u32]) -> Option<KvCache> {
+        let kv = self.prefix.kv.as_ref()?;
+        if !self.prefix.covers(tokens) {
+            return None;
+        }
+        let c = self.counters();
+        c.prefix_hits.fetch_add(1, Ordering::Relaxed);
+        c.prefix_tokens_saved
+            .fetch_add(kv.len() as u64, Ordering::Relaxed);
+        Some(kv.prefix_copy(kv.len()))
+    }
+
+    /// After a step: fills the shared prefix's KV from the first sequence that has computed it.
+    fn fill_prefix(&mut self) {
+        if self.prefix.kv.is_some() || self.prefix.too_big || self.prefix.tokens.is_empty() {
+            return;
+        }
+        let p = self.prefix.tokens.len();
+        let Some(s) = self
+            .active
+            .iter()
+            .find(|s| s.cache.len() >= p && self.prefix.covers(&s.tokens))
+        else {
+            return;
+        };
+        let bytes = reserved_for(p) * self.model.config().kv_bytes_per_token();
+        if bytes > self.config.kv_budget_bytes / 4 {
+            self.prefix.too_big = true;
+            tracing::warn!(
+                tokens = p,
+                bytes,
+                "shared prefix exceeds a quarter of the KV budget; not cached"
+            );
+            return;
+        }
+        self.prefix.kv = Some(s.cache.prefix_copy(p));
     }
 
     /// Moves sequences into the batch while there is room: preempted ones first, then the queue
@@ -708,6 +811,7 @@ impl Scheduler {
     /// A sequence is admitted only if its whole pending input (prompt, or prompt + generated on
     /// resume) plus one token fits the free KV budget.
     fn admit(&mut self) {
+        self.sync_prefix();
         let bpt = self.model.config().kv_bytes_per_token();
         while self.active.len() < self.config.max_batch {
             // Keep a block of growth room per running sequence, so an admission is not undone
@@ -721,7 +825,12 @@ impl Scheduler {
                 if reserved_for(s.tokens.len() + 1) * bpt > free {
                     return;
                 }
-                let s = self.resume.pop_front().expect("front exists");
+                let mut s = self.resume.pop_front().expect("front exists");
+                if s.cache.is_empty()
+                    && let Some(c) = self.prefix_start(&s.tokens)
+                {
+                    s.cache = c;
+                }
                 self.active.push(s);
                 self.active.sort_by_key(|s| s.admit_order);
                 continue;
@@ -763,6 +872,9 @@ impl Scheduler {
             let _ = p.tx.send(Event::Admitted {
                 step: self.step + 1,
             });
+            let cache = self
+                .prefix_start(&p.req.prompt)
+                .unwrap_or_else(|| self.model.new_cache());
             self.active.push(Seq {
                 id: p.id,
                 prompt_len: p.req.prompt.len(),
@@ -772,7 +884,7 @@ impl Scheduler {
                 params: p.req.params,
                 text,
                 tx: p.tx,
-                cache: self.model.new_cache(),
+                cache,
                 admit_order: self.next_admit,
                 span: p.span,
             });
@@ -804,12 +916,14 @@ impl Scheduler {
     /// Preempts the most recently admitted sequences until the planned step fits the budget.
     fn fit_memory(&mut self, rows: &mut Vec<usize>) {
         loop {
-            let need: usize = self
-                .active
-                .iter()
-                .zip(rows.iter())
-                .map(|(s, &r)| s.cache.bytes_after(r))
-                .sum();
+            let prefix = self.prefix.kv.as_ref().map_or(0, KvCache::bytes);
+            let need: usize = prefix
+                + self
+                    .active
+                    .iter()
+                    .zip(rows.iter())
+                    .map(|(s, &r)| s.cache.bytes_after(r))
+                    .sum::<usize>();
             if need <= self.config.kv_budget_bytes || self.active.len() <= 1 {
                 return;
             }
@@ -882,6 +996,7 @@ impl Scheduler {
         self.counters()
             .prompt_tokens_processed
             .fetch_add(prompt_rows as u64, Ordering::Relaxed);
+        self.fill_prefix();
 
         // Sequences that end in this step, with how (None: the client hung up). Their final
         // events are sent only after the step's counters are published, so a client that has

@@ -29,4 +29,5 @@ pub use engine::{
 pub use kv::{KV_BLOCK_TOKENS, KvCache};
 pub use model::{Arch, DecoderModel, ModelConfig, SeqChunk, SpecialTokens};
 pub use ops::RopeStyle;
+pub use qmatmul::{KERNEL_TIER_ENV, kernel_tier};
 pub use sampling::{Detokenizer, SamplingParams, argmax};

@@ -71,7 +71,7 @@ impl ModelConfig {
         self.n_kv_head * self.head_dim
     }
 
-    /// KV-cache bytes per position of one sequence (all layers, K and V, `f32`).
+    /// KV-cache bytes per position of one sequence (all layers, K and V, `f16`).
     pub fn kv_bytes_per_token(&self) -> usize {
         super::kv::bytes_per_token(self.n_layer, self.kv_dim())
     }
@@ -182,6 +182,8 @@ impl DecoderModel {
     /// Loads a llama or qwen2 GGUF file from `path` (a catalogue path of an installed bundle).
     pub fn load(path: impl AsRef<Path>) -> crate::Result<Self> {
         let path = path.as_ref().to_path_buf();
+        // A kernel tier forced by AIRLOCK_KERNEL_TIER that this CPU cannot run is refused here.
+        super::qmatmul::kernel_tier().map_err(Error::InvalidInput)?;
         let file = File::open(&path).map_err(|e| Error::io(&path, e))?;
         let mut reader = BufReader::new(file);
         let ct = gguf_file::Content::read(&mut reader)
@@ -431,7 +433,7 @@ impl DecoderModel {
                 c.cache.append(li, &k[a..b], &v[a..b]);
             }
             // Row r's cache view, and how many positions it may see (causal within its chunk).
-            let views: Vec<(&[f32], &[f32], usize)> = chunks
+            let views: Vec<(&[half::f16], &[half::f16], usize)> = chunks
                 .iter()
                 .enumerate()
                 .flat_map(|(ci, c)| {

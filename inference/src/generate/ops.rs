@@ -8,6 +8,9 @@
 
 use std::cell::RefCell;
 
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+
 /// RMS norm of every `width`-wide row of `x` into `out`: `x / sqrt(mean(x²) + eps) * weight`.
 ///
 /// The sum of squares is accumulated in `f64`, as ggml does, so the scale matches llama.cpp's to
@@ -112,8 +115,9 @@ thread_local! {
 /// Where one attention head reads its keys and values: a token-major cache
 /// (`[pos][kv_head][head_dim]`, `kv_stride = n_kv_head * head_dim`) and the KV head to use.
 pub(crate) struct HeadView<'a> {
-    pub keys: &'a [f32],
-    pub values: &'a [f32],
+    /// Keys and values as the cache stores them (f16; widened to f32 exactly when read).
+    pub keys: &'a [f16],
+    pub values: &'a [f16],
     pub kv_stride: usize,
     pub kv_offset: usize,
     /// Number of cached positions this query may attend to (causal: its own position + 1).
@@ -130,9 +134,11 @@ pub(crate) fn attend(q: &[f32], view: &HeadView<'_>, scale: f32, out: &mut [f32]
         scores.clear();
         scores.reserve(view.ctx);
         let mut max = f32::NEG_INFINITY;
+        let mut row = vec![0f32; hd];
         for t in 0..view.ctx {
             let base = t * view.kv_stride + view.kv_offset;
-            let s = dot(q, &view.keys[base..base + hd]) * scale;
+            view.keys[base..base + hd].convert_to_f32_slice(&mut row);
+            let s = dot(q, &row) * scale;
             max = max.max(s);
             scores.push(s);
         }
@@ -148,7 +154,8 @@ pub(crate) fn attend(q: &[f32], view: &HeadView<'_>, scale: f32, out: &mut [f32]
             // Probabilities stay f32 (rounding them to f16 as ggml's non-flash path does made
             // one Qwen fixture diverge at a 0.10 margin; the fixtures match fully without it).
             let w = p * inv;
-            for (o, &v) in out.iter_mut().zip(&view.values[base..base + hd]) {
+            view.values[base..base + hd].convert_to_f32_slice(&mut row);
+            for (o, &v) in out.iter_mut().zip(&row) {
                 *o += w * v;
             }
         }
@@ -172,10 +179,13 @@ pub(crate) fn attend_group(
         let mut scores = cell.borrow_mut();
         scores.clear();
         scores.resize(heads * ctx, 0.0);
-        // Scores, head-major: scores[h * ctx + t].
+        // Scores, head-major: scores[h * ctx + t]. Each key and value is widened to f32 once
+        // for the whole group (exact: the f32 values the cache was filled from).
+        let mut row = vec![0f32; head_dim];
         for t in 0..ctx {
             let base = t * view.kv_stride + view.kv_offset;
-            let key = &view.keys[base..base + head_dim];
+            view.keys[base..base + head_dim].convert_to_f32_slice(&mut row);
+            let key = &row[..];
             for (h, qh) in q.chunks_exact(head_dim).enumerate() {
                 scores[h * ctx + t] = dot(qh, key) * scale;
             }
@@ -193,7 +203,8 @@ pub(crate) fn attend_group(
         out.fill(0.0);
         for t in 0..ctx {
             let base = t * view.kv_stride + view.kv_offset;
-            let value = &view.values[base..base + head_dim];
+            view.values[base..base + head_dim].convert_to_f32_slice(&mut row);
+            let value = &row[..];
             for (h, o) in out.chunks_exact_mut(head_dim).enumerate() {
                 let w = scores[h * ctx + t] * inv[h];
                 for (o, &v) in o.iter_mut().zip(value) {
@@ -274,11 +285,11 @@ mod tests {
         let hd = 4;
         let (n_kv, ctx) = (2, 5);
         let stride = n_kv * hd;
-        let keys: Vec<f32> = (0..ctx * stride)
-            .map(|i| ((i * 7 % 11) as f32) * 0.1)
+        let keys: Vec<f16> = (0..ctx * stride)
+            .map(|i| f16::from_f32(((i * 7 % 11) as f32) * 0.1))
             .collect();
-        let values: Vec<f32> = (0..ctx * stride)
-            .map(|i| ((i * 5 % 13) as f32) * 0.2)
+        let values: Vec<f16> = (0..ctx * stride)
+            .map(|i| f16::from_f32(((i * 5 % 13) as f32) * 0.2))
             .collect();
         let q = [0.3f32, -0.2, 0.5, 1.0];
         for kvh in 0..n_kv {
@@ -295,7 +306,11 @@ mod tests {
                 let s: Vec<f64> = (0..c)
                     .map(|t| {
                         let k = &keys[t * stride + kvh * hd..][..hd];
-                        0.5 * q.iter().zip(k).map(|(a, b)| f64::from(a * b)).sum::<f64>()
+                        0.5 * q
+                            .iter()
+                            .zip(k)
+                            .map(|(a, b)| f64::from(a * b.to_f32()))
+                            .sum::<f64>()
                     })
                     .collect();
                 let m = s.iter().cloned().fold(f64::MIN, f64::max);
@@ -303,7 +318,8 @@ mod tests {
                 for d in 0..hd {
                     let want: f64 = (0..c)
                         .map(|t| {
-                            (s[t] - m).exp() / z * f64::from(values[t * stride + kvh * hd + d])
+                            (s[t] - m).exp() / z
+                                * f64::from(values[t * stride + kvh * hd + d].to_f32())
                         })
                         .sum();
                     assert!((f64::from(out[d]) - want).abs() < 1e-5);
@@ -316,11 +332,11 @@ mod tests {
     fn grouped_attention_is_bit_identical_to_one_head_at_a_time() {
         let (hd, n_kv, heads, ctx) = (8, 2, 3, 37);
         let stride = n_kv * hd;
-        let keys: Vec<f32> = (0..ctx * stride)
-            .map(|i| ((i * 7919 % 101) as f32 - 50.0) * 0.031)
+        let keys: Vec<f16> = (0..ctx * stride)
+            .map(|i| f16::from_f32(((i * 7919 % 101) as f32 - 50.0) * 0.031))
             .collect();
-        let values: Vec<f32> = (0..ctx * stride)
-            .map(|i| ((i * 104_729 % 97) as f32 - 48.0) * 0.017)
+        let values: Vec<f16> = (0..ctx * stride)
+            .map(|i| f16::from_f32(((i * 104_729 % 97) as f32 - 48.0) * 0.017))
             .collect();
         let q: Vec<f32> = (0..heads * hd)
             .map(|i| ((i * 31 % 23) as f32 - 11.0) * 0.2)

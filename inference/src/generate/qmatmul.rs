@@ -53,6 +53,13 @@
 //!   remaining difference from llama.cpp's logits, ~0.07 on average per step, is the same in
 //!   both orders and comes from elsewhere; see `docs/benchmarks/inference-generate.md`).
 //!
+//! The AVX-512 VNNI tier (`avx512f+bw+vl+vnni`) computes the same exact integer lanes with
+//! `vpdpbusd` on 64 bytes (two blocks or chunks per instruction; unsigned × signed bytes, so
+//! signed weights meet activations biased by +128 and an accumulator that starts at −128 × the
+//! weights' four-value sums) and applies the K-quant sub-block scales with `vpdpwssd`; its
+//! float steps are the AVX2 tier's, in the same order. `AIRLOCK_KERNEL_TIER=portable|avx2|avx512`
+//! forces a tier ([`KERNEL_TIER_ENV`]); a tier the CPU lacks is refused at model load.
+//!
 //! The portable tier does the same operations lane by lane (`f32::mul_add` is a correctly
 //! rounded FMA everywhere), so every tier gives bit-identical results, whatever the register
 //! tiling (each output's own operations and their order do not depend on it).
@@ -801,31 +808,174 @@ impl OwnWeight {
         }
     }
 
-    /// The same for CPUs with AVX-512 (the AVX2 kernels, compiled with the wider ISA enabled).
+    /// The tile with AVX-512 VNNI kernels: the same exact integer sums as the AVX2 tier, each
+    /// from `vpdpbusd` on 64 bytes (two 32-value blocks or chunks) instead of `vpmaddubsw` +
+    /// `vpmaddwd` on 32, and for K-quants the 16-bit scales applied by `vpdpwssd`; the float
+    /// steps (conversions, FMAs, horizontal sums) are the AVX2 tier's, in its order, so the
+    /// results are bit-identical. `biased` holds the activation bytes `+ 128` (as `u8`) for
+    /// the types with signed weights (Q5_0, Q8_0, Q6_K; see [`lanes_micro_vnni`]), empty
+    /// otherwise.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
-    fn tile_avx512(&self, first_col: usize, a: &Acts, first: usize, rows: usize, out: &mut [f32]) {
-        self.tile_avx2(first_col, a, first, rows, out)
+    #[allow(clippy::too_many_arguments)]
+    fn tile_avx512(
+        &self,
+        first_col: usize,
+        a: &Acts,
+        biased: &[u8],
+        first: usize,
+        rows: usize,
+        out: &mut [f32],
+    ) {
+        let k = self.k;
+        let cols = out.len() / rows;
+        let put = |out: &mut [f32], c: usize, r0: usize, v: &[f32]| {
+            for (i, &v) in v.iter().enumerate() {
+                out[(r0 + i) * cols + c] = v;
+            }
+        };
+        match (&self.kind, a) {
+            (Kind::Q4K { blocks } | Kind::Q6K { blocks }, Acts::Q8K(a)) => {
+                let q4k = matches!(self.kind, Kind::Q4K { .. });
+                let row_bytes = blocks.len() / self.n;
+                for c in 0..cols {
+                    let col = first_col + c;
+                    let w = &blocks[col * row_bytes..(col + 1) * row_bytes];
+                    macro_rules! run {
+                        ($q4k:literal) => {{
+                            let mut r = 0;
+                            while r + ROW_GROUP <= rows {
+                                let v = k_micro_vnni::<ROW_GROUP, $q4k>(w, a, biased, first + r, k);
+                                put(out, c, r, &v);
+                                r += ROW_GROUP;
+                            }
+                            match rows - r {
+                                3 => put(
+                                    out,
+                                    c,
+                                    r,
+                                    &k_micro_vnni::<3, $q4k>(w, a, biased, first + r, k),
+                                ),
+                                2 => put(
+                                    out,
+                                    c,
+                                    r,
+                                    &k_micro_vnni::<2, $q4k>(w, a, biased, first + r, k),
+                                ),
+                                1 => put(
+                                    out,
+                                    c,
+                                    r,
+                                    &k_micro_vnni::<1, $q4k>(w, a, biased, first + r, k),
+                                ),
+                                _ => {}
+                            }
+                        }};
+                    }
+                    if q4k { run!(true) } else { run!(false) }
+                }
+            }
+            (Kind::Q4_1 { d, .. }, Acts::Q8(a)) => {
+                let kb = k / QK;
+                let mut buf = vec![0i8; k];
+                let mut vals = vec![0f32; rows];
+                for c in 0..cols {
+                    let col = first_col + c;
+                    self.unpack_row_with(
+                        col,
+                        &mut buf,
+                        |qs, qh, dst| unpack_q5_0_avx2(qs, qh, dst),
+                        |qs, dst| unpack_q4_1_avx2(qs, dst),
+                    );
+                    let dw = &d[col * kb..(col + 1) * kb];
+                    for (r, v) in vals.iter_mut().enumerate() {
+                        let ar = first + r;
+                        let aq = &a.q[ar * k..(ar + 1) * k];
+                        *v = block_order_row_vnni(&buf, dw, aq, &a.d[ar * kb..(ar + 1) * kb]);
+                    }
+                    self.add_min_terms(col, a, first, &mut vals);
+                    put(out, c, 0, &vals);
+                }
+            }
+            (Kind::Q5_0 { .. } | Kind::Q8_0 { .. }, Acts::Q8(a)) => {
+                let kb = k / QK;
+                let mut buf = vec![0i8; k];
+                for c in 0..cols {
+                    let col = first_col + c;
+                    let w: &[i8] = match &self.kind {
+                        Kind::Q8_0 { qs, .. } => &qs[col * k..(col + 1) * k],
+                        _ => {
+                            self.unpack_row_with(
+                                col,
+                                &mut buf,
+                                |qs, qh, dst| unpack_q5_0_avx2(qs, qh, dst),
+                                |qs, dst| unpack_q4_1_avx2(qs, dst),
+                            );
+                            &buf
+                        }
+                    };
+                    let dw = &self.block_scales()[col * kb..(col + 1) * kb];
+                    let mut r = 0;
+                    while r + ROW_GROUP <= rows {
+                        let v = lanes_micro_vnni::<ROW_GROUP>(w, dw, a, biased, first + r, k);
+                        put(out, c, r, &v);
+                        r += ROW_GROUP;
+                    }
+                    match rows - r {
+                        3 => put(
+                            out,
+                            c,
+                            r,
+                            &lanes_micro_vnni::<3>(w, dw, a, biased, first + r, k),
+                        ),
+                        2 => put(
+                            out,
+                            c,
+                            r,
+                            &lanes_micro_vnni::<2>(w, dw, a, biased, first + r, k),
+                        ),
+                        1 => put(
+                            out,
+                            c,
+                            r,
+                            &lanes_micro_vnni::<1>(w, dw, a, biased, first + r, k),
+                        ),
+                        _ => {}
+                    }
+                }
+            }
+            _ => unreachable!("activation form does not match the weight type"),
+        }
+    }
+
+    /// Whether the VNNI tier reads the activations biased by 128 (signed weight values).
+    fn needs_biased_acts(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::Q5_0 { .. } | Kind::Q8_0 { .. } | Kind::Q6K { .. }
+        )
     }
 
     /// Runs one tile with the widest instruction set the CPU has. Integer sums are exact, each
     /// lane's FMA is one correctly rounded operation in every tier and the float operations
     /// happen in the same order, so all tiers give bit-identical results (tested).
-    #[allow(unsafe_code)]
+    #[allow(unsafe_code, clippy::too_many_arguments)]
     fn tile(
         &self,
         tier: Tier,
         first_col: usize,
         a: &Acts,
+        biased: &[u8],
         first: usize,
         rows: usize,
         out: &mut [f32],
     ) {
         match tier {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Tier::Avx512` is only chosen after `is_x86_feature_detected!` confirmed
-            // every feature `tile_avx512` enables; it has no other precondition.
-            Tier::Avx512 => unsafe { self.tile_avx512(first_col, a, first, rows, out) },
+            // SAFETY: a `Tier::Avx512` value only exists after `is_x86_feature_detected!`
+            // confirmed every feature `tile_avx512` enables (`Tier::supported`); it has no
+            // other precondition.
+            Tier::Avx512 => unsafe { self.tile_avx512(first_col, a, biased, first, rows, out) },
             #[cfg(target_arch = "x86_64")]
             // SAFETY: as above, for AVX2 and FMA.
             Tier::Avx2 => unsafe { self.tile_avx2(first_col, a, first, rows, out) },
@@ -858,6 +1008,18 @@ impl OwnWeight {
         debug_assert_eq!(x.len(), rows * self.k);
         let n = self.n;
         let a = self.quantize(tier, x, rows);
+        #[cfg(target_arch = "x86_64")]
+        let biased: Vec<u8> = if tier == Tier::Avx512 && self.needs_biased_acts() {
+            let q = match &a {
+                Acts::Q8(a) => &a.q,
+                Acts::Q8K(a) => &a.q,
+            };
+            q.iter().map(|&v| v as u8 ^ 0x80).collect()
+        } else {
+            Vec::new()
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let biased: Vec<u8> = Vec::new();
         let ct = match self.kind {
             Kind::Q4K { .. } | Kind::Q6K { .. } => KCOL_TILE,
             _ => COL_TILE,
@@ -878,7 +1040,7 @@ impl OwnWeight {
             // One row: the tiles' `[1][cols]` layout is the output's.
             y.par_chunks_mut(ct)
                 .enumerate()
-                .for_each(|(t, out)| self.tile(tier, t * ct, &a, 0, 1, out));
+                .for_each(|(t, out)| self.tile(tier, t * ct, &a, &biased, 0, 1, out));
             return y;
         }
         for first in (0..rows).step_by(block_rows) {
@@ -888,7 +1050,7 @@ impl OwnWeight {
             tiles
                 .par_chunks_mut(nr * ct)
                 .enumerate()
-                .for_each(|(t, out)| self.tile(tier, t * ct, &a, first, nr, out));
+                .for_each(|(t, out)| self.tile(tier, t * ct, &a, &biased, first, nr, out));
             let tiles = &*tiles;
             y[first * n..(first + nr) * n]
                 .par_chunks_mut(n)
@@ -1223,6 +1385,290 @@ fn k_tile_avx2<const Q4K: bool>(
     }
 }
 
+/// The first 64 bytes of `s` (`i8` or `u8` values) into a register.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+#[allow(unsafe_code)]
+fn load_512<T: Copy>(s: &[T]) -> std::arch::x86_64::__m512i {
+    assert!(std::mem::size_of_val(s) >= 64);
+    // SAFETY: `s` holds at least 64 bytes (asserted above); `loadu` has no alignment
+    // requirement.
+    unsafe { std::arch::x86_64::_mm512_loadu_si512(s.as_ptr().cast()) }
+}
+
+/// The low and high 256-bit halves of a 512-bit register of floats (AVX-512F only: the
+/// `f32x8` extract would need AVX-512DQ).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[inline]
+fn halves_ps(
+    v: std::arch::x86_64::__m512,
+) -> (std::arch::x86_64::__m256, std::arch::x86_64::__m256) {
+    use std::arch::x86_64::{
+        _mm256_castpd_ps, _mm512_castps_pd, _mm512_castps512_ps256, _mm512_extractf64x4_pd,
+    };
+    (
+        _mm512_castps512_ps256(v),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+    )
+}
+
+/// The lanes-order dot products (Q5_0, Q8_0) of `R` activation rows (`first..first + R`)
+/// against one unpacked weight row `w` (block scales `dw`), with AVX-512 VNNI. Lane `j` of a
+/// block is `Σ_{t<4} w[4j+t]·a[4j+t]`, exactly as in the other tiers, computed as
+/// `vpdpbusd(−128·Σ w, a + 128, w)`: `vpdpbusd` multiplies unsigned by signed bytes, so the
+/// activations come biased to `u8` (`biased`, in `[1, 255]`) and the accumulator starts at
+/// minus the bias times the weights' four-value sums (one `vpdpbusd` per weight block, shared
+/// by the `R` rows). The integer result is exact (|Σ| ≤ 4·255·128), so it equals the AVX2
+/// tier's `vpmaddubsw` + `vpmaddwd` lanes; then per block one FMA with `d_w·d_a` into the
+/// lane accumulators, block after block, and `hsum_float_8` — the AVX2 tier's float steps.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+#[inline]
+fn lanes_micro_vnni<const R: usize>(
+    w: &[i8],
+    dw: &[f32],
+    a: &Q8Rows,
+    biased: &[u8],
+    first: usize,
+    k: usize,
+) -> [f32; R] {
+    use std::arch::x86_64::*;
+    let kb = k / QK;
+    assert!(w.len() >= k && dw.len() >= kb && biased.len() >= (first + R) * k);
+    let ar: [&[u8]; R] = std::array::from_fn(|r| &biased[(first + r) * k..(first + r + 1) * k]);
+    let ad: [&[f32]; R] = std::array::from_fn(|r| &a.d[(first + r) * kb..(first + r + 1) * kb]);
+    let mut acc = [_mm256_setzero_ps(); R];
+    let (zero, bias) = (_mm512_setzero_si512(), _mm512_set1_epi8(0x80u8 as i8));
+    let pairs = kb / 2;
+    for p in 0..pairs {
+        let b = 2 * p;
+        let wv = load_512(&w[b * QK..]);
+        let init = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, wv));
+        for r in 0..R {
+            let lanes = _mm512_dpbusd_epi32(init, load_512(&ar[r][b * QK..]), wv);
+            let (lo, hi) = halves_ps(_mm512_cvtepi32_ps(lanes));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw[b] * ad[r][b]), lo, acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dw[b + 1] * ad[r][b + 1]), hi, acc[r]);
+        }
+    }
+    if kb % 2 == 1 {
+        let b = kb - 1;
+        let (zero, bias) = (_mm256_setzero_si256(), _mm256_set1_epi8(0x80u8 as i8));
+        let wv = load_256(&w[b * QK..]);
+        let init = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, bias, wv));
+        for r in 0..R {
+            let lanes = _mm256_dpbusd_epi32(init, load_256(&ar[r][b * QK..]), wv);
+            acc[r] = _mm256_fmadd_ps(
+                _mm256_set1_ps(dw[b] * ad[r][b]),
+                _mm256_cvtepi32_ps(lanes),
+                acc[r],
+            );
+        }
+    }
+    acc.map(|v| hsum_avx(v))
+}
+
+/// [`block_order_row_avx2`] with AVX-512 VNNI: each pair of blocks' eight-lane integer sums
+/// from one `vpdpbusd` (Q4_1's unpacked nibbles are unsigned, so no bias is needed), the same
+/// `vphaddd` tree per eight blocks and the same float steps.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+#[inline]
+fn block_order_row_vnni(w: &[i8], dw: &[f32], a: &[i8], da: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let kb = dw.len();
+    assert!(w.len() >= kb * QK && a.len() >= kb * QK && da.len() >= kb);
+    debug_assert!(w[..kb * QK].iter().all(|&v| v >= 0));
+    let zero = _mm512_setzero_si512();
+    // Lanes of blocks b and b + 1.
+    let quads2 = |b: usize| {
+        let q = _mm512_dpbusd_epi32(zero, load_512(&w[b * QK..]), load_512(&a[b * QK..]));
+        (_mm512_castsi512_si256(q), _mm512_extracti64x4_epi64::<1>(q))
+    };
+    let mut acc = 0f32;
+    let full = kb / 8 * 8;
+    for b0 in (0..full).step_by(8) {
+        let (q0, q1) = quads2(b0);
+        let (q2, q3) = quads2(b0 + 2);
+        let (q4, q5) = quads2(b0 + 4);
+        let (q6, q7) = quads2(b0 + 6);
+        let s01 = _mm256_hadd_epi32(q0, q1);
+        let s23 = _mm256_hadd_epi32(q2, q3);
+        let s45 = _mm256_hadd_epi32(q4, q5);
+        let s67 = _mm256_hadd_epi32(q6, q7);
+        let (lo, hi) = (_mm256_hadd_epi32(s01, s23), _mm256_hadd_epi32(s45, s67));
+        let sums = _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(lo, hi),
+            _mm256_permute2x128_si256::<0x31>(lo, hi),
+        );
+        let d = _mm256_mul_ps(load_f32x8(&dw[b0..]), load_f32x8(&da[b0..]));
+        let mut p = [0f32; 8];
+        store_f32x8(&mut p, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sums)));
+        for v in p {
+            acc += v;
+        }
+    }
+    for b in full..kb {
+        let s: i32 = w[b * QK..(b + 1) * QK]
+            .iter()
+            .zip(&a[b * QK..(b + 1) * QK])
+            .map(|(&x, &y)| i32::from(x) * i32::from(y))
+            .sum();
+        acc += (dw[b] * da[b]) * s as f32;
+    }
+    acc
+}
+
+/// [`k_micro_avx2`] with AVX-512 VNNI: two 32-value chunks per 512-bit register. Per (row,
+/// chunk pair) one `vpdpbusd` gives each chunk's eight exact four-product lanes (Q4_K: the
+/// unsigned nibbles times the signed activations; Q6_K: the biased activations `a + 128`
+/// times the signed values `q − 32`, the accumulator starting at `−128·Σ q` as in
+/// [`lanes_micro_vnni`]), and one `vpdpwssd` multiplies them by the lanes' 16-bit scales and
+/// adds them into the sums (each lane is below 2¹⁵ in magnitude, so its low 16 bits are the
+/// value; the scales' high 16 bits are zero). Per super-block the two chunks' halves are added
+/// (integers: the same sums as the AVX2 tier's) and the float steps are the AVX2 tier's.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+#[inline]
+fn k_micro_vnni<const R: usize, const Q4K: bool>(
+    blocks: &[u8],
+    a: &Q8KRows,
+    biased: &[u8],
+    first: usize,
+    k: usize,
+) -> [f32; R] {
+    use std::arch::x86_64::*;
+    let nsb = k / QK_K;
+    let bytes = if Q4K { Q4_K_BYTES } else { Q6_K_BYTES };
+    assert_eq!(blocks.len(), nsb * bytes);
+    assert!(Q4K || biased.len() >= (first + R) * k);
+    let half_at = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f32();
+    let ar: [&[i8]; R] = std::array::from_fn(|r| &a.q[(first + r) * k..(first + r + 1) * k]);
+    let ab: [&[u8]; R] = std::array::from_fn(|r| {
+        if Q4K {
+            &[][..]
+        } else {
+            &biased[(first + r) * k..(first + r + 1) * k]
+        }
+    });
+    let zero = _mm512_setzero_si512();
+    let (m4, m3, m32, bias) = (
+        _mm512_set1_epi8(0x0F),
+        _mm512_set1_epi8(3),
+        _mm512_set1_epi8(32),
+        _mm512_set1_epi8(0x80u8 as i8),
+    );
+    let mut acc = [_mm256_setzero_ps(); R];
+    let mut acc_m = [_mm_setzero_ps(); R];
+    for (sb, b) in blocks.chunks_exact(bytes).enumerate() {
+        let mut sumi = [zero; R];
+        let mut mins = _mm_setzero_si128();
+        if Q4K {
+            // ggml's `utmp` unpacking, as in `k_micro_avx2`.
+            let u = |i: usize| u32::from_le_bytes([b[4 + i], b[5 + i], b[6 + i], b[7 + i]]);
+            let (u0, u1, u2) = (u(0), u(4), u(8));
+            let (k1, k2, k3) = (0x3f3f_3f3fu32, 0x0f0f_0f0fu32, 0x0303_0303u32);
+            let t3 = ((u2 >> 4) & k2) | (((u1 >> 6) & k3) << 4);
+            let t1 = (u2 & k2) | (((u0 >> 6) & k3) << 4);
+            let (t0, t2) = (u0 & k1, u1 & k1);
+            let sm = _mm_set_epi32(t3 as i32, t2 as i32, t1 as i32, t0 as i32);
+            mins = _mm256_extracti128_si256::<1>(_mm256_cvtepu8_epi16(sm));
+            // The eight chunk scales as 32-bit lanes (high halves zero).
+            let scales = _mm512_castsi256_si512(_mm256_cvtepu8_epi32(sm));
+            for j in 0..4 {
+                // Chunk 2j (low nibbles) in lanes 0-7, chunk 2j + 1 (high nibbles) in 8-15.
+                let idx = _mm512_set_epi64(
+                    0x0000_0001_0000_0001 * (2 * j as i64 + 1),
+                    0x0000_0001_0000_0001 * (2 * j as i64 + 1),
+                    0x0000_0001_0000_0001 * (2 * j as i64 + 1),
+                    0x0000_0001_0000_0001 * (2 * j as i64 + 1),
+                    0x0000_0001_0000_0001 * (2 * j as i64),
+                    0x0000_0001_0000_0001 * (2 * j as i64),
+                    0x0000_0001_0000_0001 * (2 * j as i64),
+                    0x0000_0001_0000_0001 * (2 * j as i64),
+                );
+                let s = _mm512_permutexvar_epi32(idx, scales);
+                let q = load_256(&b[16 + 32 * j..]);
+                let w = _mm512_and_si512(
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(q), _mm256_srli_epi16::<4>(q)),
+                    m4,
+                );
+                for r in 0..R {
+                    let x = load_512(&ar[r][sb * QK_K + 64 * j..]);
+                    let p = _mm512_dpbusd_epi32(zero, w, x);
+                    sumi[r] = _mm512_dpwssd_epi32(sumi[r], p, s);
+                }
+            }
+        } else {
+            // Sixteen signed 8-bit scales as 32-bit lanes: low 16 bits the signed scale, high
+            // 16 bits zero.
+            let scales = _mm512_and_si512(
+                _mm512_cvtepi8_epi32(load_128(&b[192..])),
+                _mm512_set1_epi32(0xFFFF),
+            );
+            for n in 0..2 {
+                let ql = load_512(&b[64 * n..]);
+                let h = load_256(&b[128 + 32 * n..]);
+                let h2 =
+                    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(h), _mm256_srli_epi16::<2>(h));
+                // Chunks 4n, 4n + 1 (low nibbles, bit pairs 0 and 1) and 4n + 2, 4n + 3 (high
+                // nibbles, bit pairs 2 and 3).
+                let pairs = [
+                    (
+                        _mm512_and_si512(ql, m4),
+                        _mm512_slli_epi16::<4>(_mm512_and_si512(h2, m3)),
+                    ),
+                    (
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                        _mm512_slli_epi16::<4>(_mm512_and_si512(_mm512_srli_epi16::<4>(h2), m3)),
+                    ),
+                ];
+                for (p, (low, high)) in pairs.into_iter().enumerate() {
+                    let c = 4 * n + 2 * p;
+                    let w = _mm512_sub_epi8(_mm512_or_si512(low, high), m32);
+                    let init = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, bias, w));
+                    // Lanes 0-3 scale 2c, 4-7 scale 2c + 1, 8-11 scale 2c + 2, 12-15 scale 2c + 3.
+                    let e = |i: usize| (0x0000_0001_0000_0001 * (2 * c + i) as u64) as i64;
+                    let idx = _mm512_set_epi64(e(3), e(3), e(2), e(2), e(1), e(1), e(0), e(0));
+                    let s = _mm512_permutexvar_epi32(idx, scales);
+                    for r in 0..R {
+                        let x = load_512(&ab[r][sb * QK_K + c * QK..]);
+                        let q = _mm512_dpbusd_epi32(init, x, w);
+                        sumi[r] = _mm512_dpwssd_epi32(sumi[r], q, s);
+                    }
+                }
+            }
+        }
+        let dw = half_at(b, if Q4K { 0 } else { 208 });
+        for r in 0..R {
+            let da = a.d[(first + r) * nsb + sb];
+            let s = _mm256_add_epi32(
+                _mm512_castsi512_si256(sumi[r]),
+                _mm512_extracti64x4_epi64::<1>(sumi[r]),
+            );
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(da * dw), _mm256_cvtepi32_ps(s), acc[r]);
+        }
+        if Q4K {
+            let dmin = half_at(b, 2);
+            for (r, acc_m) in acc_m.iter_mut().enumerate() {
+                let ab = (first + r) * nsb + sb;
+                let prod = _mm_madd_epi16(mins, load_128(&a.sums[ab * CHUNKS..]));
+                *acc_m = _mm_fmadd_ps(_mm_set1_ps(-a.d[ab] * dmin), _mm_cvtepi32_ps(prod), *acc_m);
+            }
+        }
+    }
+    let mut out = [0f32; R];
+    for r in 0..R {
+        out[r] = hsum_avx(acc[r]);
+        if Q4K {
+            out[r] += hsum4_avx(acc_m[r]);
+        }
+    }
+    out
+}
+
 /// One Q5_0 block (16 bytes of nibbles `qs`, fifth bits `qh`) as 32 values
 /// `(nibble | fifth bit << 4) − 16`, portable code: the fifth bits become 0x10 / 0 bytes by four
 /// table lookups.
@@ -1404,7 +1850,9 @@ fn fma_block_avx2(acc: &mut Lanes, d: f32, w: &[i8], a: &[i8], lanes: bool) {
     }
 }
 
-/// Instruction-set tier of the own kernels, detected once.
+/// Instruction-set tier of the own kernels, detected once (or forced by
+/// [`KERNEL_TIER_ENV`]). A value other than `Generic` only exists for a CPU that has every
+/// feature of its kernels ([`Tier::supported`]), which is what makes calling them sound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tier {
     Generic,
@@ -1414,31 +1862,99 @@ enum Tier {
     Avx512,
 }
 
+/// Environment variable forcing a kernel tier: `portable`, `avx2` or `avx512` (AVX-512
+/// F/BW/VL + VNNI). A tier the CPU lacks is refused: [`kernel_tier`] returns the error (model
+/// loading fails with it) and the kernels never run instructions the CPU does not have.
+pub const KERNEL_TIER_ENV: &str = "AIRLOCK_KERNEL_TIER";
+
 impl Tier {
-    fn detect() -> Self {
-        static TIER: std::sync::OnceLock<Tier> = std::sync::OnceLock::new();
-        *TIER.get_or_init(|| {
+    /// The name used by [`KERNEL_TIER_ENV`] and in bench output.
+    fn name(self) -> &'static str {
+        match self {
+            Tier::Generic => "portable",
             #[cfg(target_arch = "x86_64")]
+            Tier::Avx2 => "avx2",
+            #[cfg(target_arch = "x86_64")]
+            Tier::Avx512 => "avx512",
+        }
+    }
+
+    /// Every tier this CPU can run, the portable one first and the widest last.
+    fn supported() -> Vec<Tier> {
+        #[allow(unused_mut)]
+        let mut tiers = vec![Tier::Generic];
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            tiers.push(Tier::Avx2);
+            if is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512vnni")
             {
-                let f = |name: &str| match name {
-                    "avx512" => {
-                        is_x86_feature_detected!("avx512f")
-                            && is_x86_feature_detected!("avx512bw")
-                            && is_x86_feature_detected!("avx512vl")
-                            && is_x86_feature_detected!("avx512vnni")
-                    }
-                    _ => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
-                };
-                if f("avx512") && f("avx2") {
-                    return Tier::Avx512;
-                }
-                if f("avx2") {
-                    return Tier::Avx2;
-                }
+                tiers.push(Tier::Avx512);
             }
-            Tier::Generic
+        }
+        tiers
+    }
+
+    /// The tier named by `request` (`None`: the widest supported one).
+    fn choose(request: Option<&str>) -> Result<Tier, String> {
+        let supported = Self::supported();
+        let Some(name) = request.map(str::trim).filter(|s| !s.is_empty()) else {
+            return Ok(*supported.last().unwrap_or(&Tier::Generic));
+        };
+        let known = ["portable", "avx2", "avx512"];
+        if !known.contains(&name) {
+            return Err(format!(
+                "{KERNEL_TIER_ENV}={name:?} is not a kernel tier (one of {})",
+                known.join(", ")
+            ));
+        }
+        supported
+            .iter()
+            .copied()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| {
+                format!(
+                    "{KERNEL_TIER_ENV}={name}: this CPU lacks the instructions of that tier \
+                     (supported: {})",
+                    supported
+                        .iter()
+                        .map(|t| t.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+    }
+
+    /// The tier every call uses: [`KERNEL_TIER_ENV`] if set and supported, else the widest.
+    fn detect() -> Self {
+        match Self::selected() {
+            Ok(t) => *t,
+            // Refused (logged once, and `DecoderModel::load` fails with the message): the widest
+            // supported tier, so nothing unsupported can run whatever the caller does.
+            Err(_) => *Self::supported().last().unwrap_or(&Tier::Generic),
+        }
+    }
+
+    fn selected() -> &'static Result<Tier, String> {
+        static TIER: std::sync::OnceLock<Result<Tier, String>> = std::sync::OnceLock::new();
+        TIER.get_or_init(|| {
+            let request = std::env::var(KERNEL_TIER_ENV).ok();
+            let t = Self::choose(request.as_deref());
+            match &t {
+                Ok(t) => tracing::debug!(tier = t.name(), "quantized kernel tier"),
+                Err(e) => tracing::error!("{e}"),
+            }
+            t
         })
     }
+}
+
+/// The quantized-kernel tier in use (`portable`, `avx2` or `avx512`), or why the one forced by
+/// [`KERNEL_TIER_ENV`] is refused.
+pub fn kernel_tier() -> Result<&'static str, String> {
+    Tier::selected().clone().map(Tier::name)
 }
 
 #[cfg(test)]
@@ -1493,9 +2009,30 @@ mod tests {
         }
     }
 
+    /// The SIMD tiers this CPU has, with a clear note for the ones it lacks.
+    fn simd_tiers() -> Vec<Tier> {
+        let tiers = Tier::supported();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if !tiers.contains(&Tier::Avx2) {
+                println!("skipped: no AVX2+FMA");
+            }
+            if !tiers.contains(&Tier::Avx512) {
+                println!("skipped: no AVX-512 VNNI (avx512f+bw+vl+vnni)");
+            }
+        }
+        tiers.into_iter().filter(|&t| t != Tier::Generic).collect()
+    }
+
     #[test]
     fn every_tier_is_bit_identical_to_the_generic_code() {
-        let tiers = [Tier::Generic, Tier::detect()];
+        for tier in simd_tiers() {
+            every_tier_case(tier);
+        }
+    }
+
+    fn every_tier_case(tier: Tier) {
+        let tiers = [Tier::Generic, tier];
         // Shapes with leftover rows (1-3 after groups of four), leftover columns (odd counts,
         // partial column tiles) and, for the last of each, more rows than one row block.
         let blocks = [
@@ -1540,6 +2077,134 @@ mod tests {
                     "{dtype:?} {n}x{k} rows {rows} tier {:?}",
                     tiers[1]
                 );
+            }
+        }
+    }
+
+    /// xorshift64 stream for the random-block tests.
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    /// A weight of `dtype` made of random bytes (every bit pattern of the values, the fifth
+    /// bits and the K-quant scales; the f16 scales random but finite), not a quantized matrix.
+    fn random_weight(
+        dtype: GgmlDType,
+        n: usize,
+        k: usize,
+        next: &mut impl FnMut() -> u64,
+    ) -> OwnWeight {
+        let scale = |next: &mut dyn FnMut() -> u64| {
+            // A finite f16 between 2⁻¹⁴ and 2, either sign.
+            let bits = ((next() as u16) & 0x83ff) | (((next() % 15) as u16 + 1) << 10);
+            f16::from_bits(bits)
+        };
+        let bytes = |len: usize, next: &mut dyn FnMut() -> u64| -> Vec<u8> {
+            (0..len).map(|_| next() as u8).collect()
+        };
+        let nb = n * k / QK;
+        let kind = match dtype {
+            GgmlDType::Q4_1 => Kind::Q4_1 {
+                d: (0..nb).map(|_| scale(next).to_f32()).collect(),
+                m: (0..nb).map(|_| scale(next).to_f32()).collect(),
+                qs: bytes(nb * 16, next),
+            },
+            GgmlDType::Q5_0 => Kind::Q5_0 {
+                d: (0..nb).map(|_| scale(next).to_f32()).collect(),
+                qh: (0..nb).map(|_| next() as u32).collect(),
+                qs: bytes(nb * 16, next),
+            },
+            GgmlDType::Q8_0 => Kind::Q8_0 {
+                d: (0..nb).map(|_| scale(next).to_f32()).collect(),
+                qs: bytes(nb * QK, next).into_iter().map(|b| b as i8).collect(),
+            },
+            GgmlDType::Q4K | GgmlDType::Q6K => {
+                let q4k = dtype == GgmlDType::Q4K;
+                let size = if q4k { Q4_K_BYTES } else { Q6_K_BYTES };
+                let mut blocks = bytes(n * k / QK_K * size, next);
+                for b in blocks.chunks_exact_mut(size) {
+                    let at = if q4k { [0, 2] } else { [208, 208] };
+                    for i in at {
+                        b[i..i + 2].copy_from_slice(&scale(next).to_le_bytes());
+                    }
+                }
+                if q4k {
+                    Kind::Q4K { blocks }
+                } else {
+                    Kind::Q6K { blocks }
+                }
+            }
+            other => panic!("{other:?}"),
+        };
+        OwnWeight { n, k, kind }
+    }
+
+    #[test]
+    fn every_tier_is_bit_identical_on_random_blocks() {
+        let tiers = simd_tiers();
+        let mut next = xorshift(0x243f_6a88_85a3_08d3);
+        let blocks = [
+            (1, 32, 1),
+            (17, 96, 3),
+            (9, 160, 7),
+            (33, 896, 5),
+            (8, 64, 70),
+        ];
+        let k_quants = [(1, 256, 1), (9, 256, 2), (17, 768, 7), (5, 512, 70)];
+        for (dtype, shapes) in [
+            (GgmlDType::Q4_1, &blocks[..]),
+            (GgmlDType::Q5_0, &blocks[..]),
+            (GgmlDType::Q8_0, &blocks[..]),
+            (GgmlDType::Q4K, &k_quants[..]),
+            (GgmlDType::Q6K, &k_quants[..]),
+        ] {
+            for &(n, k, rows) in shapes {
+                for rep in 0..3 {
+                    let own = random_weight(dtype, n, k, &mut next);
+                    // Activations of mixed magnitudes, with an outlier per row (the quantized
+                    // values then reach ±127 and the small ones round to few bits).
+                    let x: Vec<f32> = (0..rows * k)
+                        .map(|i| {
+                            let v = ((next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 8.0;
+                            if i % k == (rep * 37) % k { v * 40.0 } else { v }
+                        })
+                        .collect();
+                    let want = own.matmul_with(Tier::Generic, &x, rows);
+                    for &tier in &tiers {
+                        let got = own.matmul_with(tier, &x, rows);
+                        let same = got
+                            .iter()
+                            .zip(&want)
+                            .all(|(g, w)| g.to_bits() == w.to_bits());
+                        assert!(
+                            same,
+                            "{dtype:?} {n}x{k} rows {rows} tier {tier:?}: {got:?} vs {want:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn forced_tier_is_refused_when_unknown_or_unsupported() {
+        assert_eq!(Tier::choose(Some("portable")), Ok(Tier::Generic));
+        assert_eq!(Tier::choose(None), Ok(*Tier::supported().last().unwrap()));
+        let e = Tier::choose(Some("avx9000")).unwrap_err();
+        assert!(e.contains("not a kernel tier"), "{e}");
+        for name in ["avx2", "avx512"] {
+            match Tier::supported().iter().find(|t| t.name() == name) {
+                Some(&t) => assert_eq!(Tier::choose(Some(name)), Ok(t)),
+                None => {
+                    let e = Tier::choose(Some(name)).unwrap_err();
+                    assert!(e.contains("lacks"), "{e}");
+                }
             }
         }
     }
@@ -1919,7 +2584,7 @@ mod tests {
             let a = quantize_q8k_generic(&x, rows);
             let nsb = k / QK_K;
             let row_bytes = data.len() / n;
-            for tier in [Tier::Generic, Tier::detect()] {
+            for tier in Tier::supported() {
                 let got = own.matmul_with(tier, &x, rows);
                 for r in 0..rows {
                     for c in 0..n {
@@ -2000,6 +2665,11 @@ mod timing {
     #[ignore]
     fn kernel_timings() {
         let only = std::env::var("AIRLOCK_KERNEL").unwrap_or_default();
+        println!(
+            "tier {} ({KERNEL_TIER_ENV}={:?})",
+            Tier::detect().name(),
+            std::env::var(KERNEL_TIER_ENV).ok()
+        );
         for (dtype, n, k) in [
             (GgmlDType::Q4_1, 1536, 576),
             (GgmlDType::Q5_0, 4864, 896),

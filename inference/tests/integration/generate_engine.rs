@@ -424,3 +424,64 @@ fn batch_has_its_own_queue_limit() {
         assert_eq!(collect(s).tokens.len(), 2);
     }
 }
+
+#[test]
+fn shared_prefix_is_computed_once_and_reused_bit_identically() {
+    // A "system prompt" prefix (the first 37 ids of a 57-id fixture prompt, not a multiple of
+    // the prefill chunk) followed by different "user" tails: two other fixture prompts.
+    let cases = prompts();
+    let prefix: Vec<u32> = cases[4].0[..37].to_vec();
+    let with_tail = |i: usize| -> Vec<u32> {
+        let mut p = prefix.clone();
+        p.extend_from_slice(&cases[i].0);
+        p
+    };
+    let (a, b) = (with_tail(1), with_tail(2));
+    let cold_cfg = EngineConfig {
+        prefill_chunk: 16,
+        ..EngineConfig::default()
+    };
+    // Cold reference: no shared prefix.
+    let cold = engine(cold_cfg.clone());
+    let cold_b = collect(cold.submit(req(&b, 24)).unwrap());
+    assert_eq!(cold.metrics().prefix_hits, 0);
+
+    let e = engine(cold_cfg);
+    e.set_shared_prefix(prefix.clone());
+    // The first request fills the prefix's KV (a miss)...
+    let first = collect(e.submit(req(&a, 8)).unwrap());
+    assert!(!first.tokens.is_empty());
+    let m1 = e.metrics();
+    assert_eq!((m1.prefix_hits, m1.prefix_tokens_saved), (0, 0));
+    assert_eq!(m1.prompt_tokens_processed, a.len() as u64);
+    // ... which stays counted in the KV bytes while cached.
+    assert!(
+        m1.kv_bytes > 0,
+        "the cached prefix is counted in the KV budget"
+    );
+    // The second one starts from it: only its own tail is prefilled, and its output is the
+    // cold run's.
+    let warm_b = collect(e.submit(req(&b, 24)).unwrap());
+    let m2 = e.metrics();
+    assert_eq!(m2.prefix_hits, 1);
+    assert_eq!(m2.prefix_tokens_saved, prefix.len() as u64);
+    assert_eq!(
+        m2.prompt_tokens_processed - m1.prompt_tokens_processed,
+        (b.len() - prefix.len()) as u64
+    );
+    assert_eq!(
+        warm_b.tokens, cold_b.tokens,
+        "prefix reuse changed the output"
+    );
+    assert_eq!(warm_b.usage.prompt_tokens, b.len());
+
+    // A prompt that only shares part of the prefix is not a hit (nothing partial is reused).
+    let partial: Vec<u32> = prefix[..30].iter().chain(&b[37..]).copied().collect();
+    let _ = collect(e.submit(req(&partial, 2)).unwrap());
+    assert_eq!(e.metrics().prefix_hits, 1);
+    // A new prefix replaces the old one and its KV.
+    e.set_shared_prefix(Vec::new());
+    let _ = collect(e.submit(req(&b, 2)).unwrap());
+    assert_eq!(e.metrics().prefix_hits, 1);
+    assert_eq!(e.metrics().kv_bytes, 0);
+}
