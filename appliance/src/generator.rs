@@ -89,6 +89,25 @@ impl Generator {
         Ok(ids)
     }
 
+    /// The token ids every RAG prompt starts with: the templated fixed system prompt up to where
+    /// the user's turn begins. Found as the common token prefix of two renderings that differ
+    /// only in the user's text, less one token (a tokenizer may merge across the boundary), so
+    /// it holds nothing but platform text, identical for every user.
+    pub fn shared_prefix_ids(&self) -> Result<Vec<u32>, ApiError> {
+        let render = |q: &str| {
+            self.prompt_ids(&[
+                (
+                    Role::System,
+                    airlock_rag::prompt::RAG_SYSTEM_PROMPT.to_string(),
+                ),
+                (Role::User, q.to_string()),
+            ])
+        };
+        let (a, b) = (render("1")?, render("Zebra?")?);
+        let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+        Ok(a[..common.saturating_sub(1)].to_vec())
+    }
+
     /// Queues a generation; events arrive on the stream. Dropping the stream cancels the
     /// sequence at the engine's next step.
     pub fn submit(&self, prompt: Vec<u32>, params: SamplingParams) -> Result<Stream, ApiError> {

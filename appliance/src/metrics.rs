@@ -132,6 +132,11 @@ pub struct Metrics {
     pub engine_active: Gauge,
     /// `airlock_kv_bytes`: KV cache bytes held by the engine.
     pub kv_bytes: Gauge,
+    /// `airlock_prefix_cache_hits`: requests whose shared system-prompt prefix KV was reused
+    /// (since start; a gauge copied from the engines' counters).
+    pub prefix_hits: Gauge,
+    /// `airlock_prefix_cache_tokens_saved`: prompt tokens not prefilled thanks to it.
+    pub prefix_tokens_saved: Gauge,
     /// `airlock_generated_tokens_total`.
     pub generated_tokens: Counter,
     /// `airlock_prompt_tokens_total`.
@@ -204,6 +209,8 @@ impl Metrics {
             cancelled: Counter::default(),
             engine_active: Gauge::default(),
             kv_bytes: Gauge::default(),
+            prefix_hits: Gauge::default(),
+            prefix_tokens_saved: Gauge::default(),
             generated_tokens: Counter::default(),
             prompt_tokens: Counter::default(),
             bundle_info: Family::default(),
@@ -321,6 +328,16 @@ impl Metrics {
             "kv_bytes",
             "Bytes of KV cache held by the engine",
             m.kv_bytes.clone(),
+        );
+        r.register(
+            "prefix_cache_hits",
+            "Requests that reused the shared system-prompt prefix KV (since start)",
+            m.prefix_hits.clone(),
+        );
+        r.register(
+            "prefix_cache_tokens_saved",
+            "Prompt tokens not prefilled thanks to the shared system-prompt prefix (since start)",
+            m.prefix_tokens_saved.clone(),
         );
         r.register(
             "generated_tokens",

@@ -141,13 +141,17 @@ impl Services {
 
     /// Copies the engines' counters into the metrics before an exposition.
     pub fn refresh_engine_gauges(&self, metrics: &Metrics) {
-        let (mut active, mut kv) = (0i64, 0i64);
+        let (mut active, mut kv, mut hits, mut saved) = (0i64, 0i64, 0i64, 0i64);
         for g in &self.generators {
             let m = g.engine().metrics();
             active += m.active_sequences as i64;
             kv += m.kv_bytes as i64;
+            hits += m.prefix_hits as i64;
+            saved += m.prefix_tokens_saved as i64;
         }
         metrics.engine_active.set(active);
         metrics.kv_bytes.set(kv);
+        metrics.prefix_hits.set(hits);
+        metrics.prefix_tokens_saved.set(saved);
     }
 }

@@ -316,8 +316,21 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
         let files = catalogue.generator_files(entry).map_err(&model_err)?;
         let g = Generator::load(&entry.alias, &entry.id, &files, config.engine_config())
             .map_err(model_err)?;
+        // The fixed system prompt's KV is computed once and shared by every request (platform
+        // text only: nothing a user typed is ever shared across requests).
+        let prefix_len = match g.shared_prefix_ids() {
+            Ok(prefix) => {
+                let n = prefix.len();
+                g.engine().set_shared_prefix(prefix);
+                n
+            }
+            Err(e) => {
+                tracing::warn!(model = %entry.id, error = %e, "no shared prompt prefix");
+                0
+            }
+        };
         tracing::info!(model = %entry.id, alias = %entry.alias, n_ctx = g.engine().n_ctx(),
-            "generator loaded");
+            shared_prefix_tokens = prefix_len, "generator loaded");
         generators.push(Arc::new(g));
     }
     if generators.is_empty() {

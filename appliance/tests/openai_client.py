@@ -56,12 +56,41 @@ def main() -> None:
     assert resp.choices[0].message.content, resp
     assert resp.usage.completion_tokens >= 1
 
-    # Errors surface as the client's typed exceptions.
+    # Errors surface as the client's typed exceptions, with the daemon's message (the
+    # problem's OpenAI-style `error` member).
     try:
         client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "hi"}])
         raise AssertionError("unknown model accepted")
-    except openai.NotFoundError:
-        pass
+    except openai.NotFoundError as e:
+        assert "no model `gpt-4`" in str(e), str(e)
+
+    # Fields the daemon does not implement are refused by name, not silently ignored.
+    refused = {
+        "tools": {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
+        "n": {"n": 2},
+        "response_format": {"response_format": {"type": "json_object"}},
+        "logprobs": {"logprobs": True},
+    }
+    for field, extra in refused.items():
+        try:
+            client.chat.completions.create(
+                model="airlock-small", messages=[{"role": "user", "content": "hi"}],
+                max_tokens=2, **extra)
+            raise AssertionError(f"{field} accepted")
+        except openai.BadRequestError as e:
+            assert e.code == "unsupported_parameter", (field, e.code, e.body)
+            assert e.param == field, (field, e.param)
+            assert field in e.message, e.message
+
+    # stream_options.include_usage: the last chunk has no choices and the usage.
+    stream = client.chat.completions.create(
+        model="airlock-small",
+        messages=[{"role": "user", "content": "What is the minimum liquidity buffer?"}],
+        stream=True, max_tokens=4, stream_options={"include_usage": True})
+    last = None
+    for chunk in stream:
+        last = chunk
+    assert last is not None and last.choices == [] and last.usage.total_tokens > 0, last
     print(f"openai client ok: {chunks} chunks, {len(text)} chars streamed")
 
 

@@ -157,10 +157,24 @@ fn own_words(question: &str, keys: &[Key]) -> Vec<String> {
         .collect()
 }
 
-fn opens_as_follow_up(question: &str) -> bool {
+/// The question's opener, if it opens as a follow-up, and whether what follows the opener is
+/// a question of its own ("And how large is …?") rather than a bare subject ("And the X?",
+/// "How about the Y?").
+fn opener(question: &str) -> Option<bool> {
     let q = question.trim_start().to_lowercase().replace('’', "'");
-    OPENERS.iter().any(|o| q.starts_with(o)) || q == "and"
+    if q == "and" {
+        return Some(false);
+    }
+    let o = OPENERS.iter().find(|o| q.starts_with(**o))?;
+    let rest = airlock_text::words(&q[o.len()..]);
+    Some(rest.first().is_some_and(|w| ASKING.contains(&w.as_str())))
 }
+
+/// Words that open a question of its own.
+const ASKING: &[&str] = &[
+    "what", "which", "who", "whom", "whose", "when", "where", "why", "how", "is", "are", "was",
+    "were", "does", "do", "did", "can", "could", "will", "would", "has", "have", "should",
+];
 
 /// A pronoun pointing back; `that`/`this` count as determiners ("that deal") only, and only
 /// when the question names nothing of its own (else "the limit that applies to X").
@@ -179,13 +193,14 @@ fn carry(previous: &str, question: &str) -> String {
     let q_keys = keys(question);
     let names_own = q_keys.iter().any(|k| matches!(k, Key::Name(_)));
     let own = own_words(question, &q_keys);
-    let opener = opens_as_follow_up(question);
+    let opened = opener(question);
     let back = points_back(question, names_own);
-    if !opener && !back {
+    if opened.is_none() && !back {
         return question.to_string();
     }
     let p_keys = keys(previous);
-    let elliptical = own.len() < 2 || (opener && !back);
+    // Elliptical: asks nothing of its own ("And for X?", "How about the Y book?").
+    let elliptical = (!q_keys.is_empty() && own.len() < 2) || (opened == Some(false) && !back);
     if !elliptical {
         // Something new about the same subject: carry the subject over.
         let has_year = q_keys.iter().any(|k| matches!(k, Key::Year(_)));
@@ -383,6 +398,26 @@ mod tests {
                 "How about the corporate revolving credit book?"
             ),
             "What's the provisioning coverage for Stage 2 exposures in the Oslo SME book? corporate revolving credit"
+        );
+    }
+
+    #[test]
+    fn an_opener_followed_by_a_question_of_its_own_is_not_elliptical() {
+        // A new question after "And": the previous subject's names are carried (none here),
+        // the previous question's words are not.
+        assert_eq!(
+            carried(
+                "When does the annual pay review take effect?",
+                "And how large is the minimum liquidity buffer?"
+            ),
+            "And how large is the minimum liquidity buffer?"
+        );
+        assert_eq!(
+            carried(
+                "What margin was agreed on the loan to Brill Optics?",
+                "And what was the tenor?"
+            ),
+            "And what was the tenor? Brill Optics"
         );
     }
 

@@ -335,3 +335,43 @@ async fn include_usage_adds_a_usage_chunk_without_choices() {
     assert!(last["usage"]["total_tokens"].as_u64().unwrap() > 0);
     assert!(r.text.trim_end().ends_with("data: [DONE]"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fixed_system_prompt_prefix_is_prefilled_once_and_answers_are_unchanged() {
+    // Its own engine: the prefix is registered as start-up does for every generator.
+    let g = crate::support::load_smollm2();
+    let prefix = g.shared_prefix_ids().unwrap();
+    assert!(
+        prefix.len() > 50,
+        "the system prompt is most of it: {}",
+        prefix.len()
+    );
+    g.engine().set_shared_prefix(prefix.clone());
+    let t = TestApp::with_generator(crate::support::test_config(), g.clone());
+    let rita = seed(&t).await;
+    let ask =
+        |q: &'static str| json!({"messages": [{"role": "user", "content": q}], "max_tokens": 12});
+    let mut answers = Vec::new();
+    for q in [
+        "What maximum net debt to EBITDA was set for Aurora Freight?",
+        "What maximum net debt to EBITDA was set for Aurora Freight?",
+        "What is the tenor of the Fairhaven Shipping facility?",
+    ] {
+        let r = t
+            .call(
+                Method::POST,
+                "/v1/chat/completions",
+                Some(&rita),
+                Some(ask(q)),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        answers.push(r.json["choices"][0]["message"]["content"].clone());
+    }
+    let m = g.engine().metrics();
+    // The first request fills the prefix; the next two (another question too) reuse it.
+    assert_eq!(m.prefix_hits, 2, "{m:?}");
+    assert_eq!(m.prefix_tokens_saved, 2 * prefix.len() as u64, "{m:?}");
+    // Greedy: the same question gets the same answer cold and from the cached prefix.
+    assert_eq!(answers[0], answers[1]);
+}

@@ -129,13 +129,14 @@ fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
     );
     assert_eq!(report.leaks(), 0, "{:#?}", report.cases);
     assert!(report.cases.iter().all(|c| c.leaks.is_empty()));
-    assert_eq!(report.overall.cases, 19);
+    // golden.jsonl's 19 cases and followups.jsonl's 2 (asked after their history).
+    assert_eq!(report.overall.cases, 21);
     let phases: Vec<(&str, usize)> = report
         .per_phase
         .iter()
         .map(|(p, s)| (p.as_str(), s.cases))
         .collect();
-    assert_eq!(phases, [("after_delete", 2), ("v1", 13), ("v2", 4)]);
+    assert_eq!(phases, [("after_delete", 2), ("v1", 15), ("v2", 4)]);
     let kinds: Vec<&str> = report.per_kind.keys().map(String::as_str).collect();
     assert_eq!(
         kinds,
@@ -145,10 +146,20 @@ fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
             "acl_revoked",
             "answerable",
             "deleted",
+            "follow_up",
             "multi_doc",
             "near_duplicate"
         ]
     );
+    // The follow-ups: the first retrieves its document from the conversation, the second
+    // (about a document the user may not read) leaks nothing.
+    let fu: Vec<_> = report
+        .cases
+        .iter()
+        .filter(|c| c.id.starts_with("mini-fu-"))
+        .collect();
+    assert_eq!(fu.len(), 2);
+    assert!(fu.iter().all(|c| c.leaks.is_empty()), "{fu:#?}");
 
     // Metrics: in [0, 1], intervals bracket the mean, and the overall numbers agree with the
     // per-case scores and with the per-phase summaries.
@@ -182,7 +193,7 @@ fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
         assert!((weighted / n as f64 - overall.mean).abs() < 1e-9, "{name}");
     }
     let recalls: Vec<f64> = report.cases.iter().filter_map(|c| c.recall_10).collect();
-    assert_eq!(recalls.len(), 11, "cases with relevant documents");
+    assert_eq!(recalls.len(), 12, "cases with relevant documents");
     let mean = recalls.iter().sum::<f64>() / recalls.len() as f64;
     assert!((report.overall.metrics["recall_10"].mean - mean).abs() < 1e-9);
     assert!(
@@ -295,7 +306,7 @@ fn rung_sweep_scores_every_rung_on_the_same_cases() {
     let read =
         |p: PathBuf| -> Report { serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap() };
     let phased = read(out_dir.join("rung-0/report.json"));
-    assert_eq!(phased.overall.cases, 19, "rung 0 walks every phase");
+    assert_eq!(phased.overall.cases, 21, "rung 0 walks every phase");
     let rows: Vec<Report> = std::iter::once(read(out_dir.join("rung-0/final-state/report.json")))
         .chain((1..=3).map(|r| read(out_dir.join(format!("rung-{r}/report.json")))))
         .collect();
@@ -304,7 +315,7 @@ fn rung_sweep_scores_every_rung_on_the_same_cases() {
         assert_eq!(r.rung, Some(rung as u8));
         assert_eq!(r.leaks(), 0, "rung {rung}");
         assert_eq!(ids(r), ids(&rows[0]), "rung {rung} scored other cases");
-        assert!(r.overall.cases > 0 && r.overall.cases < 19);
+        assert!(r.overall.cases > 0 && r.overall.cases < 21);
     }
     let table = std::fs::read_to_string(out_dir.join("rungs.md")).unwrap();
     assert!(
@@ -393,7 +404,7 @@ async fn against_an_operators_daemon_with_given_tokens() {
     let report: Report =
         serde_json::from_slice(&std::fs::read(out_dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(report.leaks(), 0);
-    assert_eq!(report.overall.cases, 19);
+    assert_eq!(report.overall.cases, 21);
     assert_eq!(report.rung, None, "an operator's daemon chooses its rung");
     assert_eq!(report.bundle_version.as_deref(), Some("1.0.0-test"));
     assert!(
