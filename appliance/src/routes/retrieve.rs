@@ -20,9 +20,6 @@ use crate::state::AppState;
 use airlock_rag::prompt::snippet;
 use airlock_rag::{Ask, Purpose, Role, StageTimings};
 
-/// Most messages a retrieve conversation may hold (as a chat's).
-pub const MAX_MESSAGES: usize = crate::routes::chat::MAX_MESSAGES;
-
 /// Longest snippet, in bytes.
 pub const SNIPPET_BYTES: usize = 400;
 
@@ -113,24 +110,7 @@ pub async fn retrieve(
             return Err(ApiError::InvalidRequest("`query` must not be empty".into()));
         }
         (None, false) => vec![(Role::User, req.query.clone())],
-        (Some(m), true) => {
-            if !m
-                .iter()
-                .any(|m| Role::from_openai(&m.role) == Role::User && !m.content.trim().is_empty())
-            {
-                return Err(ApiError::InvalidRequest(
-                    "`messages` needs a non-empty user message".into(),
-                ));
-            }
-            if m.len() > MAX_MESSAGES {
-                return Err(ApiError::InvalidRequest(format!(
-                    "`messages` takes at most {MAX_MESSAGES} messages"
-                )));
-            }
-            m.iter()
-                .map(|m| (Role::from_openai(&m.role), m.content.clone()))
-                .collect()
-        }
+        (Some(m), true) => crate::routes::chat::conversation_of(m)?,
     };
     if !(1..=100).contains(&req.top_k) {
         return Err(ApiError::InvalidRequest(

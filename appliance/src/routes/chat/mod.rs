@@ -31,7 +31,7 @@ mod stream;
 mod thread;
 
 use request::pick_generator;
-pub(crate) use request::validate;
+pub(crate) use request::{conversation_of, validate};
 use stream::{Generation, complete, no_source_answer, sse, with_rung};
 use thread::TurnRecorder;
 
@@ -136,11 +136,7 @@ pub async fn completions(
     let generator = pick_generator(&services, req.model.as_deref(), plan.small_model)?;
     let model_alias = generator.alias.clone();
     let mut conversation: Vec<(Role, String)> = history;
-    conversation.extend(
-        req.messages
-            .iter()
-            .map(|m| (Role::from_openai(&m.role), m.content.clone())),
-    );
+    conversation.extend(conversation_of(&req.messages)?);
     let question = prompt::last_user_text(&conversation)
         .unwrap_or_default()
         .to_string();

@@ -12,22 +12,22 @@ use crate::services::Services;
 
 use super::{MAX_COMPLETION_TOKENS, MAX_MESSAGES};
 
-pub(crate) fn validate(req: &ChatRequest, default_max: u32) -> Result<SamplingParams, ApiError> {
-    if let Some((param, why)) = req.unsupported.refused() {
-        return Err(ApiError::UnsupportedParameter { param, why });
-    }
-    if req.messages.is_empty() {
+/// The messages as a conversation for the answer path: not empty, at most [`MAX_MESSAGES`],
+/// with a non-empty user message (chat and `/v1/retrieve` alike).
+pub(crate) fn conversation_of(
+    messages: &[crate::openai::ChatMessage],
+) -> Result<Vec<(Role, String)>, ApiError> {
+    if messages.is_empty() {
         return Err(ApiError::InvalidRequest(
             "`messages` must not be empty".into(),
         ));
     }
-    if req.messages.len() > MAX_MESSAGES {
+    if messages.len() > MAX_MESSAGES {
         return Err(ApiError::InvalidRequest(format!(
             "`messages` takes at most {MAX_MESSAGES} messages"
         )));
     }
-    if !req
-        .messages
+    if !messages
         .iter()
         .any(|m| Role::from_openai(&m.role) == Role::User && !m.content.trim().is_empty())
     {
@@ -35,6 +35,17 @@ pub(crate) fn validate(req: &ChatRequest, default_max: u32) -> Result<SamplingPa
             "`messages` needs a non-empty user message".into(),
         ));
     }
+    Ok(messages
+        .iter()
+        .map(|m| (Role::from_openai(&m.role), m.content.clone()))
+        .collect())
+}
+
+pub(crate) fn validate(req: &ChatRequest, default_max: u32) -> Result<SamplingParams, ApiError> {
+    if let Some((param, why)) = req.unsupported.refused() {
+        return Err(ApiError::UnsupportedParameter { param, why });
+    }
+    conversation_of(&req.messages)?;
     let max_tokens = req
         .max_completion_tokens
         .or(req.max_tokens)
