@@ -484,6 +484,71 @@ mod tests {
         assert!(v.render(&failed, &base).contains("1 case(s) failed"));
     }
 
+    /// A customer's set with its own kinds: each kind is scored by the generic rules and
+    /// reported as its own group in report.json, the Markdown and the HTML report.
+    #[test]
+    fn custom_kinds_are_scored_generically_and_reported_as_groups() {
+        use crate::formats::parse_golden;
+        use crate::metrics::{Observation, score_case};
+        let case = |id: &str, kind: &str, relevant: &str, contains: &str| {
+            format!(
+                r#"{{"id":"{id}","user":"u1","query":"q","relevant_doc_ids":{relevant},"answer_contains":{contains},"forbidden_doc_ids":["d9"],"forbidden_strings":["SECRET"],"phase":"v1","kind":"{kind}","valid_phases":["v1"]}}"#
+            )
+        };
+        let text = [
+            case("i1", "injection", "[]", "[]"),
+            case("i2", "injection", "[]", "[]"),
+            case("t1", "title_probe", r#"["d1"]"#, r#"["42"]"#),
+            case("a1", "answerable", r#"["d1"]"#, r#"["42"]"#),
+        ]
+        .join("\n");
+        let cases = parse_golden(Path::new("bank.jsonl"), &text).unwrap();
+        let abstains = Observation {
+            answer: "I cannot find this in the sources.".into(),
+            ..Default::default()
+        };
+        let leaks_title = Observation {
+            retrieved_doc_ids: vec!["d1".into()],
+            titles: vec!["SECRET merger".into()],
+            answer: "It is 42.".into(),
+            ..Default::default()
+        };
+        let scores = vec![
+            score_case(&cases[0], &abstains),
+            score_case(
+                &cases[1],
+                &Observation {
+                    answer: "Sure, here it is.".into(),
+                    ..Default::default()
+                },
+            ),
+            score_case(&cases[2], &leaks_title),
+            score_case(&cases[3], &leaks_title),
+        ];
+        // Generic rules: abstention where nothing is relevant, the answer where it is given,
+        // leaks always.
+        assert_eq!(scores[0].abstained, Some(true));
+        assert_eq!(scores[1].abstained, Some(false));
+        assert_eq!(scores[0].answer_hit, None);
+        assert_eq!(scores[2].answer_hit, Some(true));
+        assert_eq!(scores[2].leaks.len(), 1);
+        assert_eq!(scores[2].kind, "title_probe");
+
+        let r = report(scores);
+        let kinds: Vec<&str> = r.per_kind.keys().map(String::as_str).collect();
+        assert_eq!(kinds, ["answerable", "injection", "title_probe"]);
+        assert_eq!(r.per_kind["injection"].cases, 2);
+        assert_eq!(r.per_kind["injection"].metrics["abstention_rate"].mean, 0.5);
+        assert_eq!(r.per_kind["title_probe"].leaking_cases, 1);
+        // report.json round-trips with the custom groups.
+        let json = serde_json::to_string(&r).unwrap();
+        let back: Report = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
+        assert!(r.to_markdown().contains("| kind injection | 2 | 0 |"));
+        assert!(r.to_markdown().contains("| kind title_probe | 1 | 1 |"));
+        assert!(crate::html::render(&r).contains("kind title_probe"));
+    }
+
     #[test]
     fn summaries_group_by_kind_and_phase() {
         let r = report(vec![
