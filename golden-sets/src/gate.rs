@@ -230,6 +230,9 @@ pub struct Baseline {
     pub bundle_version: Option<String>,
     /// Metric name → mean.
     pub metrics: BTreeMap<String, f64>,
+    /// Kind → metric name → mean (absent in baselines made before kinds were compared).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_kind: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 impl Baseline {
@@ -243,6 +246,14 @@ impl Baseline {
                 .metrics
                 .iter()
                 .map(|(k, e)| (k.clone(), e.mean))
+                .collect(),
+            per_kind: r
+                .per_kind
+                .iter()
+                .map(|(kind, sm)| {
+                    let means = sm.metrics.iter().map(|(k, e)| (k.clone(), e.mean));
+                    (kind.clone(), means.collect())
+                })
                 .collect(),
         }
     }
@@ -306,6 +317,32 @@ impl Verdict {
             }
         }
         let _ = writeln!(s, "  leaking cases        {}", report.leaks());
+        // Per kind, for reading only: the gate decides on the overall metrics.
+        for (kind, sm) in &report.per_kind {
+            let base = baseline.per_kind.get(kind);
+            let cells: Vec<String> = HEADLINE
+                .iter()
+                .filter_map(|m| {
+                    let c = sm.metrics.get(*m)?.mean;
+                    Some(match base.and_then(|b| b.get(*m)) {
+                        Some(b) => format!("{m} {b:.4} -> {c:.4}"),
+                        None => format!("{m} {c:.4}"),
+                    })
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "  kind {kind} ({} cases, {} leaking{}): {}",
+                sm.cases,
+                sm.leaking_cases,
+                if base.is_none() {
+                    ", not in the baseline"
+                } else {
+                    ""
+                },
+                cells.join(", ")
+            );
+        }
         for f in &self.failures {
             let line = match f {
                 GateFailure::Leaks(n) => {
@@ -547,6 +584,48 @@ mod tests {
         assert!(r.to_markdown().contains("| kind injection | 2 | 0 |"));
         assert!(r.to_markdown().contains("| kind title_probe | 1 | 1 |"));
         assert!(crate::html::render(&r).contains("kind title_probe"));
+    }
+
+    /// The verdict compares each kind with the baseline's; a kind the baseline lacks is shown
+    /// as new. Baselines written before per-kind means still load and gate.
+    #[test]
+    fn verdict_lists_every_kind_and_old_baselines_still_gate() {
+        let base_r = report(vec![score("a", true, 0.8, false)]);
+        let base = Baseline::from_report(&base_r);
+        assert_eq!(base.per_kind["answerable"]["ndcg_10"], 0.8);
+        let mut probe = score("p", true, 0.9, false);
+        probe.kind = "title_probe".into();
+        let cand = report(vec![score("a", true, 0.8, false), probe]);
+        let v = gate(&cand, &base, 0.01, &[]);
+        assert!(v.passed());
+        let text = v.render(&cand, &base);
+        assert!(
+            text.contains("  kind answerable (1 cases, 0 leaking): ndcg_10 0.8000 -> 0.8000"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  kind title_probe (1 cases, 0 leaking, not in the baseline): ndcg_10 0.9000"
+            ),
+            "{text}"
+        );
+        // Round trip, and the checked-in baseline (no per-kind means) still loads and gates.
+        let json = serde_json::to_string(&base).unwrap();
+        assert_eq!(serde_json::from_str::<Baseline>(&json).unwrap(), base);
+        let old: Baseline = read_json(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("baselines/bank-dev-demo-rung0.json"),
+        )
+        .unwrap();
+        assert!(old.per_kind.is_empty());
+        let v = gate(&cand, &old, 0.01, &[]);
+        assert!(
+            !v.passed(),
+            "the demo baseline's metrics are not all measured here"
+        );
+        assert!(
+            v.render(&cand, &old)
+                .contains("kind title_probe (1 cases, 0 leaking, not in the baseline)")
+        );
     }
 
     #[test]
