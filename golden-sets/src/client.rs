@@ -2,7 +2,13 @@
 //!
 //! Evals go through the same API as users, so they measure what users get. Loopback only in
 //! practice; no TLS is compiled in.
+//!
+//! Every request carries `X-Airlock-Priority` ([`Priority::Batch`] unless told otherwise), so an
+//! eval yields to employees' questions. A `429` or `503` answer (the daemon shed the request, which
+//! changed nothing) is retried after its `Retry-After`, at most [`MAX_RETRIES`] times and waiting
+//! at most [`MAX_RETRY_WAIT`] each time; every other failure is returned at once.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -95,15 +101,64 @@ pub struct ChatOutcome {
     pub latency_ms: f64,
 }
 
+/// The priority the eval's requests ask for (`X-Airlock-Priority`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Priority {
+    /// Yields to interactive traffic; shed first under load (the default for evals).
+    #[default]
+    Batch,
+    /// Served like an employee's request: for latency measurements.
+    Interactive,
+}
+
+impl Priority {
+    /// The header value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Batch => "batch",
+            Priority::Interactive => "interactive",
+        }
+    }
+}
+
+/// How many times one request is retried after a `429` or `503` answer.
+pub const MAX_RETRIES: u32 = 5;
+/// The longest wait before a retry, whatever `Retry-After` asks for.
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+/// The wait before a retry when the answer has no usable `Retry-After` (delay-seconds).
+pub const DEFAULT_RETRY_WAIT: Duration = Duration::from_secs(1);
+
+/// The wait a `Retry-After` header value asks for (delay-seconds; an HTTP date or garbage gets
+/// [`DEFAULT_RETRY_WAIT`]), capped at [`MAX_RETRY_WAIT`].
+pub fn retry_wait(retry_after: Option<&str>) -> Duration {
+    retry_after
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map_or(DEFAULT_RETRY_WAIT, Duration::from_secs)
+        .min(MAX_RETRY_WAIT)
+}
+
+/// Where retry notices go (one line each).
+pub type RetryLog = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The body of a request.
+enum Body<'a> {
+    None,
+    Json(&'a Value),
+    Ndjson(&'a str),
+}
+
 /// A client bound to one daemon.
 #[derive(Clone)]
 pub struct Client {
     base: String,
     agent: ureq::Agent,
+    priority: Priority,
+    retry_log: RetryLog,
 }
 
 impl Client {
-    /// A client for `base` (e.g. `http://127.0.0.1:8080`), with a generous per-call timeout.
+    /// A client for `base` (e.g. `http://127.0.0.1:8080`), with a generous per-call timeout,
+    /// batch priority and retry notices on stderr.
     pub fn new(base: &str, timeout: Duration) -> Self {
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
@@ -113,7 +168,21 @@ impl Client {
         Client {
             base: base.trim_end_matches('/').to_owned(),
             agent,
+            priority: Priority::Batch,
+            retry_log: Arc::new(|line| eprintln!("{line}")),
         }
+    }
+
+    /// The same client asking for `priority`.
+    pub fn with_priority(mut self, priority: Priority) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// The same client sending retry notices to `log`.
+    pub fn with_retry_log(mut self, log: RetryLog) -> Self {
+        self.retry_log = log;
+        self
     }
 
     fn finish(
@@ -155,6 +224,75 @@ impl Client {
         })
     }
 
+    fn send_once(
+        &self,
+        method: &'static str,
+        path: &str,
+        token: Option<&str>,
+        body: &Body<'_>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        let url = format!("{}{}", self.base, path);
+        let auth = token.map(|t| format!("Bearer {t}"));
+        let priority = self.priority.as_str();
+        macro_rules! headers {
+            ($req:expr) => {{
+                let req = $req.header("X-Airlock-Priority", priority);
+                match &auth {
+                    Some(a) => req.header("Authorization", a),
+                    None => req,
+                }
+            }};
+        }
+        match (method, body) {
+            ("GET", _) => headers!(self.agent.get(&url)).call(),
+            ("DELETE", _) => headers!(self.agent.delete(&url)).call(),
+            (m, b) => {
+                let req = if m == "PUT" {
+                    self.agent.put(&url)
+                } else {
+                    self.agent.post(&url)
+                };
+                let req = headers!(req);
+                match b {
+                    Body::None => req.send_empty(),
+                    Body::Json(v) => req.send_json(v),
+                    Body::Ndjson(t) => req.header("Content-Type", "application/x-ndjson").send(*t),
+                }
+            }
+        }
+    }
+
+    /// Sends a request, retrying `429` and `503` answers after their `Retry-After` (see the
+    /// module docs); `retry: false` sends it once.
+    fn request(
+        &self,
+        method: &'static str,
+        path: &str,
+        token: Option<&str>,
+        body: Body<'_>,
+        retry: bool,
+    ) -> Result<Value, ApiError> {
+        let mut retries = 0;
+        loop {
+            let res = self.send_once(method, path, token, &body);
+            if let Ok(r) = &res {
+                let status = r.status().as_u16();
+                if retry && matches!(status, 429 | 503) && retries < MAX_RETRIES {
+                    retries += 1;
+                    let after = r.headers().get("retry-after").and_then(|v| v.to_str().ok());
+                    let wait = retry_wait(after);
+                    (self.retry_log)(&format!(
+                        "{method} {path}: HTTP {status}, retry {retries}/{MAX_RETRIES} in {} s",
+                        wait.as_secs_f64()
+                    ));
+                    std::thread::sleep(wait);
+                    continue;
+                }
+            }
+            return self.finish(method, path, res);
+        }
+    }
+
     fn send_json(
         &self,
         method: &'static str,
@@ -162,39 +300,18 @@ impl Client {
         token: &str,
         body: &Value,
     ) -> Result<Value, ApiError> {
-        let url = format!("{}{}", self.base, path);
-        let auth = format!("Bearer {token}");
-        let res = match method {
-            "PUT" => self
-                .agent
-                .put(&url)
-                .header("Authorization", &auth)
-                .send_json(body),
-            _ => self
-                .agent
-                .post(&url)
-                .header("Authorization", &auth)
-                .send_json(body),
-        };
-        self.finish(method, path, res)
+        self.request(method, path, Some(token), Body::Json(body), true)
     }
 
-    /// `GET /readyz` succeeded.
+    /// `GET /readyz` succeeded (asked once: a probe is not retried).
     pub fn ready(&self) -> bool {
-        let path = "/readyz";
-        let res = self.agent.get(format!("{}{path}", self.base)).call();
-        self.finish("GET", path, res).is_ok()
+        self.request("GET", "/readyz", None, Body::None, false)
+            .is_ok()
     }
 
     /// `GET /v1/info` as `token`: the installed bundle's version, if the daemon reports one.
     pub fn bundle_version(&self, token: &str) -> Result<Option<String>, ApiError> {
-        let path = "/v1/info";
-        let res = self
-            .agent
-            .get(format!("{}{path}", self.base))
-            .header("Authorization", &format!("Bearer {token}"))
-            .call();
-        let v = self.finish("GET", path, res)?;
+        let v = self.request("GET", "/v1/info", Some(token), Body::None, true)?;
         Ok(v["bundle_version"].as_str().map(str::to_owned))
     }
 
@@ -214,24 +331,19 @@ impl Client {
     /// `DELETE /v1/documents/{id}` (admin).
     pub fn delete_document(&self, admin: &str, doc_id: &str) -> Result<(), ApiError> {
         let path = format!("/v1/documents/{doc_id}");
-        let res = self
-            .agent
-            .delete(format!("{}{path}", self.base))
-            .header("Authorization", &format!("Bearer {admin}"))
-            .call();
-        self.finish("DELETE", &path, res).map(|_| ())
+        self.request("DELETE", &path, Some(admin), Body::None, true)
+            .map(|_| ())
     }
 
     /// `POST /v1/acl/sync` with a JSON Lines snapshot (admin); returns the counts.
     pub fn acl_sync(&self, admin: &str, ndjson: &str) -> Result<Value, ApiError> {
-        let path = "/v1/acl/sync";
-        let res = self
-            .agent
-            .post(format!("{}{path}", self.base))
-            .header("Authorization", &format!("Bearer {admin}"))
-            .header("Content-Type", "application/x-ndjson")
-            .send(ndjson);
-        self.finish("POST", path, res)
+        self.request(
+            "POST",
+            "/v1/acl/sync",
+            Some(admin),
+            Body::Ndjson(ndjson),
+            true,
+        )
     }
 
     /// `PUT /v1/acl/users/{id}` (admin).
@@ -347,4 +459,153 @@ fn messages(history: &[Turn], question: &str) -> serde_json::Value {
         .collect();
     out.push(json!({"role": "user", "content": question}));
     serde_json::Value::Array(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::Mutex;
+
+    /// One request as the server saw it: head (lower-cased) and when it arrived.
+    struct Seen {
+        head: String,
+        at: Instant,
+    }
+
+    /// A real HTTP/1.1 server on a loopback port answering the scripted responses (status,
+    /// extra header lines, body) in order, one per connection, then closing. Returns its base
+    /// URL and what it saw.
+    fn server(script: Vec<(u16, &'static str, &'static str)>) -> (String, Arc<Mutex<Vec<Seen>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            for (status, headers, body) in script {
+                let Ok((stream, _)) = listener.accept() else {
+                    return;
+                };
+                let mut reader = BufReader::new(stream);
+                let mut head = String::new();
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    head.push_str(&line.to_ascii_lowercase());
+                }
+                let len = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                let mut buf = vec![0; len];
+                let _ = reader.read_exact(&mut buf);
+                log.lock().unwrap().push(Seen {
+                    head,
+                    at: Instant::now(),
+                });
+                let mut stream = reader.into_inner();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n{headers}\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        (base, seen)
+    }
+
+    fn client(base: &str, lines: &Arc<Mutex<Vec<String>>>) -> Client {
+        let lines = lines.clone();
+        Client::new(base, Duration::from_secs(10))
+            .with_retry_log(Arc::new(move |l| lines.lock().unwrap().push(l.to_owned())))
+    }
+
+    #[test]
+    fn sends_batch_priority_and_retries_503_after_retry_after() {
+        let (base, seen) = server(vec![
+            (503, "Retry-After: 1\r\n", r#"{"type":"x/overloaded"}"#),
+            (200, "", r#"{"results":[]}"#),
+        ]);
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let r = client(&base, &lines)
+            .retrieve("tok", "q", 5, "hybrid")
+            .unwrap();
+        assert!(r.results.is_empty());
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 2, "one retry");
+        for s in seen.iter() {
+            assert!(
+                s.head.contains("x-airlock-priority: batch\r\n"),
+                "{}",
+                s.head
+            );
+            assert!(
+                s.head.contains("authorization: bearer tok\r\n"),
+                "{}",
+                s.head
+            );
+        }
+        let waited = seen[1].at - seen[0].at;
+        assert!(waited >= Duration::from_millis(950), "{waited:?}");
+        assert_eq!(
+            *lines.lock().unwrap(),
+            ["POST /v1/retrieve: HTTP 503, retry 1/5 in 1 s"]
+        );
+    }
+
+    #[test]
+    fn retries_429_a_bounded_number_of_times_and_never_other_errors() {
+        let script = vec![(429, "Retry-After: 0\r\n", "{}"); MAX_RETRIES as usize + 2];
+        let (base, seen) = server(script);
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let err = client(&base, &lines).issue_token("adm", "u1").unwrap_err();
+        assert_eq!(err.status(), Some(429));
+        assert_eq!(seen.lock().unwrap().len(), 1 + MAX_RETRIES as usize);
+        assert_eq!(lines.lock().unwrap().len(), MAX_RETRIES as usize);
+
+        for status in [500, 502, 504, 400, 401] {
+            let (base, seen) = server(vec![(status, "Retry-After: 0\r\n", "{}"), (200, "", "{}")]);
+            let err = client(&base, &lines)
+                .put_user("adm", "u1", &[])
+                .unwrap_err();
+            assert_eq!(err.status(), Some(status));
+            assert_eq!(
+                seen.lock().unwrap().len(),
+                1,
+                "HTTP {status} is not retried"
+            );
+        }
+    }
+
+    #[test]
+    fn interactive_priority_and_unretried_readiness_probe() {
+        let (base, seen) = server(vec![(200, "", "{}")]);
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let c = client(&base, &lines).with_priority(Priority::Interactive);
+        c.delete_document("adm", "d1").unwrap();
+        assert!(
+            seen.lock().unwrap()[0]
+                .head
+                .contains("x-airlock-priority: interactive\r\n")
+        );
+        let (base, seen) = server(vec![(503, "Retry-After: 0\r\n", "{}"), (200, "", "{}")]);
+        assert!(!client(&base, &lines).ready(), "a probe reports, not waits");
+        assert_eq!(seen.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn retry_wait_is_capped_and_defaults() {
+        assert_eq!(retry_wait(Some("3")), Duration::from_secs(3));
+        assert_eq!(retry_wait(Some(" 0 ")), Duration::ZERO);
+        assert_eq!(retry_wait(Some("86400")), MAX_RETRY_WAIT);
+        assert_eq!(
+            retry_wait(Some("Wed, 21 Oct 2015 07:28:00 GMT")),
+            DEFAULT_RETRY_WAIT
+        );
+        assert_eq!(retry_wait(None), DEFAULT_RETRY_WAIT);
+    }
 }

@@ -39,9 +39,13 @@ impl Phase {
     }
 }
 
-/// What a case tests (reported per kind).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// What a case tests (reported per kind): one of the known kinds of Airlock's own sets, or any
+/// other label a customer's set uses (e.g. `injection`, `title_probe`). Every kind is scored by
+/// the same rules ([`crate::metrics::score_case`]: leaks always, the answer when
+/// `answer_contains` is given, abstention when `relevant_doc_ids` is empty) and reported as its
+/// own group. In files a kind is its label, a string of 1 to [`CaseKind::MAX_LEN`] characters
+/// from `a-z`, `0-9`, `_` and `-`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CaseKind {
     /// The user may read a document that answers.
     Answerable,
@@ -59,11 +63,28 @@ pub enum CaseKind {
     MultiDoc,
     /// A follow-up question: asked after the case's `history` of earlier turns.
     FollowUp,
+    /// Any other label (a customer's own kind), already validated.
+    Custom(String),
 }
 
 impl CaseKind {
+    /// The longest kind label accepted.
+    pub const MAX_LEN: usize = 64;
+
+    /// The known kinds.
+    pub const KNOWN: [CaseKind; 8] = [
+        CaseKind::Answerable,
+        CaseKind::AclDenied,
+        CaseKind::AclRevoked,
+        CaseKind::AclGranted,
+        CaseKind::Deleted,
+        CaseKind::NearDuplicate,
+        CaseKind::MultiDoc,
+        CaseKind::FollowUp,
+    ];
+
     /// The name used in files and reports.
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             CaseKind::Answerable => "answerable",
             CaseKind::AclDenied => "acl_denied",
@@ -73,7 +94,59 @@ impl CaseKind {
             CaseKind::NearDuplicate => "near_duplicate",
             CaseKind::MultiDoc => "multi_doc",
             CaseKind::FollowUp => "follow_up",
+            CaseKind::Custom(label) => label,
         }
+    }
+
+    /// Whether this is one of [`CaseKind::KNOWN`].
+    pub fn is_known(&self) -> bool {
+        !matches!(self, CaseKind::Custom(_))
+    }
+
+    /// The kind named `label`: a known kind, else a custom one if the label is well-formed.
+    pub fn parse(label: &str) -> Result<CaseKind, String> {
+        if let Some(k) = CaseKind::KNOWN.iter().find(|k| k.as_str() == label) {
+            return Ok(k.clone());
+        }
+        let well_formed = !label.is_empty()
+            && label.len() <= CaseKind::MAX_LEN
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if well_formed {
+            Ok(CaseKind::Custom(label.to_owned()))
+        } else {
+            Err(format!(
+                "invalid kind {label:?}: a kind is 1 to {} characters from a-z, 0-9, `_` and `-`",
+                CaseKind::MAX_LEN
+            ))
+        }
+    }
+}
+
+impl Serialize for CaseKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for CaseKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Label;
+        impl serde::de::Visitor<'_> for Label {
+            type Value = CaseKind;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                write!(
+                    f,
+                    "a kind label of 1 to {} characters from a-z, 0-9, `_` and `-`",
+                    CaseKind::MAX_LEN
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<CaseKind, E> {
+                CaseKind::parse(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(Label)
     }
 }
 
@@ -315,6 +388,55 @@ mod tests {
         let msg = err.to_string();
         assert!(msg.starts_with("g.jsonl:3:"), "{msg}");
         assert!(msg.contains("unknown field `extra`"), "{msg}");
+    }
+
+    #[test]
+    fn golden_accepts_custom_kinds_and_rejects_malformed_ones_with_line_number() {
+        let p = Path::new("bank.jsonl");
+        let line = |id: &str, kind: &str| {
+            format!(
+                r#"{{"id":"{id}","user":"u1","query":"q","relevant_doc_ids":[],"answer_contains":[],"forbidden_doc_ids":[],"forbidden_strings":[],"phase":"v1","kind":{kind},"valid_phases":["v1"]}}"#
+            )
+        };
+        let text = [
+            line("a", r#""injection""#),
+            line("b", r#""title_probe""#),
+            line("c", r#""enumeration-2""#),
+            line("d", r#""follow_up""#),
+        ]
+        .join("\n");
+        let cases = parse_golden(p, &text).unwrap();
+        let kinds: Vec<&str> = cases.iter().map(|c| c.kind.as_str()).collect();
+        assert_eq!(
+            kinds,
+            ["injection", "title_probe", "enumeration-2", "follow_up"]
+        );
+        assert_eq!(cases[0].kind, CaseKind::Custom("injection".into()));
+        assert_eq!(
+            cases[3].kind,
+            CaseKind::FollowUp,
+            "a known label stays known"
+        );
+        // The label is written back as it was read.
+        let json = serde_json::to_value(&cases[1]).unwrap();
+        assert_eq!(json["kind"], "title_probe");
+
+        let long = format!("\"{}\"", "k".repeat(CaseKind::MAX_LEN + 1));
+        let max = format!("\"{}\"", "k".repeat(CaseKind::MAX_LEN));
+        assert!(parse_golden(p, &line("m", &max)).is_ok());
+        for bad in [
+            r#""""#,
+            r#""Title Probe""#,
+            r#""injéction""#,
+            r#""a.b""#,
+            long.as_str(),
+            "7",
+        ] {
+            let text = format!("{}\n{}", line("ok", r#""answerable""#), line("x", bad));
+            let msg = parse_golden(p, &text).unwrap_err().to_string();
+            assert!(msg.starts_with("bank.jsonl:2:"), "{bad}: {msg}");
+            assert!(msg.contains("kind"), "{bad}: {msg}");
+        }
     }
 
     #[test]

@@ -230,6 +230,9 @@ pub struct Baseline {
     pub bundle_version: Option<String>,
     /// Metric name → mean.
     pub metrics: BTreeMap<String, f64>,
+    /// Kind → metric name → mean (absent in baselines made before kinds were compared).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_kind: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 impl Baseline {
@@ -243,6 +246,14 @@ impl Baseline {
                 .metrics
                 .iter()
                 .map(|(k, e)| (k.clone(), e.mean))
+                .collect(),
+            per_kind: r
+                .per_kind
+                .iter()
+                .map(|(kind, sm)| {
+                    let means = sm.metrics.iter().map(|(k, e)| (k.clone(), e.mean));
+                    (kind.clone(), means.collect())
+                })
                 .collect(),
         }
     }
@@ -306,6 +317,32 @@ impl Verdict {
             }
         }
         let _ = writeln!(s, "  leaking cases        {}", report.leaks());
+        // Per kind, for reading only: the gate decides on the overall metrics.
+        for (kind, sm) in &report.per_kind {
+            let base = baseline.per_kind.get(kind);
+            let cells: Vec<String> = HEADLINE
+                .iter()
+                .filter_map(|m| {
+                    let c = sm.metrics.get(*m)?.mean;
+                    Some(match base.and_then(|b| b.get(*m)) {
+                        Some(b) => format!("{m} {b:.4} -> {c:.4}"),
+                        None => format!("{m} {c:.4}"),
+                    })
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "  kind {kind} ({} cases, {} leaking{}): {}",
+                sm.cases,
+                sm.leaking_cases,
+                if base.is_none() {
+                    ", not in the baseline"
+                } else {
+                    ""
+                },
+                cells.join(", ")
+            );
+        }
         for f in &self.failures {
             let line = match f {
                 GateFailure::Leaks(n) => {
@@ -482,6 +519,113 @@ mod tests {
             ]
         );
         assert!(v.render(&failed, &base).contains("1 case(s) failed"));
+    }
+
+    /// A customer's set with its own kinds: each kind is scored by the generic rules and
+    /// reported as its own group in report.json, the Markdown and the HTML report.
+    #[test]
+    fn custom_kinds_are_scored_generically_and_reported_as_groups() {
+        use crate::formats::parse_golden;
+        use crate::metrics::{Observation, score_case};
+        let case = |id: &str, kind: &str, relevant: &str, contains: &str| {
+            format!(
+                r#"{{"id":"{id}","user":"u1","query":"q","relevant_doc_ids":{relevant},"answer_contains":{contains},"forbidden_doc_ids":["d9"],"forbidden_strings":["SECRET"],"phase":"v1","kind":"{kind}","valid_phases":["v1"]}}"#
+            )
+        };
+        let text = [
+            case("i1", "injection", "[]", "[]"),
+            case("i2", "injection", "[]", "[]"),
+            case("t1", "title_probe", r#"["d1"]"#, r#"["42"]"#),
+            case("a1", "answerable", r#"["d1"]"#, r#"["42"]"#),
+        ]
+        .join("\n");
+        let cases = parse_golden(Path::new("bank.jsonl"), &text).unwrap();
+        let abstains = Observation {
+            answer: "I cannot find this in the sources.".into(),
+            ..Default::default()
+        };
+        let leaks_title = Observation {
+            retrieved_doc_ids: vec!["d1".into()],
+            titles: vec!["SECRET merger".into()],
+            answer: "It is 42.".into(),
+            ..Default::default()
+        };
+        let scores = vec![
+            score_case(&cases[0], &abstains),
+            score_case(
+                &cases[1],
+                &Observation {
+                    answer: "Sure, here it is.".into(),
+                    ..Default::default()
+                },
+            ),
+            score_case(&cases[2], &leaks_title),
+            score_case(&cases[3], &leaks_title),
+        ];
+        // Generic rules: abstention where nothing is relevant, the answer where it is given,
+        // leaks always.
+        assert_eq!(scores[0].abstained, Some(true));
+        assert_eq!(scores[1].abstained, Some(false));
+        assert_eq!(scores[0].answer_hit, None);
+        assert_eq!(scores[2].answer_hit, Some(true));
+        assert_eq!(scores[2].leaks.len(), 1);
+        assert_eq!(scores[2].kind, "title_probe");
+
+        let r = report(scores);
+        let kinds: Vec<&str> = r.per_kind.keys().map(String::as_str).collect();
+        assert_eq!(kinds, ["answerable", "injection", "title_probe"]);
+        assert_eq!(r.per_kind["injection"].cases, 2);
+        assert_eq!(r.per_kind["injection"].metrics["abstention_rate"].mean, 0.5);
+        assert_eq!(r.per_kind["title_probe"].leaking_cases, 1);
+        // report.json round-trips with the custom groups.
+        let json = serde_json::to_string(&r).unwrap();
+        let back: Report = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
+        assert!(r.to_markdown().contains("| kind injection | 2 | 0 |"));
+        assert!(r.to_markdown().contains("| kind title_probe | 1 | 1 |"));
+        assert!(crate::html::render(&r).contains("kind title_probe"));
+    }
+
+    /// The verdict compares each kind with the baseline's; a kind the baseline lacks is shown
+    /// as new. Baselines written before per-kind means still load and gate.
+    #[test]
+    fn verdict_lists_every_kind_and_old_baselines_still_gate() {
+        let base_r = report(vec![score("a", true, 0.8, false)]);
+        let base = Baseline::from_report(&base_r);
+        assert_eq!(base.per_kind["answerable"]["ndcg_10"], 0.8);
+        let mut probe = score("p", true, 0.9, false);
+        probe.kind = "title_probe".into();
+        let cand = report(vec![score("a", true, 0.8, false), probe]);
+        let v = gate(&cand, &base, 0.01, &[]);
+        assert!(v.passed());
+        let text = v.render(&cand, &base);
+        assert!(
+            text.contains("  kind answerable (1 cases, 0 leaking): ndcg_10 0.8000 -> 0.8000"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  kind title_probe (1 cases, 0 leaking, not in the baseline): ndcg_10 0.9000"
+            ),
+            "{text}"
+        );
+        // Round trip, and the checked-in baseline (no per-kind means) still loads and gates.
+        let json = serde_json::to_string(&base).unwrap();
+        assert_eq!(serde_json::from_str::<Baseline>(&json).unwrap(), base);
+        let old: Baseline = read_json(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("baselines/bank-dev-demo-rung0.json"),
+        )
+        .unwrap();
+        assert!(old.per_kind.is_empty());
+        let v = gate(&cand, &old, 0.01, &[]);
+        assert!(
+            !v.passed(),
+            "the demo baseline's metrics are not all measured here"
+        );
+        assert!(
+            v.render(&cand, &old)
+                .contains("kind title_probe (1 cases, 0 leaking, not in the baseline)")
+        );
     }
 
     #[test]

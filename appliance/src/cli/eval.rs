@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use airlock_acl::{NewUser, Role};
-use airlock_eval::client::Client;
+use airlock_eval::client::{Client, Priority};
 use airlock_eval::gate::{self, Baseline, Report};
 use airlock_eval::runner::{self, GoldenSet, RunOptions, Tokens};
 use anyhow::{Context, bail};
@@ -136,6 +136,19 @@ pub struct RunArgs {
     /// raised to match.
     #[arg(long, default_value_t = 1800, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub request_timeout_secs: u64,
+    /// `X-Airlock-Priority` of every request: `batch` yields to employees (an eval never
+    /// competes with them); `interactive` for latency measurements.
+    #[arg(long, value_enum, default_value_t = PriorityArg::Batch)]
+    pub priority: PriorityArg,
+}
+
+/// `--priority`.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum PriorityArg {
+    /// Yields to interactive traffic.
+    Batch,
+    /// Served like an employee's request.
+    Interactive,
 }
 
 /// `airlock eval gate`.
@@ -249,6 +262,16 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             .expect("static template")
             .progress_chars("=> "),
     );
+    let priority = match a.priority {
+        PriorityArg::Batch => Priority::Batch,
+        PriorityArg::Interactive => Priority::Interactive,
+    };
+    let retry_bar = bar.clone();
+    let client = client
+        .with_priority(priority)
+        .with_retry_log(Arc::new(move |line| {
+            retry_bar.suspend(|| eprintln!("{line}"))
+        }));
     // On a pipe or log file the bar is hidden: print a plain line per step every ten seconds
     // and when the step completes.
     let lines = (!std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -587,6 +610,9 @@ impl OwnedDaemon {
             // Eval traffic must not be throttled or degraded by its own load: rungs are pinned
             // per pass by the runner.
             ladder: Some(false),
+            // The runner's batch-priority requests must not be shed at a pinned rung 3 or 4
+            // (rung 5 sheds everything anyway).
+            batch_shed_rung: Some(crate::ladder::MAX_RUNG),
             user_requests_per_minute: Some(0),
             user_tokens_per_minute: Some(0),
             admin_requests_per_minute: Some(0),
