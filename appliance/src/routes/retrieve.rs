@@ -61,6 +61,11 @@ pub struct RetrieveHit {
     pub score: f32,
     /// Score at each stage.
     pub stage_scores: StageScores,
+    /// Where the chunk sits in its original file (extracted PDF, Office, e-mail and CSV files;
+    /// absent for text documents): `page`, `sheet`, `rows`, `slide`, `section` (heading path,
+    /// outermost first).
+    #[serde(flatten)]
+    pub anchor: Option<airlock_retrieval::ingest::Anchor>,
 }
 
 /// Response of `POST /v1/retrieve`.
@@ -128,14 +133,20 @@ pub async fn retrieve(
                 .acl
                 .audit_shown(&request_id, &caller.user_id, &ids)?;
         }
-        Ok(retrieved)
+        // Anchors of extracted files, for the caller's documents only (re-checked here).
+        let chunk_ids: Vec<u32> = retrieved.chunks.iter().map(|c| c.chunk_id).collect();
+        let allow = services.acl.allow_set(&caller.user_id);
+        let anchors = services.retrieval.chunk_anchors(&chunk_ids, &allow)?;
+        Ok((retrieved, anchors))
     })
     .await?;
     drop(ticket);
+    let (retrieved, mut anchors) = retrieved;
     let results = retrieved
         .chunks
         .into_iter()
         .map(|r| RetrieveHit {
+            anchor: anchors.remove(&r.chunk_id),
             snippet: snippet(&r.text, SNIPPET_BYTES),
             doc_id: r.doc_id,
             chunk_id: r.chunk_id,
