@@ -325,6 +325,7 @@ impl From<airlock_retrieval::Error> for ApiError {
             | E::InvalidDocumentId { .. }
             | E::InvalidJsonl { .. }
             | E::UnsupportedFormat { .. }
+            | E::Extraction { .. }
             | E::InvalidRequest(_)
             | E::VectorUnavailable(_) => ApiError::InvalidRequest(e.to_string()),
             E::Store { .. }

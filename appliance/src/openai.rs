@@ -255,6 +255,10 @@ pub struct Citation {
     pub snippet: String,
     /// Final retrieval score.
     pub score: f32,
+    /// Where the chunk sits in its original file (`page`, `sheet`, `rows`, `slide`, `section`;
+    /// absent for text documents), as in `/v1/retrieve` results.
+    #[serde(flatten, default)]
+    pub anchor: Option<airlock_retrieval::ingest::Anchor>,
 }
 
 /// The `airlock` response extension.

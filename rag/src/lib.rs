@@ -135,6 +135,9 @@ pub struct Shown {
     pub timings: StageTimings,
     /// Milliseconds spent choosing prompt sources.
     pub selection_ms: f64,
+    /// Where each shown chunk of an extracted file comes from (page, sheet + rows, slide,
+    /// heading path), by chunk id; read for the caller's documents only.
+    pub anchors: std::collections::HashMap<u32, airlock_retrieval::ingest::Anchor>,
 }
 
 impl Shown {
@@ -228,7 +231,7 @@ impl AnswerPath {
     /// show and audits it. Blocking.
     pub fn run(&self, ask: &Ask<'_>, meter: &dyn Meter) -> Result<Shown, Error> {
         let query = query::retrieval_query(ask.conversation, ask.follow_ups);
-        let shown = match ask.purpose {
+        let mut shown = match ask.purpose {
             Purpose::Retrieve => {
                 let r = self.retrieve(ask, &query, meter)?;
                 Shown {
@@ -237,6 +240,7 @@ impl AnswerPath {
                     dropped: r.dropped,
                     timings: r.timings,
                     selection_ms: 0.0,
+                    anchors: Default::default(),
                 }
             }
             Purpose::Chat(sel) => self.chat_sources(ask, query, sel, meter)?,
@@ -246,6 +250,9 @@ impl AnswerPath {
             ids.sort_unstable();
             ids.dedup();
             self.acl.audit_shown(ask.request_id, ask.user_id, &ids)?;
+            let chunk_ids: Vec<u32> = shown.chunks.iter().map(|c| c.chunk_id).collect();
+            let allow = self.acl.allow_set(ask.user_id);
+            shown.anchors = self.retrieval.chunk_anchors(&chunk_ids, &allow)?;
         }
         Ok(shown)
     }
@@ -317,6 +324,7 @@ impl AnswerPath {
             dropped,
             timings: timings.unwrap_or_default(),
             selection_ms,
+            anchors: Default::default(),
         })
     }
 }

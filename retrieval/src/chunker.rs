@@ -174,6 +174,189 @@ fn is_setext_underline(trimmed: &str) -> bool {
     trimmed.len() >= 3 && (trimmed.bytes().all(|b| b == b'=') || trimmed.bytes().all(|b| b == b'-'))
 }
 
+/// A chunk of an extracted document: its span, the header row put in front of its text when it
+/// continues a split table, and its anchor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RegionChunk {
+    /// Byte and token range in the document text.
+    pub span: ChunkSpan,
+    /// Table header line to prepend (`header + "\n" + text`), for a piece of a split table
+    /// that does not start with the header.
+    pub header: Option<String>,
+    /// Where the chunk starts in the original file.
+    pub anchor: crate::ingest::Anchor,
+}
+
+/// Chunks a document made of [`crate::ingest::Region`]s: never across a page, slide, sheet or
+/// attachment boundary; a table is its own piece, kept whole when it fits, else split between
+/// rows with its header row repeated at the top of every piece; other text is chunked as
+/// [`chunk`] does within each page (slide, sheet).
+pub fn chunk_regions(
+    text: &str,
+    spans: &[(usize, usize)],
+    regions: &[crate::ingest::Region],
+    max_tokens: usize,
+    overlap: f32,
+    header_tokens: &dyn Fn(&str) -> usize,
+) -> Vec<RegionChunk> {
+    let max_tokens = max_tokens.max(1);
+    let mut out = Vec::new();
+    // Units: runs of regions with the same page/slide/sheet, a table alone.
+    let mut i = 0;
+    while i < regions.len() {
+        let r = &regions[i];
+        let mut j = i + 1;
+        if r.table_header.is_none() {
+            while j < regions.len()
+                && regions[j].table_header.is_none()
+                && same_place(&regions[j].anchor, &r.anchor)
+            {
+                j += 1;
+            }
+        }
+        let (ub, ue) = (r.byte_start, regions[j - 1].byte_end);
+        let t0 = spans.partition_point(|&(s, _)| s < ub);
+        let t1 = spans.partition_point(|&(s, _)| s < ue);
+        if t1 > t0 {
+            let unit = &spans[t0..t1];
+            if let Some(header) = &r.table_header {
+                table_pieces(
+                    text,
+                    unit,
+                    t0,
+                    r,
+                    header,
+                    max_tokens,
+                    header_tokens(header),
+                    &mut out,
+                );
+            } else {
+                let local: Vec<(usize, usize)> =
+                    unit.iter().map(|&(s, e)| (s - ub, e - ub)).collect();
+                for c in chunk(&text[ub..ue], &local, max_tokens, overlap) {
+                    let span = ChunkSpan {
+                        byte_start: c.byte_start + ub,
+                        byte_end: c.byte_end + ub,
+                        token_start: c.token_start + t0,
+                        token_end: c.token_end + t0,
+                    };
+                    // The anchor of the region the chunk starts in.
+                    let k = regions[i..j]
+                        .partition_point(|g| g.byte_end <= span.byte_start)
+                        .min(j - i - 1);
+                    out.push(RegionChunk {
+                        span,
+                        header: None,
+                        anchor: regions[i + k].anchor.clone(),
+                    });
+                }
+            }
+        }
+        i = j;
+    }
+    out
+}
+
+fn same_place(a: &crate::ingest::Anchor, b: &crate::ingest::Anchor) -> bool {
+    a.page == b.page
+        && a.slide == b.slide
+        && a.sheet == b.sheet
+        && a.section.first() == b.section.first()
+}
+
+/// Splits one table region between rows: every piece holds whole rows and, when it does not
+/// start with the header row, gets the header prepended; its row range is narrowed when the
+/// table's rows are numbered contiguously (spreadsheets, CSV).
+#[allow(clippy::too_many_arguments)]
+fn table_pieces(
+    text: &str,
+    unit: &[(usize, usize)],
+    t0: usize,
+    region: &crate::ingest::Region,
+    header: &str,
+    max_tokens: usize,
+    header_tokens: usize,
+    out: &mut Vec<RegionChunk>,
+) {
+    let (rb, re) = (region.byte_start, region.byte_end);
+    if unit.len() <= max_tokens {
+        out.push(RegionChunk {
+            span: span(unit, 0, unit.len()).shift(t0),
+            header: None,
+            anchor: region.anchor.clone(),
+        });
+        return;
+    }
+    // Row starts (byte offsets of each line of the table) and the token each starts at.
+    let mut rows: Vec<usize> = vec![rb];
+    for (k, b) in text[rb..re].bytes().enumerate() {
+        if b == b'\n' {
+            rows.push(rb + k + 1);
+        }
+    }
+    let header_lines = usize::from(text[rb..re].starts_with(header));
+    let row_tok: Vec<usize> = rows
+        .iter()
+        .map(|&b| unit.partition_point(|&(s, _)| s < b))
+        .collect();
+    let budget = max_tokens.saturating_sub(header_tokens + 1).max(1);
+    let first_data_row = header_lines;
+    let numbered = region
+        .anchor
+        .rows
+        .filter(|&(a, z)| (z - a + 1) as usize == rows.len() - header_lines);
+    let mut r = 0;
+    while r < rows.len() {
+        // The first piece starts at the header itself; later pieces at a data row.
+        let start_tok = row_tok[r];
+        let limit = if r == 0 { max_tokens } else { budget };
+        // Rows [r, e) start at token `start_tok` and end where row `e` starts.
+        let end_of = |k: usize| {
+            if k < rows.len() {
+                row_tok[k]
+            } else {
+                unit.len()
+            }
+        };
+        let mut e = r + 1;
+        while e < rows.len() && end_of(e + 1) - start_tok <= limit {
+            e += 1;
+        }
+        // A single row longer than the budget is cut by tokens.
+        let end_tok = end_of(e).min(start_tok + limit);
+        if end_tok <= start_tok {
+            break;
+        }
+        let mut anchor = region.anchor.clone();
+        if let Some((a, _)) = numbered {
+            let first = (r.max(first_data_row) - first_data_row) as u32;
+            let last = (e - 1).max(first_data_row) - first_data_row;
+            anchor.rows = Some((a + first, a + last as u32));
+        }
+        out.push(RegionChunk {
+            span: span(unit, start_tok, end_tok).shift(t0),
+            header: (r > 0).then(|| header.to_owned()),
+            anchor,
+        });
+        if end_tok >= unit.len() {
+            break;
+        }
+        // Next piece: the first row not yet in a piece (the rest of a row longer than the
+        // whole budget is dropped: such a row is not a table row a person reads).
+        r = e.max(r + 1);
+    }
+}
+
+impl ChunkSpan {
+    fn shift(self, t0: usize) -> Self {
+        Self {
+            token_start: self.token_start + t0,
+            token_end: self.token_end + t0,
+            ..self
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,5 +463,67 @@ mod tests {
                 && !is_atx_heading("#hashtag")
                 && !is_atx_heading("    # code")
         );
+    }
+
+    #[test]
+    fn split_tables_repeat_their_header_and_narrow_their_rows() {
+        use crate::ingest::{Anchor, Region};
+        let mut t = String::from("Intro text here.\n\nProduct | Rate");
+        for i in 0..30 {
+            t.push_str(&format!("\nrow{i} | {i}.5"));
+        }
+        let table_start = t.find("Product").unwrap();
+        let regions = vec![
+            Region {
+                byte_start: 0,
+                byte_end: 16,
+                anchor: Anchor {
+                    sheet: Some("S".into()),
+                    ..Anchor::default()
+                },
+                table_header: None,
+            },
+            Region {
+                byte_start: table_start,
+                byte_end: t.len(),
+                anchor: Anchor {
+                    sheet: Some("S".into()),
+                    rows: Some((2, 31)),
+                    ..Anchor::default()
+                },
+                table_header: Some("Product | Rate".into()),
+            },
+        ];
+        let spans = words(&t);
+        let c = chunk_regions(&t, &spans, &regions, 20, 0.15, &|h: &str| words(h).len());
+        assert_eq!(
+            &t[c[0].span.byte_start..c[0].span.byte_end],
+            "Intro text here."
+        );
+        let pieces = &c[1..];
+        assert!(pieces.len() >= 4, "{pieces:?}");
+        let mut next_row = 2;
+        for (k, p) in pieces.iter().enumerate() {
+            let body = &t[p.span.byte_start..p.span.byte_end];
+            let text = match &p.header {
+                Some(h) => format!("{h}\n{body}"),
+                None => body.to_owned(),
+            };
+            assert!(text.starts_with("Product | Rate\nrow"), "piece {k}: {text}");
+            assert!(
+                words(&text).len() <= 20 + 1,
+                "piece {k} over budget: {text}"
+            );
+            assert!(body.ends_with(".5"), "whole rows only: {body}");
+            let (a, z) = p.anchor.rows.unwrap();
+            assert_eq!(a, next_row, "contiguous row ranges");
+            assert_eq!(
+                (z - a + 1) as usize,
+                text.lines().count() - 1,
+                "range = its rows"
+            );
+            next_row = z + 1;
+        }
+        assert_eq!(next_row, 32, "every row once");
     }
 }

@@ -621,12 +621,31 @@ impl Retrieval {
             .max(16);
         let max_tokens = self.config.chunk.target_tokens.min(budget);
         let token_spans = self.embedder.token_spans(&doc.text)?;
-        let spans = chunker::chunk(
-            &doc.text,
-            &token_spans,
-            max_tokens,
-            self.config.chunk.overlap,
-        );
+        let (spans, extras) = if doc.regions.is_empty() {
+            let spans = chunker::chunk(
+                &doc.text,
+                &token_spans,
+                max_tokens,
+                self.config.chunk.overlap,
+            );
+            let extras = vec![(None, None); spans.len()];
+            (spans, extras)
+        } else {
+            let embedder = &self.embedder;
+            let header_tokens =
+                |h: &str| embedder.token_spans(h).map(|t| t.len()).unwrap_or(h.len());
+            chunker::chunk_regions(
+                &doc.text,
+                &token_spans,
+                &doc.regions,
+                max_tokens,
+                self.config.chunk.overlap,
+                &header_tokens,
+            )
+            .into_iter()
+            .map(|c| (c.span, (c.header, Some(c.anchor))))
+            .unzip()
+        };
         if spans.is_empty() {
             return Err(Error::EmptyDocument { doc_id: doc.doc_id });
         }
@@ -634,6 +653,7 @@ impl Retrieval {
             doc,
             version,
             spans,
+            extras,
         }))
     }
 
@@ -646,9 +666,9 @@ impl Retrieval {
         let texts: Vec<String> = prepared
             .iter()
             .flat_map(|p| {
-                p.spans
-                    .iter()
-                    .map(|s| store::index_text(&p.doc.title, &p.doc.text[s.byte_start..s.byte_end]))
+                p.spans.iter().zip(&p.extras).map(|(s, (h, _))| {
+                    store::index_text(&p.doc.title, &chunk_text(&p.doc.text, s, h.as_deref()))
+                })
             })
             .collect();
         let mut vectors = Vec::with_capacity(total);
@@ -676,8 +696,12 @@ impl Retrieval {
                 let chunks = p
                     .spans
                     .iter()
-                    .map(|s| NewChunk {
-                        text: p.doc.text[s.byte_start..s.byte_end].to_owned(),
+                    .zip(&p.extras)
+                    .map(|(s, (h, anchor))| NewChunk {
+                        text: chunk_text(&p.doc.text, s, h.as_deref()),
+                        anchor: anchor
+                            .as_ref()
+                            .map(|a| serde_json::to_string(a).unwrap_or_default()),
                         token_start: s.token_start,
                         token_end: s.token_end,
                         byte_start: s.byte_start,
@@ -1097,6 +1121,22 @@ impl Retrieval {
         Visibility::new(allow, &snap.map, &snap.dead).visible(chunk_id)
     }
 
+    /// The anchors (page, sheet + rows, slide, heading path) of the chunks among `chunk_ids`
+    /// that have one (chunks of extracted files) and whose document `allow` contains; chunks of
+    /// text documents, dead chunks and chunks the caller may not see are left out.
+    pub fn chunk_anchors(
+        &self,
+        chunk_ids: &[u32],
+        allow: &AllowSet,
+    ) -> Result<HashMap<u32, crate::ingest::Anchor>> {
+        let rows = self.with_reader(|conn| Store::anchors(conn, chunk_ids))?;
+        Ok(rows
+            .into_iter()
+            .filter(|(_, ordinal, _)| allow.contains(*ordinal))
+            .map(|(id, _, a)| (id, a))
+            .collect())
+    }
+
     /// Runs one search for a user whose readable documents are `allow`.
     pub fn search(&self, req: &SearchRequest<'_>, allow: &AllowSet) -> Result<SearchResponse> {
         let total = Instant::now();
@@ -1317,6 +1357,18 @@ struct Prepared {
     doc: DocumentInput,
     version: String,
     spans: Vec<chunker::ChunkSpan>,
+    /// Per span: the table header to prepend, the anchor (extracted files only).
+    extras: Vec<(Option<String>, Option<crate::ingest::Anchor>)>,
+}
+
+/// A chunk's stored text: its slice of the document, led by the table header row when it
+/// continues a split table.
+fn chunk_text(text: &str, s: &chunker::ChunkSpan, header: Option<&str>) -> String {
+    let body = &text[s.byte_start..s.byte_end];
+    match header {
+        Some(h) => format!("{h}\n{body}"),
+        None => body.to_owned(),
+    }
 }
 
 fn ms(t: Instant) -> f64 {
@@ -1344,6 +1396,15 @@ fn content_version(doc: &DocumentInput) -> String {
             .to_string()
             .as_bytes(),
     );
+    // Extracted files: anchors are part of the version (text-only documents hash as before).
+    for r in &doc.regions {
+        h.update((r.byte_start as u64).to_le_bytes());
+        h.update(
+            serde_json::to_string(&r.anchor)
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+    }
     hex::encode(&h.finalize()[..16])
 }
 

@@ -51,10 +51,23 @@ pub enum Error {
         reason: String,
     },
     /// A file has an extension the ingest does not handle.
-    #[error("{path}: unsupported file type (expected .txt, .md, .html, .htm, .jsonl)")]
+    #[error(
+        "{path}: unsupported file type (expected .txt, .md, .html, .htm, .jsonl, .pdf, .docx, .xlsx, .xlsm, .pptx, .eml, .csv)"
+    )]
     UnsupportedFormat {
         /// The file.
         path: PathBuf,
+    },
+    /// A PDF, Office, e-mail or CSV file was refused by the extractor (no text layer,
+    /// encrypted, a limit exceeded, malformed, ...).
+    #[error("{doc_id}: not extracted: {reason}")]
+    Extraction {
+        /// The document (file) refused.
+        doc_id: String,
+        /// The extractor's reason, for a person.
+        reason: String,
+        /// Its stable code (`no_text_layer`, `encrypted`, `limit_exceeded`, ...).
+        code: &'static str,
     },
     /// A search or configuration value is out of range.
     #[error("invalid request: {0}")]
@@ -120,6 +133,7 @@ impl Error {
             | Error::InvalidDocumentId { .. }
             | Error::InvalidJsonl { .. }
             | Error::UnsupportedFormat { .. }
+            | Error::Extraction { .. }
             | Error::InvalidRequest(_) => true,
             Error::VectorUnavailable(_)
             | Error::Store { .. }

@@ -2,11 +2,17 @@
 //! `html2text`, headings kept as `#` lines so the chunker can cut on them) and JSONL in the BEIR
 //! (`_id`) and bank (`doc_id`) layouts.
 //!
+//! PDF, DOCX, XLSX/XLSM, PPTX, EML and CSV go through `airlock-extract`: its blocks become the
+//! text (headings as `#` lines, tables one row per line) and [`Region`]s, the byte ranges of that
+//! text with their [`Anchor`] (page, sheet + rows, slide, heading path), which the chunker cuts
+//! on and every chunk keeps.
+//!
 //! Every function reports failures per document, so one bad file or line never stops a batch.
 
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
+pub use airlock_extract::{Anchor, Limits as ExtractLimits};
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
@@ -22,6 +28,22 @@ pub struct DocumentInput {
     pub text: String,
     /// Free-form metadata, a JSON object.
     pub metadata: Map<String, Value>,
+    /// Where the parts of `text` come from (extracted files; empty for text, Markdown, HTML and
+    /// JSONL), in text order, not overlapping.
+    pub regions: Vec<Region>,
+}
+
+/// A byte range of a document's text and where it sits in the original file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Region {
+    /// First byte in [`DocumentInput::text`].
+    pub byte_start: usize,
+    /// One past the last byte.
+    pub byte_end: usize,
+    /// Page, sheet + rows, slide, heading path.
+    pub anchor: Anchor,
+    /// For a table: its header row, repeated at the top of every chunk of a split table.
+    pub table_header: Option<String>,
 }
 
 impl DocumentInput {
@@ -36,6 +58,7 @@ impl DocumentInput {
             title: title.into(),
             text: text.into(),
             metadata: Map::new(),
+            regions: Vec::new(),
         }
     }
 }
@@ -49,6 +72,8 @@ pub enum SourceFormat {
     Markdown,
     /// HTML, rendered to text.
     Html,
+    /// A file read by `airlock-extract` (PDF, DOCX, XLSX, PPTX, EML, CSV; MSG is refused).
+    Extracted(airlock_extract::Format),
 }
 
 impl SourceFormat {
@@ -58,8 +83,19 @@ impl SourceFormat {
             "txt" | "text" => Some(Self::Text),
             "md" | "markdown" => Some(Self::Markdown),
             "html" | "htm" => Some(Self::Html),
-            _ => None,
+            other => airlock_extract::Format::from_extension(other).map(Self::Extracted),
         }
+    }
+
+    /// The format for a media type (`Content-Type`, parameters ignored).
+    pub fn from_media_type(media_type: &str) -> Option<Self> {
+        use airlock_extract::Format as F;
+        Some(match F::from_media_type(media_type)? {
+            F::Text => Self::Text,
+            F::Markdown => Self::Markdown,
+            F::Html => Self::Html,
+            f => Self::Extracted(f),
+        })
     }
 }
 
@@ -91,13 +127,30 @@ pub fn validate_doc_id(doc_id: &str) -> Result<()> {
 }
 
 /// Builds a document from raw bytes of a known format. `title` defaults to the first heading
-/// (Markdown, HTML) or stays empty.
+/// (Markdown, HTML), the file's own title (extracted formats) or stays empty. Extracted formats
+/// run under the default [`ExtractLimits`] with `max_bytes` as the file size limit.
 pub fn parse_document(
     doc_id: &str,
     title: Option<&str>,
     bytes: &[u8],
     format: SourceFormat,
     max_bytes: usize,
+) -> Result<DocumentInput> {
+    let limits = ExtractLimits {
+        max_file_bytes: max_bytes as u64,
+        ..ExtractLimits::default()
+    };
+    parse_document_with(doc_id, title, bytes, format, max_bytes, &limits)
+}
+
+/// [`parse_document`] with explicit extraction limits.
+pub fn parse_document_with(
+    doc_id: &str,
+    title: Option<&str>,
+    bytes: &[u8],
+    format: SourceFormat,
+    max_bytes: usize,
+    limits: &ExtractLimits,
 ) -> Result<DocumentInput> {
     validate_doc_id(doc_id)?;
     if bytes.len() > max_bytes {
@@ -107,12 +160,15 @@ pub fn parse_document(
             limit: max_bytes,
         });
     }
+    if let SourceFormat::Extracted(f) = format {
+        return extracted_document(doc_id, title, bytes, f, max_bytes, limits);
+    }
     let raw = std::str::from_utf8(bytes).map_err(|e| Error::InvalidUtf8 {
         doc_id: doc_id.to_owned(),
         offset: e.valid_up_to(),
     })?;
     let text = match format {
-        SourceFormat::Text | SourceFormat::Markdown => raw.to_owned(),
+        SourceFormat::Text | SourceFormat::Markdown | SourceFormat::Extracted(_) => raw.to_owned(),
         SourceFormat::Html => html_to_text(doc_id, raw)?,
     };
     if text.trim().is_empty() {
@@ -125,13 +181,81 @@ pub fn parse_document(
         (None, SourceFormat::Markdown | SourceFormat::Html) => {
             first_heading(&text).unwrap_or_default()
         }
-        (None, SourceFormat::Text) => String::new(),
+        (None, _) => String::new(),
     };
     Ok(DocumentInput {
         doc_id: doc_id.to_owned(),
         title,
         text,
         metadata: Map::new(),
+        regions: Vec::new(),
+    })
+}
+
+/// An extracted file as a document: blocks separated by blank lines, headings as `#` lines,
+/// one region per block.
+fn extracted_document(
+    doc_id: &str,
+    title: Option<&str>,
+    bytes: &[u8],
+    format: airlock_extract::Format,
+    max_bytes: usize,
+    limits: &ExtractLimits,
+) -> Result<DocumentInput> {
+    use airlock_extract::BlockKind;
+    let x = airlock_extract::extract(bytes, format, limits).map_err(|r| Error::Extraction {
+        doc_id: doc_id.to_owned(),
+        reason: r.to_string(),
+        code: r.code(),
+    })?;
+    let mut text = String::with_capacity(x.text_bytes() + x.blocks.len() * 4);
+    let mut regions = Vec::with_capacity(x.blocks.len());
+    for b in x.blocks {
+        if !text.is_empty() {
+            text.push_str("\n\n");
+        }
+        let start = text.len();
+        if let BlockKind::Heading(level) = b.kind {
+            for _ in 0..level.clamp(1, 6) {
+                text.push('#');
+            }
+            text.push(' ');
+        }
+        let table_header = b.table_header().map(str::to_owned);
+        // A block's own blank lines would read as paragraph breaks; keep them single.
+        let mut last_nl = false;
+        for c in b.text.chars() {
+            if c == '\n' && last_nl {
+                continue;
+            }
+            last_nl = c == '\n';
+            text.push(c);
+        }
+        regions.push(Region {
+            byte_start: start,
+            byte_end: text.len(),
+            anchor: b.anchor,
+            table_header,
+        });
+    }
+    if text.len() > max_bytes {
+        return Err(Error::DocumentTooLarge {
+            doc_id: doc_id.to_owned(),
+            bytes: text.len(),
+            limit: max_bytes,
+        });
+    }
+    if text.trim().is_empty() {
+        return Err(Error::EmptyDocument {
+            doc_id: doc_id.to_owned(),
+        });
+    }
+    Ok(DocumentInput {
+        doc_id: doc_id.to_owned(),
+        title: title.map(str::to_owned).or(x.title).unwrap_or_default(),
+        text,
+        metadata: Map::new(),
+        regions,
     })
 }
 
@@ -249,6 +373,7 @@ fn parse_jsonl_line(
         title,
         text,
         metadata,
+        regions: Vec::new(),
     })
 }
 

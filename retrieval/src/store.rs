@@ -46,6 +46,9 @@ const MIGRATIONS: &[&str] = &[
          value INTEGER NOT NULL
      ) STRICT;
      INSERT INTO retrieval_meta (key, value) VALUES ('next_chunk_id', 0), ('index_generation', 0);",
+    // v2: where a chunk of an extracted file (PDF, Office, e-mail, CSV) sits in it, as the JSON
+    // of `airlock_extract::Anchor`; NULL for text documents and every chunk stored before v2.
+    "ALTER TABLE chunks ADD COLUMN anchor TEXT;",
 ];
 
 /// Milliseconds since the Unix epoch.
@@ -64,6 +67,8 @@ pub(crate) struct NewChunk {
     pub byte_start: usize,
     pub byte_end: usize,
     pub embedding: Vec<f32>,
+    /// JSON of the chunk's anchor (extracted files).
+    pub anchor: Option<String>,
 }
 
 /// A document ready to be stored (validated, chunked, embedded).
@@ -385,8 +390,8 @@ impl Store {
             .map_err(e)?;
             let mut ins = tx
                 .prepare_cached(
-                    "INSERT INTO chunks (id, doc_ordinal, version, position, text, token_start, token_end, byte_start, byte_end, embedding)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                    "INSERT INTO chunks (id, doc_ordinal, version, position, text, token_start, token_end, byte_start, byte_end, embedding, anchor)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 )
                 .map_err(e)?;
             let chunks = doc.chunks.len();
@@ -405,6 +410,7 @@ impl Store {
                     c.byte_start as i64,
                     c.byte_end as i64,
                     encode_vector(&c.embedding),
+                    c.anchor,
                 ])
                 .map_err(e)?;
                 out.added
@@ -571,6 +577,26 @@ impl Store {
         .optional()
     }
 
+    /// The anchors of the live chunks among `ids` that have one.
+    pub(crate) fn anchors(
+        conn: &Connection,
+        ids: &[u32],
+    ) -> rusqlite::Result<Vec<(u32, u32, crate::ingest::Anchor)>> {
+        let mut st = conn.prepare_cached("SELECT anchor, doc_ordinal FROM chunks WHERE id = ?1")?;
+        let mut out = Vec::new();
+        for &id in ids {
+            let a: Option<(Option<String>, u32)> = st
+                .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((Some(json), ordinal)) = a
+                && let Ok(anchor) = serde_json::from_str(&json)
+            {
+                out.push((id, ordinal, anchor));
+            }
+        }
+        Ok(out)
+    }
+
     /// One chunk with its document fields, if live.
     pub(crate) fn chunk(conn: &Connection, id: u32) -> rusqlite::Result<Option<ChunkRow>> {
         let mut st = conn.prepare_cached(
@@ -652,6 +678,7 @@ mod tests {
                     token_end: i + 1,
                     byte_start: 0,
                     byte_end: 1,
+                    anchor: None,
                     embedding: vec![i as f32, 1.0],
                 })
                 .collect(),

@@ -45,7 +45,8 @@ pub struct IngestArgs {
     /// Data directory and keyring.
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Files or directories (.txt, .md, .html, .jsonl).
+    /// Files or directories (.txt, .md, .html, .jsonl, .pdf, .docx, .xlsx/.xlsm, .pptx, .eml,
+    /// .csv; a .msg, a scan or an encrypted file is refused per file with its reason).
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// Documents per transaction.

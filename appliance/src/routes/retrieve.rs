@@ -67,6 +67,11 @@ pub struct RetrieveHit {
     pub score: f32,
     /// Score at each stage.
     pub stage_scores: StageScores,
+    /// Where the chunk sits in its original file (extracted PDF, Office, e-mail and CSV files;
+    /// absent for text documents): `page`, `sheet`, `rows`, `slide`, `section` (heading path,
+    /// outermost first).
+    #[serde(flatten)]
+    pub anchor: Option<airlock_retrieval::ingest::Anchor>,
 }
 
 /// Response of `POST /v1/retrieve`.
@@ -141,10 +146,13 @@ pub async fn retrieve(
     })
     .await?;
     drop(ticket);
+    let mut retrieved = retrieved;
+    let mut anchors = std::mem::take(&mut retrieved.anchors);
     let results = retrieved
         .chunks
         .into_iter()
         .map(|r| RetrieveHit {
+            anchor: anchors.remove(&r.chunk_id),
             snippet: snippet(&r.text, SNIPPET_BYTES),
             doc_id: r.doc_id,
             chunk_id: r.chunk_id,

@@ -784,3 +784,62 @@ async fn per_user_budget_is_rate_limited() {
     // Budgets are per user.
     assert_eq!(ask(bob).await.status, StatusCode::OK);
 }
+
+/// A PDF ingested as a file (as `airlock ingest DIR` does) is retrieved with its page anchor
+/// and heading path, only by a reader of the document.
+#[tokio::test]
+async fn ingested_pdf_is_retrieved_with_its_page_anchor() {
+    let t = TestApp::new();
+    let carol = t.user("carol", &[]);
+    let dave = t.user("dave", &[]);
+    let pdf = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../extract/tests/fixtures/table-two-pages.pdf");
+    let services = t.state.services().unwrap();
+    let rep = services
+        .retrieval
+        .ingest_path(&pdf, 8, &mut |_| {})
+        .unwrap();
+    assert!(rep.errors.is_empty(), "{:?}", rep.errors);
+    assert_eq!(rep.outcomes[0].doc_id, "table-two-pages.pdf");
+    let r = t
+        .call(
+            Method::PUT,
+            "/v1/acl/documents/table-two-pages.pdf",
+            Some(&t.admin),
+            Some(json!({"users": ["carol"], "groups": []})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let body = json!({"query": "Premier Bond 68 rate", "top_k": 3, "mode": "bm25"});
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/retrieve",
+            Some(&carol),
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let hit = &r.json["results"][0];
+    assert_eq!(hit["doc_id"], "table-two-pages.pdf", "{}", r.json);
+    assert!(
+        hit["snippet"]
+            .as_str()
+            .unwrap()
+            .starts_with("Product | Term (months)"),
+        "{hit}"
+    );
+    let pages: Vec<i64> = r.json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["page"].as_i64().expect("every hit of the PDF has a page"))
+        .collect();
+    assert!(pages.contains(&2), "row 68 is on page 2: {}", r.json);
+    assert_eq!(hit["section"], json!(["Deposit rate sheet"]));
+    // Someone without a grant gets nothing, anchors included.
+    let r = t
+        .call(Method::POST, "/v1/retrieve", Some(&dave), Some(body))
+        .await;
+    assert_eq!(r.json["results"], json!([]), "{}", r.json);
+}

@@ -132,3 +132,133 @@ fn bank_dev_and_cranfield_jsonl_layouts_ingest() {
         "Cranfield ids"
     );
 }
+
+/// The committed extraction fixtures (extract/tests/fixtures/, written by third-party writers).
+fn doc_fixture(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../extract/tests/fixtures")
+        .join(name)
+}
+
+#[test]
+fn extracted_files_ingest_with_anchors_and_refusals_per_file() {
+    let env = Env::new();
+    let src = env.dir.path().join("share");
+    std::fs::create_dir_all(&src).unwrap();
+    for f in [
+        "table-two-pages.pdf",
+        "plain.pdf",
+        "rates.xlsx",
+        "policy.docx",
+        "committee.pptx",
+        "memo.eml",
+        "branches.csv",
+        "scanned.pdf",
+        "hostile/zip-bomb.docx",
+    ] {
+        let name = f.rsplit('/').next().unwrap();
+        std::fs::copy(doc_fixture(f), src.join(name)).unwrap();
+    }
+    std::fs::write(src.join("outlook.msg"), [0xD0, 0xCF, 0x11, 0xE0]).unwrap();
+    let mut cfg = test_config();
+    // Small chunks, so the 70-row rate table must split (and repeat its header).
+    cfg.chunk.target_tokens = 120;
+    let eng = env.open_bm25(cfg);
+    let rep = eng.ingest_path(&src, 4, &mut |_| {}).unwrap();
+    let mut stored: Vec<&str> = rep.outcomes.iter().map(|o| o.doc_id.as_str()).collect();
+    stored.sort();
+    assert_eq!(
+        stored,
+        [
+            "branches.csv",
+            "committee.pptx",
+            "memo.eml",
+            "plain.pdf",
+            "policy.docx",
+            "rates.xlsx",
+            "table-two-pages.pdf"
+        ]
+    );
+    let reasons: Vec<String> = rep.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(reasons.len(), 3, "{reasons:?}");
+    assert!(
+        reasons.contains(
+            &"scanned.pdf: not extracted: no text layer; OCR is not supported".to_owned()
+        )
+    );
+    assert!(
+        reasons
+            .iter()
+            .any(|r| r.starts_with("zip-bomb.docx: not extracted: limit exceeded: max_zip_ratio"))
+    );
+    assert!(
+        reasons.contains(
+            &"outlook.msg: not extracted: MSG (Outlook) files are not supported: save as .eml"
+                .to_owned()
+        )
+    );
+    assert!(rep.errors.iter().all(Error::is_user_error));
+
+    // A figure on page 2 of the PDF: the chunk carries page 2 and the table header.
+    let r = eng
+        .search(&bm25("\"Premier Bond 68\"", 3), &allow_all())
+        .unwrap();
+    let hit = &r.results[0];
+    assert_eq!(hit.doc_id, "table-two-pages.pdf");
+    assert!(
+        hit.text
+            .starts_with("Product | Term (months) | Rate (%) | Min balance (USD)\n"),
+        "{}",
+        hit.text
+    );
+    assert!(hit.text.contains("Premier Bond 68 | 24 | 4.60 | 5,000"));
+    let anchors = eng.chunk_anchors(&[hit.chunk_id], &allow_all()).unwrap();
+    assert_eq!(anchors[&hit.chunk_id].page, Some(2));
+    assert_eq!(anchors[&hit.chunk_id].section, vec!["Deposit rate sheet"]);
+    // Every piece of the split table starts with its header row.
+    let pieces = eng
+        .search(&bm25("\"Fixed Saver\"", 50), &allow_all())
+        .unwrap();
+    let table: Vec<_> = pieces
+        .results
+        .iter()
+        .filter(|h| h.doc_id == "table-two-pages.pdf")
+        .collect();
+    assert!(table.len() >= 3, "the table was split: {}", table.len());
+    assert!(
+        table
+            .iter()
+            .all(|h| h.text.starts_with("Product | Term (months)"))
+    );
+    // Spreadsheet anchors: sheet and row range; a slide; a section path.
+    let x = eng
+        .search(&bm25("Regional credit officer", 10), &allow_all())
+        .unwrap();
+    let xl = x.results.iter().find(|h| h.doc_id == "rates.xlsx").unwrap();
+    let a = &eng.chunk_anchors(&[xl.chunk_id], &allow_all()).unwrap()[&xl.chunk_id];
+    assert_eq!(
+        (a.sheet.as_deref(), a.rows),
+        (Some("Lending limits"), Some((2, 4)))
+    );
+    let s = eng
+        .search(&bm25("non-performing loans", 3), &allow_all())
+        .unwrap();
+    let a = &eng
+        .chunk_anchors(&[s.results[0].chunk_id], &allow_all())
+        .unwrap()[&s.results[0].chunk_id];
+    assert_eq!(a.slide, Some(2));
+    // An anchor is not shown for a document outside the caller's allow set.
+    assert!(
+        eng.chunk_anchors(&[hit.chunk_id], &crate::common::allow([]))
+            .unwrap()
+            .is_empty()
+    );
+    // Text documents have no anchor; re-ingesting the same files changes nothing.
+    let again = eng.ingest_path(&src, 4, &mut |_| {}).unwrap();
+    assert!(
+        again
+            .outcomes
+            .iter()
+            .all(|o| o.status == airlock_retrieval::UpsertStatus::Unchanged)
+    );
+}

@@ -9,7 +9,6 @@ use std::time::Instant;
 
 use airlock_inference::generate::{Event as GenEvent, GenerateRequest};
 use airlock_rag::{Ask, Attribution, CitedBy, Purpose, Role, Selection, StageTimings, prompt};
-use airlock_retrieval::SearchResult;
 use axum::extract::State;
 use axum::http::HeaderValue;
 use axum::response::sse::KeepAlive;
@@ -57,9 +56,10 @@ pub(super) struct Prepared {
     pub(super) sources_ms: f64,
     pub(super) prompt_ms: f64,
 }
-/// The citations of the prompt sources, numbered in prompt order.
-pub(super) fn citations_of(chunks: &[SearchResult]) -> Vec<Citation> {
-    chunks
+/// The citations of the prompt sources, numbered in prompt order, with their anchors.
+fn citations_of(shown: &airlock_rag::Shown) -> Vec<Citation> {
+    shown
+        .chunks
         .iter()
         .enumerate()
         .map(|(i, c)| Citation {
@@ -69,6 +69,7 @@ pub(super) fn citations_of(chunks: &[SearchResult]) -> Vec<Citation> {
             title: c.title.clone(),
             snippet: prompt::snippet(&c.text, CITATION_SNIPPET_BYTES),
             score: c.score,
+            anchor: shown.anchors.get(&c.chunk_id).cloned(),
         })
         .collect()
 }
@@ -176,7 +177,7 @@ pub async fn completions(
                     },
                     &metrics,
                 )?;
-                let citations = citations_of(&shown.chunks);
+                let citations = citations_of(&shown);
                 if keep_turn {
                     let ids: Vec<&str> = citations.iter().map(|c| c.doc_id.as_str()).collect();
                     let now = services.answer_path().versions(&ids)?;

@@ -1,0 +1,180 @@
+//! E-mail (RFC 5322 / MIME) through `mail-parser`: subject (the title and the section), the
+//! From/To/Cc/Date line, the body (plain text, else HTML rendered), then every attachment
+//! extracted in turn within the limits, under the section path [subject, file name].
+
+use mail_parser::{Message, MessageParser, MimeHeaders};
+
+use crate::limits::Budget;
+use crate::text::{html_to_text, push_markdown};
+use crate::{Anchor, Block, BlockKind, Extracted, Format, Limits, Refusal, extract_with};
+
+pub(crate) fn extract(
+    bytes: &[u8],
+    limits: &Limits,
+    budget: &mut Budget,
+    depth: u32,
+) -> Result<Extracted, Refusal> {
+    // mail-parser 0.11 panics on some malformed nested multiparts ("Invalid part ID, could not
+    // find multipart", found by the extract_eml fuzz target; regression input in
+    // fuzz/regressions/extract_eml/): contained here and refused as malformed.
+    let parsed = std::panic::catch_unwind(|| MessageParser::default().parse(bytes));
+    let msg = match parsed {
+        Ok(Some(m)) => m,
+        Ok(None) => return Err(Refusal::malformed(Format::Eml, "no message headers found")),
+        Err(_) => {
+            return Err(Refusal::malformed(
+                Format::Eml,
+                "MIME structure could not be parsed",
+            ));
+        }
+    };
+    let mut out = Extracted::default();
+    message(&msg, limits, budget, depth, &[], &mut out)?;
+    out.units = 1;
+    Ok(out)
+}
+
+fn addresses(a: Option<&mail_parser::Address<'_>>) -> Option<String> {
+    let list: Vec<String> = a?
+        .iter()
+        .map(|x| match (x.name(), x.address()) {
+            (Some(n), Some(ad)) => format!("{n} <{ad}>"),
+            (None, Some(ad)) => ad.to_owned(),
+            (Some(n), None) => n.to_owned(),
+            (None, None) => String::new(),
+        })
+        .filter(|s| !s.is_empty())
+        .collect();
+    (!list.is_empty()).then(|| list.join(", "))
+}
+
+fn message(
+    msg: &Message<'_>,
+    limits: &Limits,
+    budget: &mut Budget,
+    depth: u32,
+    base: &[String],
+    out: &mut Extracted,
+) -> Result<(), Refusal> {
+    let subject = msg.subject().map(str::trim).filter(|s| !s.is_empty());
+    if out.title.is_none() {
+        out.title = subject.map(str::to_owned);
+    }
+    let mut section = base.to_vec();
+    section.push(subject.unwrap_or("(no subject)").to_owned());
+    let anchor = Anchor {
+        section: section.clone(),
+        ..Anchor::default()
+    };
+    budget.push(
+        &mut out.blocks,
+        Block {
+            kind: BlockKind::Heading(1),
+            text: section.last().cloned().unwrap_or_default(),
+            anchor: anchor.clone(),
+        },
+    )?;
+    let mut head = Vec::new();
+    for (label, v) in [
+        ("From", addresses(msg.from())),
+        ("To", addresses(msg.to())),
+        ("Cc", addresses(msg.cc())),
+        ("Date", msg.date().map(|d| d.to_rfc3339())),
+    ] {
+        if let Some(v) = v {
+            head.push(format!("{label}: {v}"));
+        }
+    }
+    if !head.is_empty() {
+        budget.push(
+            &mut out.blocks,
+            Block {
+                kind: BlockKind::Paragraph,
+                text: head.join("\n"),
+                anchor: anchor.clone(),
+            },
+        )?;
+    }
+    let body = match msg.body_text(0) {
+        Some(t)
+            if !t.trim().is_empty()
+                && msg.text_body_count() > 0
+                && !msg.text_part(0).is_some_and(|p| p.is_text_html()) =>
+        {
+            t.into_owned()
+        }
+        _ => match msg.body_html(0) {
+            Some(h) => html_to_text(h.as_bytes())?,
+            None => String::new(),
+        },
+    };
+    push_markdown(&body, &anchor, budget, &mut out.blocks)?;
+    for (i, part) in msg.attachments().enumerate() {
+        if i as u64 >= u64::from(limits.max_attachments) {
+            return Err(Refusal::limit(
+                "max_attachments",
+                msg.attachment_count(),
+                limits.max_attachments,
+            ));
+        }
+        if depth + 1 > limits.max_attachment_depth {
+            return Err(Refusal::limit(
+                "max_attachment_depth",
+                depth + 1,
+                limits.max_attachment_depth,
+            ));
+        }
+        let name = part
+            .attachment_name()
+            .map(str::to_owned)
+            .unwrap_or_else(|| format!("attachment {}", i + 1));
+        let mut sub = section.clone();
+        sub.push(name.clone());
+        if let Some(inner) = part.message() {
+            message(inner, limits, budget, depth + 1, &section, out)?;
+            continue;
+        }
+        let is_rfc822 = part.content_type().is_some_and(|c| {
+            c.ctype().eq_ignore_ascii_case("message")
+                && c.subtype()
+                    .is_some_and(|s| s.eq_ignore_ascii_case("rfc822"))
+        });
+        let ext = name.rsplit_once('.').map(|(_, e)| e).unwrap_or("");
+        let format = if is_rfc822 {
+            Some(Format::Eml)
+        } else {
+            Format::from_extension(ext).or_else(|| {
+                part.content_type().and_then(|c| {
+                    let mt = format!("{}/{}", c.ctype(), c.subtype().unwrap_or(""));
+                    Format::from_media_type(&mt)
+                })
+            })
+        };
+        let note = |reason: String| Block {
+            kind: BlockKind::Paragraph,
+            text: format!("[attachment {name} not extracted: {reason}]"),
+            anchor: Anchor {
+                section: sub.clone(),
+                ..Anchor::default()
+            },
+        };
+        let Some(format) = format else {
+            budget.push(&mut out.blocks, note("unsupported format".into()))?;
+            continue;
+        };
+        match extract_with(part.contents(), format, limits, budget, depth + 1) {
+            Ok(x) => {
+                for mut b in x.blocks {
+                    let mut path = sub.clone();
+                    path.append(&mut b.anchor.section);
+                    b.anchor.section = path;
+                    out.blocks.push(b);
+                }
+            }
+            // A bomb inside an attachment refuses the whole message.
+            Err(e @ Refusal::LimitExceeded { .. }) => return Err(e),
+            Err(e) => budget.push(&mut out.blocks, note(e.to_string()))?,
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,1225 @@
+//! PDF: `lopdf` parses the file (bounded stream decompression, bounded object nesting); this
+//! module interprets the page content streams itself to place every piece of text, then lays
+//! the pieces out: lines, columns (read column by column), tables (rows of cells), paragraphs
+//! (with end-of-line hyphenation joined), headings (by font size) — and drops the running
+//! headers and footers that repeat on every page.
+
+use std::collections::HashMap;
+
+use lopdf::content::Content;
+use lopdf::{Dictionary, Document, Encoding, LoadOptions, Object, ObjectId};
+
+use crate::limits::Budget;
+use crate::pdf_metrics::standard_widths;
+use crate::{Anchor, Block, BlockKind, Extracted, Format, Limits, Refusal};
+
+/// Most content-stream operations interpreted per page (a stream of millions of no-ops is
+/// bounded by the stream size limit already; this bounds the CPU of the rest).
+const MAX_OPS_PER_PAGE: usize = 2_000_000;
+
+fn err(e: lopdf::Error, limits: &Limits) -> Refusal {
+    match e {
+        lopdf::Error::Decompress(lopdf::DecompressError::MemoryLimitExceeded { .. }) => {
+            Refusal::limit(
+                "max_stream_bytes",
+                limits.max_stream_bytes + 1,
+                limits.max_stream_bytes,
+            )
+        }
+        lopdf::Error::Decryption(_) | lopdf::Error::InvalidPassword => Refusal::Encrypted,
+        lopdf::Error::ReferenceLimit => Refusal::limit(
+            "max_pdf_depth",
+            limits.max_pdf_depth + 1,
+            limits.max_pdf_depth,
+        ),
+        e => Refusal::malformed(Format::Pdf, e),
+    }
+}
+
+pub(crate) fn extract(
+    bytes: &[u8],
+    limits: &Limits,
+    budget: &mut Budget,
+) -> Result<Extracted, Refusal> {
+    let head = &bytes[..bytes.len().min(1024)];
+    if !head.windows(5).any(|w| w == b"%PDF-") {
+        return Err(Refusal::malformed(Format::Pdf, "no %PDF- header"));
+    }
+    let opts = LoadOptions {
+        max_decompressed_size: Some(usize::try_from(limits.max_stream_bytes).unwrap_or(usize::MAX)),
+        ..LoadOptions::default()
+    };
+    let doc = Document::load_mem_with_options(bytes, opts).map_err(|e| err(e, limits))?;
+    if doc.is_encrypted() {
+        return Err(Refusal::Encrypted);
+    }
+    let pages = doc.get_pages();
+    if pages.is_empty() {
+        return Err(Refusal::malformed(Format::Pdf, "no pages"));
+    }
+    if pages.len() as u64 > u64::from(limits.max_pages) {
+        return Err(Refusal::limit("max_pages", pages.len(), limits.max_pages));
+    }
+    let mut page_lines = Vec::with_capacity(pages.len());
+    let mut chars = 0usize;
+    let mut images = 0usize;
+    for (_, &id) in pages.iter() {
+        let mut interp = Interp::new(&doc, limits);
+        interp.page(id)?;
+        images += interp.images;
+        let text_bytes: usize = interp.items.iter().map(|i| i.text.len()).sum();
+        chars += text_bytes;
+        budget.text(text_bytes)?;
+        let height = page_height(&doc, id);
+        page_lines.push((lines(interp.items), height));
+    }
+    if chars == 0 {
+        // Images but no text: a scan. Neither: damaged, or text drawn as outlines.
+        return Err(if images > 0 {
+            Refusal::NoTextLayer
+        } else {
+            Refusal::Empty
+        });
+    }
+    // Text counted once as raw items above; the layout below only rearranges it.
+    let mut relaxed = Budget::new(&Limits {
+        max_text_bytes: u64::MAX,
+        ..limits.clone()
+    });
+    drop_running_lines(&mut page_lines);
+    let body = body_size(&page_lines);
+    let heading_sizes = heading_sizes(&page_lines, body);
+    let mut out = Extracted {
+        title: info_title(&doc),
+        units: pages.len() as u32,
+        ..Extracted::default()
+    };
+    let mut sections: Vec<(u8, String)> = Vec::new();
+    for (i, (lines, _)) in page_lines.into_iter().enumerate() {
+        let page = (i + 1) as u32;
+        let ordered = reading_order(lines);
+        layout_blocks(
+            ordered,
+            page,
+            body,
+            &heading_sizes,
+            &mut sections,
+            &mut relaxed,
+            &mut out.blocks,
+        )?;
+    }
+    if out.title.is_none() {
+        out.title = out.blocks.iter().find_map(|b| match b.kind {
+            BlockKind::Heading(_) => Some(b.text.clone()),
+            _ => None,
+        });
+    }
+    Ok(out)
+}
+
+fn page_height(doc: &Document, id: ObjectId) -> f32 {
+    let mut cur = doc.get_dictionary(id).ok();
+    for _ in 0..16 {
+        let Some(d) = cur else { break };
+        if let Ok(Object::Array(a)) = d
+            .get(b"MediaBox")
+            .and_then(|o| doc.dereference(o).map(|(_, o)| o))
+            && a.len() == 4
+        {
+            let n: Vec<f32> = a.iter().filter_map(num).collect();
+            if n.len() == 4 {
+                return (n[3] - n[1]).abs().max(1.0);
+            }
+        }
+        cur = d
+            .get(b"Parent")
+            .and_then(Object::as_reference)
+            .ok()
+            .and_then(|p| doc.get_dictionary(p).ok());
+    }
+    792.0
+}
+
+fn info_title(doc: &Document) -> Option<String> {
+    let info = doc.trailer.get(b"Info").ok()?;
+    let (_, info) = doc.dereference(info).ok()?;
+    let t = info.as_dict().ok()?.get(b"Title").ok()?;
+    let (_, t) = doc.dereference(t).ok()?;
+    let s = pdf_string(t.as_str().ok()?);
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+/// A PDF text string: UTF-16BE with BOM, UTF-8 with BOM, else PDFDocEncoding (≈ Latin-1).
+fn pdf_string(b: &[u8]) -> String {
+    if let Some(rest) = b.strip_prefix(&[0xFE, 0xFF]) {
+        let units: Vec<u16> = rest
+            .chunks_exact(2)
+            .map(|c| u16::from_be_bytes([c[0], c[1]]))
+            .collect();
+        return String::from_utf16_lossy(&units);
+    }
+    if let Some(rest) = b.strip_prefix(&[0xEF, 0xBB, 0xBF]) {
+        return String::from_utf8_lossy(rest).into_owned();
+    }
+    b.iter().map(|&c| c as char).collect()
+}
+
+fn num(o: &Object) -> Option<f32> {
+    match o {
+        Object::Integer(i) => Some(*i as f32),
+        Object::Real(r) => Some(*r),
+        _ => None,
+    }
+}
+
+// --- content interpretation ------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct M([f32; 6]);
+
+impl M {
+    const ID: M = M([1.0, 0.0, 0.0, 1.0, 0.0, 0.0]);
+
+    /// `self` then `o`.
+    fn then(self, o: M) -> M {
+        let [a1, b1, c1, d1, e1, f1] = self.0;
+        let [a2, b2, c2, d2, e2, f2] = o.0;
+        M([
+            a1 * a2 + b1 * c2,
+            a1 * b2 + b1 * d2,
+            c1 * a2 + d1 * c2,
+            c1 * b2 + d1 * d2,
+            e1 * a2 + f1 * c2 + e2,
+            e1 * b2 + f1 * d2 + f2,
+        ])
+    }
+
+    fn apply(self, x: f32, y: f32) -> (f32, f32) {
+        let [a, b, c, d, e, f] = self.0;
+        (a * x + c * y + e, b * x + d * y + f)
+    }
+
+    fn translate(x: f32, y: f32) -> M {
+        M([1.0, 0.0, 0.0, 1.0, x, y])
+    }
+
+    fn from_operands(ops: &[Object]) -> Option<M> {
+        if ops.len() != 6 {
+            return None;
+        }
+        let v: Vec<f32> = ops.iter().filter_map(num).collect();
+        (v.len() == 6 && v.iter().all(|x| x.is_finite()))
+            .then(|| M([v[0], v[1], v[2], v[3], v[4], v[5]]))
+    }
+}
+
+/// A placed piece of text (device space, y up).
+#[derive(Debug, Clone)]
+struct Item {
+    x: f32,
+    x_end: f32,
+    y: f32,
+    size: f32,
+    bold: bool,
+    text: String,
+}
+
+enum Widths {
+    Simple {
+        first: i64,
+        w: Vec<f32>,
+        missing: f32,
+    },
+    Standard(&'static [u16; 256]),
+    Cid {
+        dw: f32,
+        w: HashMap<u32, f32>,
+    },
+    Fixed(f32),
+}
+
+struct Font<'a> {
+    encoding: Option<Encoding<'a>>,
+    widths: Widths,
+    two_byte: bool,
+    bold: bool,
+}
+
+impl Font<'_> {
+    fn width(&self, code: u32) -> f32 {
+        match &self.widths {
+            Widths::Simple { first, w, missing } => {
+                let i = i64::from(code) - first;
+                usize::try_from(i)
+                    .ok()
+                    .and_then(|i| w.get(i))
+                    .copied()
+                    .unwrap_or(*missing)
+            }
+            Widths::Standard(t) => t.get(code as usize).map_or(500.0, |&w| f32::from(w)),
+            Widths::Cid { dw, w } => w.get(&code).copied().unwrap_or(*dw),
+            Widths::Fixed(w) => *w,
+        }
+    }
+
+    fn decode(&self, bytes: &[u8]) -> String {
+        match &self.encoding {
+            Some(enc) => Document::decode_text(enc, bytes).unwrap_or_default(),
+            None => bytes
+                .iter()
+                .filter(|b| b.is_ascii_graphic() || **b == b' ')
+                .map(|&b| b as char)
+                .collect(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct TextState {
+    size: f32,
+    char_space: f32,
+    word_space: f32,
+    hscale: f32,
+    leading: f32,
+    rise: f32,
+    font: Option<Vec<u8>>,
+}
+
+struct Interp<'a> {
+    doc: &'a Document,
+    limits: &'a Limits,
+    items: Vec<Item>,
+    fonts: HashMap<ObjectId, Font<'a>>,
+    ops: usize,
+    /// Images drawn (image XObjects and inline images).
+    images: usize,
+    /// Form XObjects being drawn (a cycle or a too deep chain is a refusal).
+    stack: Vec<ObjectId>,
+}
+
+impl<'a> Interp<'a> {
+    fn new(doc: &'a Document, limits: &'a Limits) -> Self {
+        Self {
+            doc,
+            limits,
+            items: Vec::new(),
+            fonts: HashMap::new(),
+            ops: 0,
+            images: 0,
+            stack: Vec::new(),
+        }
+    }
+
+    fn page(&mut self, id: ObjectId) -> Result<(), Refusal> {
+        let doc = self.doc;
+        let mut data = Vec::new();
+        for cid in doc.get_page_contents(id) {
+            let Ok(Object::Stream(s)) = doc.get_object(cid) else {
+                continue;
+            };
+            let left = self
+                .limits
+                .max_stream_bytes
+                .saturating_sub(data.len() as u64);
+            let bytes = s
+                .decompressed_content_with_limit(usize::try_from(left).unwrap_or(usize::MAX))
+                .map_err(|e| err(e, self.limits));
+            match bytes {
+                Ok(b) => {
+                    data.extend_from_slice(&b);
+                    data.push(b'\n');
+                }
+                Err(r @ Refusal::LimitExceeded { .. }) => return Err(r),
+                Err(_) => {}
+            }
+        }
+        let resources = page_resources(doc, id);
+        self.run(&data, &resources, M::ID)
+    }
+
+    fn font(
+        &mut self,
+        resources: &[&'a Dictionary],
+        name: &[u8],
+    ) -> Result<Option<ObjectId>, Refusal> {
+        let doc = self.doc;
+        for res in resources {
+            let Ok(fonts) = res.get_deref(b"Font", doc).and_then(Object::as_dict) else {
+                continue;
+            };
+            let Ok(obj) = fonts.get(name) else { continue };
+            let (id, obj) = doc.dereference(obj).map_err(|e| err(e, self.limits))?;
+            let Ok(dict) = obj.as_dict() else { continue };
+            let id = id.unwrap_or((u32::MAX, 0));
+            if !self.fonts.contains_key(&id) {
+                let f = load_font(doc, dict, self.limits)?;
+                self.fonts.insert(id, f);
+            }
+            return Ok(Some(id));
+        }
+        Ok(None)
+    }
+
+    fn run(&mut self, data: &[u8], resources: &[&'a Dictionary], ctm0: M) -> Result<(), Refusal> {
+        let doc = self.doc;
+        let mut ctm = ctm0;
+        let mut gstack: Vec<(M, TextState)> = Vec::new();
+        let mut ts = TextState {
+            size: 0.0,
+            char_space: 0.0,
+            word_space: 0.0,
+            hscale: 1.0,
+            leading: 0.0,
+            rise: 0.0,
+            font: None,
+        };
+        let mut font_id: Option<ObjectId> = None;
+        let mut tm = M::ID;
+        let mut tlm = M::ID;
+        for op in Content::decode_iter(data) {
+            let Ok(op) = op else { break };
+            self.ops += 1;
+            if self.ops > MAX_OPS_PER_PAGE {
+                break;
+            }
+            let o = &op.operands;
+            let f = |i: usize| o.get(i).and_then(num).unwrap_or(0.0);
+            match op.operator.as_str() {
+                "q" if gstack.len() < 256 => gstack.push((ctm, ts.clone())),
+                "Q" => {
+                    if let Some((c, t)) = gstack.pop() {
+                        ctm = c;
+                        ts = t;
+                        font_id = match &ts.font {
+                            Some(n) => self.font(resources, n)?,
+                            None => None,
+                        };
+                    }
+                }
+                "cm" => {
+                    if let Some(m) = M::from_operands(o) {
+                        ctm = m.then(ctm);
+                    }
+                }
+                "BT" => {
+                    tm = M::ID;
+                    tlm = M::ID;
+                }
+                "Tf" => {
+                    if let Some(Object::Name(n)) = o.first() {
+                        ts.font = Some(n.clone());
+                        font_id = self.font(resources, n)?;
+                    }
+                    ts.size = f(1);
+                }
+                "Tc" => ts.char_space = f(0),
+                "Tw" => ts.word_space = f(0),
+                "Tz" => ts.hscale = f(0) / 100.0,
+                "TL" => ts.leading = f(0),
+                "Ts" => ts.rise = f(0),
+                "Td" => {
+                    tlm = M::translate(f(0), f(1)).then(tlm);
+                    tm = tlm;
+                }
+                "TD" => {
+                    ts.leading = -f(1);
+                    tlm = M::translate(f(0), f(1)).then(tlm);
+                    tm = tlm;
+                }
+                "Tm" => {
+                    if let Some(m) = M::from_operands(o) {
+                        tm = m;
+                        tlm = m;
+                    }
+                }
+                "T*" => {
+                    tlm = M::translate(0.0, -ts.leading).then(tlm);
+                    tm = tlm;
+                }
+                "Tj" | "'" | "\"" | "TJ" => {
+                    if op.operator == "'" || op.operator == "\"" {
+                        if op.operator == "\"" {
+                            ts.word_space = f(0);
+                            ts.char_space = f(1);
+                        }
+                        tlm = M::translate(0.0, -ts.leading).then(tlm);
+                        tm = tlm;
+                    }
+                    let parts: Vec<&Object> = match (op.operator.as_str(), o.last()) {
+                        ("TJ", Some(Object::Array(a))) => a.iter().collect(),
+                        (_, Some(s)) => vec![s],
+                        _ => continue,
+                    };
+                    for p in parts {
+                        match p {
+                            Object::String(bytes, _) => {
+                                let font = font_id.and_then(|id| self.fonts.get(&id));
+                                let (item, next) = show(bytes, font, &ts, tm, ctm);
+                                tm = next;
+                                self.items.extend(item);
+                            }
+                            other => {
+                                if let Some(adj) = num(other) {
+                                    let tx = -adj / 1000.0 * ts.size * ts.hscale;
+                                    tm = M::translate(tx, 0.0).then(tm);
+                                }
+                            }
+                        }
+                    }
+                }
+                "BI" | "ID" | "EI" => self.images += 1,
+                "Do" => {
+                    let Some(Object::Name(n)) = o.first() else {
+                        continue;
+                    };
+                    self.form(resources, n, ctm)?;
+                }
+                _ => {}
+            }
+        }
+        let _ = doc;
+        Ok(())
+    }
+
+    fn form(&mut self, resources: &[&'a Dictionary], name: &[u8], ctm: M) -> Result<(), Refusal> {
+        let doc = self.doc;
+        for res in resources {
+            let Ok(xobjects) = res.get_deref(b"XObject", doc).and_then(Object::as_dict) else {
+                continue;
+            };
+            let Ok(obj) = xobjects.get(name) else {
+                continue;
+            };
+            let (id, obj) = doc.dereference(obj).map_err(|e| err(e, self.limits))?;
+            let Ok(stream) = obj.as_stream() else {
+                return Ok(());
+            };
+            match stream.dict.get(b"Subtype").and_then(Object::as_name).ok() {
+                Some(b"Form") => {}
+                Some(b"Image") => {
+                    self.images += 1;
+                    return Ok(());
+                }
+                _ => return Ok(()),
+            }
+            let id = id.unwrap_or((u32::MAX, 0));
+            if self.stack.len() as u32 >= self.limits.max_pdf_depth || self.stack.contains(&id) {
+                return Err(Refusal::limit(
+                    "max_pdf_depth",
+                    self.limits.max_pdf_depth + 1,
+                    self.limits.max_pdf_depth,
+                ));
+            }
+            let data = stream
+                .decompressed_content_with_limit(
+                    usize::try_from(self.limits.max_stream_bytes).unwrap_or(usize::MAX),
+                )
+                .map_err(|e| err(e, self.limits));
+            let data = match data {
+                Ok(d) => d,
+                Err(r @ Refusal::LimitExceeded { .. }) => return Err(r),
+                Err(_) => return Ok(()),
+            };
+            let matrix = match stream.dict.get(b"Matrix") {
+                Ok(Object::Array(a)) => M::from_operands(a).unwrap_or(M::ID),
+                _ => M::ID,
+            };
+            let mut res: Vec<&'a Dictionary> = Vec::new();
+            if let Ok(own) = stream
+                .dict
+                .get_deref(b"Resources", doc)
+                .and_then(Object::as_dict)
+            {
+                res.push(own);
+            }
+            res.extend_from_slice(resources);
+            self.stack.push(id);
+            let r = self.run(&data, &res, matrix.then(ctm));
+            self.stack.pop();
+            return r;
+        }
+        Ok(())
+    }
+}
+
+/// Shows one string: the placed text, if any, and the text matrix after it.
+fn show(bytes: &[u8], font: Option<&Font<'_>>, ts: &TextState, tm: M, ctm: M) -> (Option<Item>, M) {
+    {
+        let two = font.is_some_and(|f| f.two_byte);
+        let mut advance = 0.0f32;
+        let codes: Vec<u32> = if two {
+            bytes
+                .chunks(2)
+                .map(|c| (u32::from(c[0]) << 8) | u32::from(*c.get(1).unwrap_or(&0)))
+                .collect()
+        } else {
+            bytes.iter().map(|&b| u32::from(b)).collect()
+        };
+        for &c in &codes {
+            let w = font.map_or(500.0, |f| f.width(c));
+            let mut a = w / 1000.0 * ts.size + ts.char_space;
+            if !two && c == 32 {
+                a += ts.word_space;
+            }
+            advance += a * ts.hscale;
+        }
+        let text = match font {
+            Some(f) => f.decode(bytes),
+            None => String::from_utf8_lossy(bytes).into_owned(),
+        };
+        let trm = tm.then(ctm);
+        let (x, y) = trm.apply(0.0, ts.rise);
+        let after = M::translate(advance, 0.0).then(tm);
+        let (x_end, _) = after.then(ctm).apply(0.0, ts.rise);
+        let [_, b, _, d, _, _] = trm.0;
+        let size = (ts.size * (b * b + d * d).sqrt()).abs();
+        let text: String = text
+            .chars()
+            .filter(|c| !c.is_control() || *c == '\t')
+            .map(|c| if c == '\t' || c == '\u{a0}' { ' ' } else { c })
+            .collect();
+        let item = (!text.trim().is_empty() && x.is_finite() && y.is_finite() && x_end.is_finite())
+            .then(|| Item {
+                x: x.min(x_end),
+                x_end: x.max(x_end),
+                y,
+                size: if size.is_finite() && size > 0.1 {
+                    size
+                } else {
+                    10.0
+                },
+                bold: font.is_some_and(|f| f.bold),
+                text,
+            });
+        (item, after)
+    }
+}
+
+/// The resource dictionaries of a page, nearest first (inherited ones after).
+fn page_resources(doc: &Document, id: ObjectId) -> Vec<&Dictionary> {
+    let mut out = Vec::new();
+    if let Ok((own, inherited)) = doc.get_page_resources(id) {
+        if let Some(d) = own {
+            out.push(d);
+        }
+        for rid in inherited {
+            if let Ok(d) = doc.get_dictionary(rid) {
+                out.push(d);
+            }
+        }
+    }
+    out
+}
+
+fn load_font<'a>(
+    doc: &'a Document,
+    dict: &'a Dictionary,
+    limits: &Limits,
+) -> Result<Font<'a>, Refusal> {
+    let max = usize::try_from(limits.max_stream_bytes).unwrap_or(usize::MAX);
+    let subtype = dict
+        .get(b"Subtype")
+        .and_then(Object::as_name)
+        .unwrap_or(b"");
+    let base = dict
+        .get(b"BaseFont")
+        .and_then(Object::as_name)
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .unwrap_or_default();
+    let bold =
+        base.to_ascii_lowercase().contains("bold") || base.to_ascii_lowercase().contains("black");
+    if subtype == b"Type0" {
+        // Two-byte codes; text through /ToUnicode (lopdf would try /Encoding first).
+        let encoding = match dict
+            .get_deref(b"ToUnicode", doc)
+            .and_then(Object::as_stream)
+        {
+            Ok(_) => {
+                let mut d = dict.clone();
+                d.remove(b"Encoding");
+                match d.get_font_encoding_with_limit(doc, max) {
+                    Ok(Encoding::UnicodeMapEncoding(m)) => Some(Encoding::UnicodeMapEncoding(m)),
+                    Err(e @ lopdf::Error::Decompress(_)) => return Err(err(e, limits)),
+                    _ => None,
+                }
+            }
+            Err(_) => None,
+        };
+        let mut dw = 1000.0;
+        let mut w = HashMap::new();
+        if let Ok(Object::Array(desc)) = dict.get_deref(b"DescendantFonts", doc)
+            && let Some(first) = desc.first()
+            && let Ok((_, d)) = doc.dereference(first)
+            && let Ok(d) = d.as_dict()
+        {
+            dw = d.get(b"DW").ok().and_then(num).unwrap_or(1000.0);
+            if let Ok(Object::Array(arr)) = d.get_deref(b"W", doc) {
+                let mut i = 0;
+                while i + 1 < arr.len() && w.len() < 65_536 {
+                    let Some(c0) = num(&arr[i]) else { break };
+                    match doc.dereference(&arr[i + 1]).map(|(_, o)| o) {
+                        Ok(Object::Array(ws)) => {
+                            for (k, x) in ws.iter().enumerate().take(65_536) {
+                                if let Some(x) = num(x) {
+                                    w.insert(c0 as u32 + k as u32, x);
+                                }
+                            }
+                            i += 2;
+                        }
+                        Ok(o) => {
+                            let (Some(c1), Some(x)) = (num(o), arr.get(i + 2).and_then(num)) else {
+                                break;
+                            };
+                            let (c0, c1) = (c0 as u32, (c1 as u32).min(c0 as u32 + 65_536));
+                            for c in c0..=c1 {
+                                w.insert(c, x);
+                            }
+                            i += 3;
+                        }
+                        Err(_) => break,
+                    }
+                }
+            }
+        }
+        return Ok(Font {
+            encoding,
+            widths: Widths::Cid { dw, w },
+            two_byte: true,
+            bold,
+        });
+    }
+    let encoding = match dict.get_font_encoding_with_limit(doc, max) {
+        Ok(e) => Some(e),
+        Err(e @ lopdf::Error::Decompress(_)) => return Err(err(e, limits)),
+        Err(_) => None,
+    };
+    let widths = match (
+        dict.get_deref(b"Widths", doc),
+        dict.get(b"FirstChar").ok().and_then(num),
+    ) {
+        (Ok(Object::Array(w)), Some(first)) => {
+            let missing = dict
+                .get_deref(b"FontDescriptor", doc)
+                .and_then(Object::as_dict)
+                .ok()
+                .and_then(|fd| fd.get(b"MissingWidth").ok().and_then(num))
+                .unwrap_or(500.0);
+            Widths::Simple {
+                first: first as i64,
+                w: w.iter()
+                    .take(65_536)
+                    .map(|x| {
+                        doc.dereference(x)
+                            .ok()
+                            .and_then(|(_, o)| num(o))
+                            .unwrap_or(missing)
+                    })
+                    .collect(),
+                missing,
+            }
+        }
+        _ => match standard_widths(&base) {
+            Some(t) => Widths::Standard(t),
+            None => Widths::Fixed(if base.to_ascii_lowercase().contains("courier") {
+                600.0
+            } else {
+                500.0
+            }),
+        },
+    };
+    Ok(Font {
+        encoding,
+        widths,
+        two_byte: false,
+        bold,
+    })
+}
+
+// --- layout ----------------------------------------------------------------------------------
+
+/// A run of text on one line with no wide gap inside.
+#[derive(Debug, Clone)]
+struct Seg {
+    x0: f32,
+    x1: f32,
+    text: String,
+}
+
+#[derive(Debug, Clone)]
+struct Line {
+    y: f32,
+    size: f32,
+    bold: bool,
+    segs: Vec<Seg>,
+    /// 0 = full width, 1 = left column, 2 = right column.
+    column: u8,
+}
+
+impl Line {
+    fn text(&self) -> String {
+        self.segs
+            .iter()
+            .map(|s| s.text.as_str())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+}
+
+/// Groups items into lines (top to bottom) and each line into segments.
+fn lines(mut items: Vec<Item>) -> Vec<Line> {
+    items.sort_by(|a, b| b.y.total_cmp(&a.y).then(a.x.total_cmp(&b.x)));
+    let mut groups: Vec<Vec<Item>> = Vec::new();
+    for it in items {
+        match groups.last_mut() {
+            Some(g) if (g[0].y - it.y).abs() <= 0.4 * g[0].size.max(it.size) => g.push(it),
+            _ => groups.push(vec![it]),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|mut g| {
+            g.sort_by(|a, b| a.x.total_cmp(&b.x));
+            let size = g.iter().map(|i| i.size).fold(0.0, f32::max);
+            let chars: usize = g.iter().map(|i| i.text.len()).sum();
+            let bold_chars: usize = g.iter().filter(|i| i.bold).map(|i| i.text.len()).sum();
+            let y = g[0].y;
+            let mut segs: Vec<Seg> = Vec::new();
+            let mut prev: Option<&Item> = None;
+            for it in &g {
+                if let Some(p) = prev
+                    && (it.x - p.x).abs() < 0.5
+                    && it.text == p.text
+                {
+                    continue; // the same text drawn twice (fake bold, shadow)
+                }
+                let gap = prev.map_or(f32::MAX, |p| it.x - p.x_end);
+                match segs.last_mut() {
+                    Some(s) if gap <= 1.0 * it.size.max(1.0) => {
+                        if gap > 0.12 * it.size
+                            && !s.text.ends_with(' ')
+                            && !it.text.starts_with(' ')
+                        {
+                            s.text.push(' ');
+                        }
+                        s.text.push_str(&it.text);
+                        s.x1 = s.x1.max(it.x_end);
+                    }
+                    _ => segs.push(Seg {
+                        x0: it.x,
+                        x1: it.x_end,
+                        text: it.text.clone(),
+                    }),
+                }
+                prev = Some(it);
+            }
+            for s in &mut segs {
+                s.text = s.text.split_whitespace().collect::<Vec<_>>().join(" ");
+            }
+            segs.retain(|s| !s.text.is_empty());
+            Line {
+                y,
+                size,
+                bold: bold_chars * 2 > chars,
+                segs,
+                column: 0,
+            }
+        })
+        .filter(|l| !l.segs.is_empty())
+        .collect()
+}
+
+/// Normalised text of a running header/footer candidate: case and digits ignored.
+fn running_key(l: &Line) -> String {
+    l.text()
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '#' } else { c })
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A line that starts a table (it and the next line both have the same number ≥ 2 of cells):
+/// a table's repeated header row is content, not a running header.
+fn starts_table(lines: &[Line], i: usize) -> bool {
+    let n = lines[i].segs.len();
+    n >= 2 && lines.get(i + 1).is_some_and(|l| l.segs.len() == n)
+}
+
+/// Drops lines among the first/last two of a page whose normalised text recurs there on at
+/// least half of the pages (at least two).
+fn drop_running_lines(pages: &mut [(Vec<Line>, f32)]) {
+    if pages.len() < 2 {
+        return;
+    }
+    let mut top: HashMap<String, usize> = HashMap::new();
+    let mut bottom: HashMap<String, usize> = HashMap::new();
+    for (lines, _) in pages.iter() {
+        let mut seen_t = std::collections::HashSet::new();
+        let mut seen_b = std::collections::HashSet::new();
+        for i in 0..lines.len().min(2) {
+            if !starts_table(lines, i) {
+                seen_t.insert(running_key(&lines[i]));
+            }
+        }
+        for l in &lines[lines.len().saturating_sub(2)..] {
+            seen_b.insert(running_key(l));
+        }
+        for k in seen_t {
+            *top.entry(k).or_default() += 1;
+        }
+        for k in seen_b {
+            *bottom.entry(k).or_default() += 1;
+        }
+    }
+    let need = pages.len().div_ceil(2).max(2);
+    for (lines, _) in pages.iter_mut() {
+        let n = lines.len();
+        let mut drop = vec![false; n];
+        for i in 0..n.min(2) {
+            if !starts_table(lines, i)
+                && top.get(&running_key(&lines[i])).is_some_and(|&c| c >= need)
+            {
+                drop[i] = true;
+            }
+        }
+        for i in n.saturating_sub(2)..n {
+            if bottom
+                .get(&running_key(&lines[i]))
+                .is_some_and(|&c| c >= need)
+            {
+                drop[i] = true;
+            }
+        }
+        let mut i = 0;
+        lines.retain(|_| {
+            i += 1;
+            !drop[i - 1]
+        });
+    }
+}
+
+/// Reorders a page's lines for reading: where the page has two columns (a gutter no line
+/// crosses, prose on both sides), each band of two-column lines is read left column first.
+fn reading_order(lines: Vec<Line>) -> Vec<Line> {
+    let Some(g) = gutter(&lines) else {
+        return lines;
+    };
+    let crosses = |l: &Line| l.segs.iter().any(|s| s.x0 < g && s.x1 > g);
+    let mut out = Vec::with_capacity(lines.len() * 2);
+    let mut left: Vec<Line> = Vec::new();
+    let mut right: Vec<Line> = Vec::new();
+    let flush = |out: &mut Vec<Line>, left: &mut Vec<Line>, right: &mut Vec<Line>| {
+        out.append(left);
+        out.append(right);
+    };
+    for l in lines {
+        if crosses(&l) {
+            flush(&mut out, &mut left, &mut right);
+            out.push(l);
+            continue;
+        }
+        let (ls, rs): (Vec<Seg>, Vec<Seg>) = l.segs.iter().cloned().partition(|s| s.x1 <= g);
+        if !ls.is_empty() {
+            left.push(Line {
+                segs: ls,
+                column: 1,
+                ..l.clone()
+            });
+        }
+        if !rs.is_empty() {
+            right.push(Line {
+                segs: rs,
+                column: 2,
+                ..l
+            });
+        }
+    }
+    flush(&mut out, &mut left, &mut right);
+    out
+}
+
+/// The x of a column gutter: inside the gap of at least 3 two-segment lines, crossed by no
+/// more than a few lines, with prose (segments filling most of their column) on both sides.
+fn gutter(lines: &[Line]) -> Option<f32> {
+    let left = lines
+        .iter()
+        .flat_map(|l| l.segs.iter().map(|s| s.x0))
+        .fold(f32::MAX, f32::min);
+    let right = lines
+        .iter()
+        .flat_map(|l| l.segs.iter().map(|s| s.x1))
+        .fold(f32::MIN, f32::max);
+    let width = right - left;
+    if width <= 0.0 {
+        return None;
+    }
+    let two: Vec<&Line> = lines.iter().filter(|l| l.segs.len() == 2).collect();
+    if two.len() < 3 {
+        return None;
+    }
+    let mut best: Option<(usize, f32)> = None;
+    for l in &two {
+        let g = (l.segs[0].x1 + l.segs[1].x0) / 2.0;
+        if g < left + 0.25 * width || g > left + 0.75 * width {
+            continue;
+        }
+        let n = two
+            .iter()
+            .filter(|m| m.segs[0].x1 < g && m.segs[1].x0 > g)
+            .count();
+        if best.is_none_or(|(bn, _)| n > bn) {
+            best = Some((n, g));
+        }
+    }
+    let (n, g) = best?;
+    if n < 3 || n * 2 < two.len() {
+        return None;
+    }
+    let crossing = lines
+        .iter()
+        .filter(|l| l.segs.iter().any(|s| s.x0 < g && s.x1 > g))
+        .count();
+    if crossing * 4 > lines.len() {
+        return None;
+    }
+    // Prose, not a two-column table: the median segment fills most of its column.
+    let mut fill_l: Vec<f32> = two
+        .iter()
+        .map(|l| (l.segs[0].x1 - l.segs[0].x0) / (g - left))
+        .collect();
+    let mut fill_r: Vec<f32> = two
+        .iter()
+        .map(|l| (l.segs[1].x1 - l.segs[1].x0) / (right - g))
+        .collect();
+    fill_l.sort_by(f32::total_cmp);
+    fill_r.sort_by(f32::total_cmp);
+    let med = |v: &[f32]| v[v.len() / 2];
+    (med(&fill_l) > 0.6 && med(&fill_r) > 0.6).then_some(g)
+}
+
+/// The font size that carries the most text.
+fn body_size(pages: &[(Vec<Line>, f32)]) -> f32 {
+    let mut by: HashMap<i32, usize> = HashMap::new();
+    for (lines, _) in pages {
+        for l in lines {
+            *by.entry((l.size * 2.0).round() as i32).or_default() +=
+                l.segs.iter().map(|s| s.text.len()).sum::<usize>();
+        }
+    }
+    by.into_iter()
+        .max_by_key(|&(s, n)| (n, -s))
+        .map_or(10.0, |(s, _)| s as f32 / 2.0)
+}
+
+/// Heading sizes, largest first (at most 5 levels).
+fn heading_sizes(pages: &[(Vec<Line>, f32)], body: f32) -> Vec<i32> {
+    let mut sizes: Vec<i32> = pages
+        .iter()
+        .flat_map(|(l, _)| l.iter())
+        .filter(|l| l.segs.len() == 1 && l.size >= body * 1.15 && l.segs[0].text.len() <= 150)
+        .map(|l| (l.size * 2.0).round() as i32)
+        .collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    sizes.dedup();
+    sizes.truncate(5);
+    sizes
+}
+
+fn is_list_start(t: &str) -> bool {
+    let t = t.trim_start();
+    t.starts_with("- ") || t.starts_with("• ") || t.starts_with("– ") || t.starts_with("* ") || {
+        let n = t.bytes().take_while(u8::is_ascii_digit).count();
+        (1..=3).contains(&n) && (t[n..].starts_with(". ") || t[n..].starts_with(") "))
+    }
+}
+
+/// Joins a wrapped line onto a paragraph: a hyphen at the end of a line followed by a lowercase
+/// start is a word broken across lines.
+fn join_line(para: &mut String, next: &str) {
+    if para.is_empty() {
+        para.push_str(next);
+        return;
+    }
+    let hyphenated = para.ends_with('-')
+        && para[..para.len() - 1]
+            .chars()
+            .last()
+            .is_some_and(char::is_alphabetic)
+        && next.chars().next().is_some_and(char::is_lowercase);
+    if hyphenated {
+        para.pop();
+    } else {
+        para.push(' ');
+    }
+    para.push_str(next);
+}
+
+fn layout_blocks(
+    lines: Vec<Line>,
+    page: u32,
+    body: f32,
+    heading_sizes: &[i32],
+    sections: &mut Vec<(u8, String)>,
+    budget: &mut Budget,
+    out: &mut Vec<Block>,
+) -> Result<(), Refusal> {
+    let anchor = |sections: &[(u8, String)]| Anchor {
+        page: Some(page),
+        section: sections.iter().map(|(_, t)| t.clone()).collect(),
+        ..Anchor::default()
+    };
+    let mut para = String::new();
+    let mut para_kind = BlockKind::Paragraph;
+    let mut prev: Option<&Line> = None;
+    let mut i = 0;
+    macro_rules! flush {
+        () => {
+            if !para.is_empty() {
+                budget.push(
+                    out,
+                    Block {
+                        kind: para_kind,
+                        text: std::mem::take(&mut para),
+                        anchor: anchor(sections),
+                    },
+                )?;
+            }
+            #[allow(unused_assignments)]
+            {
+                para_kind = BlockKind::Paragraph;
+            }
+        };
+    }
+    while i < lines.len() {
+        let l = &lines[i];
+        // A table: consecutive lines of two or more cells.
+        if l.segs.len() >= 2
+            && lines
+                .get(i + 1)
+                .is_some_and(|n| n.segs.len() >= 2 && n.column == l.column)
+        {
+            flush!();
+            let mut rows = Vec::new();
+            while i < lines.len() && lines[i].segs.len() >= 2 && lines[i].column == l.column {
+                rows.push(lines[i].text().replace('\n', " "));
+                i += 1;
+            }
+            budget.push(
+                out,
+                Block {
+                    kind: BlockKind::Table { header_rows: 1 },
+                    text: rows.join("\n"),
+                    anchor: anchor(sections),
+                },
+            )?;
+            prev = None;
+            continue;
+        }
+        let text = l.text();
+        let size_key = (l.size * 2.0).round() as i32;
+        if let Some(rank) = heading_sizes.iter().position(|&s| s == size_key)
+            && l.segs.len() == 1
+        {
+            // Consecutive lines of one heading size are one (wrapped) heading.
+            let mut title = text;
+            while let Some(n) = lines.get(i + 1)
+                && n.segs.len() == 1
+                && (n.size * 2.0).round() as i32 == size_key
+                && (l.y - n.y).abs() < 2.0 * l.size
+                && n.column == l.column
+            {
+                join_line(&mut title, &n.text());
+                i += 1;
+            }
+            flush!();
+            let level = (rank + 1) as u8;
+            while sections.last().is_some_and(|(lv, _)| *lv >= level) {
+                sections.pop();
+            }
+            sections.push((level, title.clone()));
+            budget.push(
+                out,
+                Block {
+                    kind: BlockKind::Heading(sections.len().min(6) as u8),
+                    text: title,
+                    anchor: anchor(sections),
+                },
+            )?;
+            prev = None;
+            i += 1;
+            continue;
+        }
+        let bold_heading = l.bold
+            && l.size >= body * 0.95
+            && text.len() <= 80
+            && !text.ends_with('.')
+            && prev.is_none_or(|p| !p.bold || p.column != l.column);
+        let next_plain = lines.get(i + 1).is_some_and(|n| !n.bold);
+        if bold_heading && next_plain && heading_sizes.is_empty() {
+            flush!();
+            let level = 6u8;
+            while sections.last().is_some_and(|(lv, _)| *lv >= level) {
+                sections.pop();
+            }
+            sections.push((level, text.clone()));
+            budget.push(
+                out,
+                Block {
+                    kind: BlockKind::Heading(sections.len().min(6) as u8),
+                    text,
+                    anchor: anchor(sections),
+                },
+            )?;
+            prev = None;
+            i += 1;
+            continue;
+        }
+        let continues = prev.is_some_and(|p| {
+            p.column == l.column
+                && p.y > l.y
+                && p.y - l.y <= 1.7 * p.size.max(l.size)
+                && (p.size - l.size).abs() <= 0.15 * p.size
+                && p.bold == l.bold
+        });
+        if !continues || is_list_start(&text) {
+            flush!();
+            if is_list_start(&text) {
+                para_kind = BlockKind::ListItem;
+            }
+        }
+        join_line(&mut para, &text);
+        prev = Some(l);
+        i += 1;
+    }
+    flush!();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hyphenation_is_joined_only_for_broken_words() {
+        let mut p = String::from("encrypted in a test enviro-");
+        join_line(&mut p, "nment at least");
+        assert_eq!(p, "encrypted in a test environment at least");
+        let mut p = String::from("Rates are set per year -");
+        join_line(&mut p, "see below");
+        assert_eq!(p, "Rates are set per year - see below");
+        let mut p = String::from("the self-");
+        join_line(&mut p, "Assessment");
+        assert_eq!(p, "the self- Assessment");
+    }
+
+    #[test]
+    fn matrices_compose_in_pdf_order() {
+        let scale = M([2.0, 0.0, 0.0, 2.0, 0.0, 0.0]);
+        let shift = M::translate(10.0, 5.0);
+        assert_eq!(shift.then(scale).apply(0.0, 0.0), (20.0, 10.0));
+        assert_eq!(scale.then(shift).apply(1.0, 1.0), (12.0, 7.0));
+    }
+}

@@ -1,0 +1,204 @@
+//! XLSX/XLSM through `calamine` (cell by cell, never a dense range: a sheet claiming
+//! A1:XFD1048576 costs what its cells cost): one section per sheet, the first non-empty row as
+//! the header, formulas as their cached values, anchors sheet + row range.
+
+use std::collections::BTreeMap;
+use std::io::Cursor;
+
+use calamine::{DataRef, Reader, Xlsx};
+
+use crate::csv::push_table;
+use crate::limits::Budget;
+use crate::xml::Zip;
+use crate::{Anchor, Block, BlockKind, Extracted, Format, Limits, Refusal};
+
+pub(crate) fn extract(
+    bytes: &[u8],
+    limits: &Limits,
+    budget: &mut Budget,
+) -> Result<Extracted, Refusal> {
+    // The guards first: entry count, actual decompressed bytes, no DTD, nesting depth. Only then
+    // does calamine read the same parts.
+    let mut zip = Zip::open(bytes, Format::Xlsx, limits)?;
+    let mut title = None;
+    for name in zip.names() {
+        if name.ends_with(".xml") || name.ends_with(".rels") {
+            let xml = zip.read_xml(&name, limits)?;
+            if name == "docProps/core.xml" {
+                title = xml.as_deref().and_then(core_title);
+            }
+        }
+    }
+    let mut wb: Xlsx<_> = calamine::open_workbook_from_rs(Cursor::new(bytes))
+        .map_err(|e| Refusal::malformed(Format::Xlsx, e))?;
+    let sheets = wb.sheet_names();
+    if sheets.len() as u64 > u64::from(limits.max_sheets) {
+        return Err(Refusal::limit(
+            "max_sheets",
+            sheets.len(),
+            limits.max_sheets,
+        ));
+    }
+    let mut out = Extracted {
+        title,
+        ..Extracted::default()
+    };
+    for sheet in &sheets {
+        let mut rows: BTreeMap<u32, Vec<(u32, String)>> = BTreeMap::new();
+        {
+            let mut reader = wb
+                .worksheet_cells_reader(sheet)
+                .map_err(|e| Refusal::malformed(Format::Xlsx, format!("sheet {sheet}: {e}")))?;
+            while let Some(cell) = reader
+                .next_cell()
+                .map_err(|e| Refusal::malformed(Format::Xlsx, format!("sheet {sheet}: {e}")))?
+            {
+                let v = value(cell.get_value());
+                if v.is_empty() {
+                    continue;
+                }
+                budget.cell()?;
+                let (r, c) = cell.get_position();
+                rows.entry(r).or_default().push((c, v));
+            }
+        }
+        out.units += 1;
+        let anchor = Anchor {
+            sheet: Some(sheet.clone()),
+            section: vec![sheet.clone()],
+            ..Anchor::default()
+        };
+        if rows.is_empty() {
+            continue;
+        }
+        let min_c = rows
+            .values()
+            .flat_map(|r| r.iter().map(|(c, _)| *c))
+            .min()
+            .unwrap_or(0);
+        let max_c = rows
+            .values()
+            .flat_map(|r| r.iter().map(|(c, _)| *c))
+            .max()
+            .unwrap_or(0);
+        let line = |cells: &[(u32, String)]| -> String {
+            if max_c - min_c <= 64 {
+                let mut v = vec![""; (max_c - min_c + 1) as usize];
+                for (c, s) in cells {
+                    v[(c - min_c) as usize] = s;
+                }
+                v.join(" | ")
+            } else {
+                cells
+                    .iter()
+                    .map(|(_, s)| s.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            }
+        };
+        let mut it = rows.iter();
+        let (hr, header) = it.next().map(|(r, c)| (*r, line(c))).unwrap_or_default();
+        budget.push(
+            &mut out.blocks,
+            Block {
+                kind: BlockKind::Heading(1),
+                text: sheet.clone(),
+                anchor: anchor.clone(),
+            },
+        )?;
+        let data: Vec<(u32, String)> = it.map(|(r, c)| (r + 1, line(c))).collect();
+        if data.is_empty() {
+            let mut a = anchor.clone();
+            a.rows = Some((hr + 1, hr + 1));
+            budget.push(
+                &mut out.blocks,
+                Block {
+                    kind: BlockKind::Table { header_rows: 1 },
+                    text: header,
+                    anchor: a,
+                },
+            )?;
+        } else {
+            push_table(&mut out.blocks, budget, &header, &data, &anchor)?;
+        }
+    }
+    if out.title.is_none() {
+        out.title = sheets.first().cloned();
+    }
+    Ok(out)
+}
+
+fn core_title(xml: &str) -> Option<String> {
+    let start = xml.find("<dc:title>")? + "<dc:title>".len();
+    let end = xml[start..].find("</dc:title>")? + start;
+    let t = quick_xml::escape::unescape(&xml[start..end])
+        .ok()?
+        .trim()
+        .to_owned();
+    (!t.is_empty()).then_some(t)
+}
+
+/// A cell's display text: numbers without float noise, dates as ISO dates.
+fn value(v: &DataRef<'_>) -> String {
+    let s = match v {
+        DataRef::Empty => String::new(),
+        DataRef::String(s) => s.clone(),
+        DataRef::SharedString(s) => (*s).to_owned(),
+        DataRef::Int(i) => i.to_string(),
+        DataRef::Float(f) => number(*f),
+        DataRef::Bool(b) => if *b { "TRUE" } else { "FALSE" }.to_owned(),
+        DataRef::DateTime(d) => serial_date(d.as_f64(), d.is_datetime()),
+        DataRef::DateTimeIso(s) | DataRef::DurationIso(s) => s.clone(),
+        DataRef::Error(e) => format!("#{e:?}"),
+    };
+    s.trim().replace(['\n', '\r'], " ").replace(" | ", " / ")
+}
+
+fn number(f: f64) -> String {
+    if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e15 {
+        format!("{}", f as i64)
+    } else {
+        let s = format!("{f:.10}");
+        let s = s.trim_end_matches('0').trim_end_matches('.');
+        s.to_owned()
+    }
+}
+
+/// An Excel serial date (1900 system, days since 1899-12-30) as `YYYY-MM-DD[ HH:MM]`.
+fn serial_date(serial: f64, with_time: bool) -> String {
+    if !serial.is_finite() || !(0.0..3_000_000.0).contains(&serial) {
+        return number(serial);
+    }
+    let days = serial.floor() as i64;
+    // Civil-from-days (Howard Hinnant), from 1970-01-01 = serial 25569.
+    let z = days - 25569 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    let mins = ((serial - serial.floor()) * 1440.0).round() as i64;
+    if with_time && mins > 0 {
+        format!("{y:04}-{m:02}-{d:02} {:02}:{:02}", mins / 60, mins % 60)
+    } else {
+        format!("{y:04}-{m:02}-{d:02}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_dates_display_as_a_person_reads_them() {
+        assert_eq!(number(410.0), "410");
+        assert_eq!(number(4.1), "4.1");
+        assert_eq!(number(0.1 + 0.2), "0.3");
+        assert_eq!(serial_date(45444.0, false), "2024-06-01");
+        assert_eq!(serial_date(45444.5, true), "2024-06-01 12:00");
+    }
+}
