@@ -886,10 +886,12 @@ fn keep_engine_busy(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn batch_request_waits_behind_interactive_work_with_keep_alives() {
-    // Keep-alive every second; the stream idle timeout (6 s) is shorter than the wait below, so
-    // the stream survives only because the timeout measures engine progress, not bytes.
+    // Keep-alive every second; the stream idle timeout (15 s) is shorter than the wait below,
+    // so the stream survives only because the timeout measures engine progress, not bytes. (At
+    // 6 s, one engine step of the busy-keeping work could exceed it when the whole suite runs
+    // on 2 loaded cores: the watchdog then ended the stream with an error.)
     let config = Config {
-        stream_idle_timeout_secs: Some(6),
+        stream_idle_timeout_secs: Some(15),
         sse_keep_alive_secs: Some(1),
         ..test_config()
     };
@@ -921,12 +923,12 @@ async fn batch_request_waits_behind_interactive_work_with_keep_alives() {
     let mut buf = Vec::new();
     read_until(&mut sock, &mut buf, |s| s.contains("data: {")).await;
     let started_before = started.load(Ordering::SeqCst);
-    // Eight keep-alives (≥ 7 s, longer than the idle timeout) while interactive work runs
+    // Seventeen keep-alives (≥ 16 s, longer than the idle timeout) while interactive work runs
     // ahead, and until five interactive requests submitted after the batch one have started
     // (however slow the machine is; three are live at any time, so at least two of them
     // finished before the batch request).
     read_until(&mut sock, &mut buf, |s| {
-        s.matches(": keep-alive\n\n").count() >= 8
+        s.matches(": keep-alive\n\n").count() >= 17
             && started.load(Ordering::SeqCst) - started_before >= 5
             || s.contains("data: [DONE]")
     })
