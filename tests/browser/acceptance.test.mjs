@@ -263,8 +263,9 @@ describe('web UI against the real daemon', { skip, timeout: 60 * 60_000 }, () =>
     const first = await askAdmitted(page, c.query, ANSWER_TIMEOUT);
     await settled(first, ANSWER_TIMEOUT);
     assert.ok((await sources(first)).some((x) => x.doc === doc), 'the first answer cites the document');
-    // A follow-up in the same thread: sent with the thread id, the server supplies the history.
-    const follow = await askAdmitted(page, 'And which document says so?', ANSWER_TIMEOUT);
+    // A follow-up in the same thread, elliptical on its own: sent with the thread id, the server
+    // supplies the history and rebuilds the question from it (rag/src/query.rs).
+    const follow = await askAdmitted(page, 'And for institutional customers?', ANSWER_TIMEOUT);
     await settled(follow, ANSWER_TIMEOUT);
     assert.equal(await follow.locator('[role="alert"]:visible').count(), 0, await follow.textContent());
     assert.ok((await sources(follow)).some((x) => x.doc === doc), 'the follow-up retrieves the same document');

@@ -412,7 +412,7 @@ describe('web UI against the dev server (fake API)', { skip: missing || false },
     const copy = await a.getByRole('button', { name: 'Copy' }).boundingBox();
     assert.ok(copy.width >= 44 && copy.height >= 44, 'icon buttons are 44 px touch targets');
     await page.getByText('Settings').click();
-    const panel = await page.locator('.menu-panel').boundingBox();
+    const panel = await page.locator('#menu .menu-panel').boundingBox();
     assert.ok(panel.x >= 0 && panel.x + panel.width <= 360, `settings panel inside the viewport: ${JSON.stringify(panel)}`);
     await page.getByLabel('Keep my conversation on this device').check();
     await page.locator('.brand').click();
