@@ -54,19 +54,12 @@ pub struct Services {
     /// Served chat completions and answer feedback (`None`: nothing is recorded and every
     /// `POST /v1/feedback` is 404, as for an unknown request id).
     pub feedback: Option<Arc<FeedbackStore>>,
+    /// The answer path over the ACL, the documents and the embedder (chat and retrieve).
+    pub answer_path: airlock_rag::AnswerPath,
     bundle_version: String,
 }
 
 impl Services {
-    /// The answer path over these services (chat and retrieve).
-    pub fn answer_path(&self) -> airlock_rag::AnswerPath {
-        airlock_rag::AnswerPath::new(
-            self.acl.clone(),
-            self.retrieval.clone(),
-            Arc::new(crate::models::EmbedAdapter(self.embedder.clone())),
-        )
-    }
-
     /// Assembles the services.
     pub fn new(
         acl: Arc<Acl>,
@@ -76,10 +69,16 @@ impl Services {
         generators: Vec<Arc<Generator>>,
         bundle_version: String,
     ) -> Self {
+        let answer_path = airlock_rag::AnswerPath::new(
+            acl.clone(),
+            retrieval.clone(),
+            Arc::new(crate::models::EmbedAdapter(embedder.clone())),
+        );
         Services {
             acl,
             retrieval,
             embedder,
+            answer_path,
             catalogue,
             generators,
             feedback: None,

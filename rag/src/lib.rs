@@ -179,6 +179,15 @@ impl Attribution {
     }
 }
 
+/// A document as it stands now for one user ([`AnswerPath::documents_now`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DocNow {
+    /// The user may read it now (live and granted).
+    pub readable: bool,
+    /// Its current version (content hash); `None` when it is not stored.
+    pub version: Option<String>,
+}
+
 /// The answer path over one appliance's ACL, documents and embedder.
 #[derive(Clone)]
 pub struct AnswerPath {
@@ -203,27 +212,23 @@ impl AnswerPath {
         }
     }
 
-    /// Whether `user_id` may read each of `doc_ids` right now: the document is live (not
-    /// deleted or purged) and the current ACL grants it. What history may show is decided
-    /// here, like what a new answer may show. Blocking.
-    pub fn still_readable(&self, user_id: &str, doc_ids: &[&str]) -> Result<Vec<bool>, Error> {
+    /// Each of `doc_ids` as it stands now for `user_id` (one store lookup per document):
+    /// readable when it is live (not deleted or purged) and the current ACL grants it, and its
+    /// current version. What history may show is decided here, like what a new answer may
+    /// show. Blocking.
+    pub fn documents_now(&self, user_id: &str, doc_ids: &[&str]) -> Result<Vec<DocNow>, Error> {
         let allow = self.acl.allow_set(user_id);
         doc_ids
             .iter()
             .map(|d| {
                 Ok(match self.retrieval.document(d)? {
-                    Some(info) => info.deleted_at_ms.is_none() && allow.contains(info.ordinal),
-                    None => false,
+                    Some(info) => DocNow {
+                        readable: info.deleted_at_ms.is_none() && allow.contains(info.ordinal),
+                        version: Some(info.version),
+                    },
+                    None => DocNow::default(),
                 })
             })
-            .collect()
-    }
-
-    /// The current version (content hash) of each of `doc_ids` (`None`: not stored). Blocking.
-    pub fn versions(&self, doc_ids: &[&str]) -> Result<Vec<Option<String>>, Error> {
-        doc_ids
-            .iter()
-            .map(|d| Ok(self.retrieval.document(d)?.map(|i| i.version)))
             .collect()
     }
 

@@ -105,7 +105,6 @@ pub(crate) fn views(
     user_id: &str,
     turns: Vec<StoredTurn>,
 ) -> Result<Vec<TurnView>, ApiError> {
-    let path = services.answer_path();
     let mut docs: Vec<String> = turns
         .iter()
         .flat_map(|t| t.sources.iter().map(|s| s.doc_id.clone()))
@@ -113,16 +112,15 @@ pub(crate) fn views(
     docs.sort_unstable();
     docs.dedup();
     let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
-    let readable = path.still_readable(user_id, &refs)?;
-    let versions = path.versions(&refs)?;
-    let lookup = |d: &str| refs.binary_search(&d).ok();
+    let now = services.answer_path.documents_now(user_id, &refs)?;
+    let lookup = |d: &str| refs.binary_search(&d).ok().map(|i| &now[i]);
     Ok(turns
         .into_iter()
         .map(|t| {
             let ok = t
                 .sources
                 .iter()
-                .all(|s| lookup(&s.doc_id).is_some_and(|i| readable[i]));
+                .all(|s| lookup(&s.doc_id).is_some_and(|d| d.readable));
             let created_at = crate::feedback::rfc3339_us(t.created_us);
             if !ok {
                 return TurnView {
@@ -140,9 +138,9 @@ pub(crate) fn views(
                 .sources
                 .into_iter()
                 .map(|s| {
-                    let now = lookup(&s.doc_id).and_then(|i| versions[i].as_deref());
+                    let current = lookup(&s.doc_id).and_then(|d| d.version.as_deref());
                     SourceView {
-                        changed: now != Some(s.version.as_str()),
+                        changed: current != Some(s.version.as_str()),
                         doc_id: s.doc_id,
                         cited: s.cited,
                     }

@@ -142,7 +142,7 @@ pub async fn retrieve(
             purpose: Purpose::Retrieve,
         };
         // Every document shown to the caller is audited by the answer path, as for chat.
-        Ok(services.answer_path().run(&ask, &metrics)?)
+        Ok(services.answer_path.run(&ask, &metrics)?)
     })
     .await?;
     drop(ticket);

@@ -154,7 +154,7 @@ pub async fn completions(
     };
     let follow_ups = state.config().follow_up_query();
     let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
-    let prepared = {
+    let mut prepared = {
         let services = services.clone();
         let user = caller.user_id.clone();
         let time_quantum = state.config().retrieval_time_quantum_for(caller.admin);
@@ -163,7 +163,7 @@ pub async fn completions(
         blocking(move || {
             let mut versions: Vec<String> = Vec::new();
             let (built, citations, retrieval, attribution, sources_ms) = if ext.retrieval {
-                let shown = services.answer_path().run(
+                let shown = services.answer_path.run(
                     &Ask {
                         user_id: &user,
                         request_id: &rid,
@@ -180,8 +180,11 @@ pub async fn completions(
                 let citations = citations_of(&shown);
                 if keep_turn {
                     let ids: Vec<&str> = citations.iter().map(|c| c.doc_id.as_str()).collect();
-                    let now = services.answer_path().versions(&ids)?;
-                    versions = now.into_iter().map(Option::unwrap_or_default).collect();
+                    let now = services.answer_path.documents_now(&user, &ids)?;
+                    versions = now
+                        .into_iter()
+                        .map(|d| d.version.unwrap_or_default())
+                        .collect();
                 }
                 (
                     shown.prompt(&conversation),
@@ -227,6 +230,17 @@ pub async fn completions(
             .map(|(c, v)| (c.doc_id.clone(), v.clone()))
             .collect(),
     });
+    // Stage timings so far (admins, or every caller where configured); the generation's are
+    // filled in when it ends.
+    let timings_ms = state
+        .config()
+        .shows_stage_timings(caller.admin)
+        .then(|| ChatTimings {
+            retrieval: prepared.retrieval.take(),
+            sources: prepared.sources_ms,
+            prompt: prepared.prompt_ms,
+            ..ChatTimings::default()
+        });
     if ext.retrieval && prepared.citations.is_empty() {
         if let Some(r) = recorder.take() {
             r.save(prompt::NO_SOURCE_ANSWER.to_string(), &[]);
@@ -250,16 +264,10 @@ pub async fn completions(
             citations: Vec::new(),
             rung: plan.rung,
             bundle_version: Some(services.bundle_version().to_string()),
-            timings_ms: state
-                .config()
-                .shows_stage_timings(caller.admin)
-                .then(|| ChatTimings {
-                    retrieval: prepared.retrieval,
-                    sources: prepared.sources_ms,
-                    prompt: prepared.prompt_ms,
-                    total: crate::routes::ms_since(t0),
-                    ..ChatTimings::default()
-                }),
+            timings_ms: timings_ms.map(|t| ChatTimings {
+                total: crate::routes::ms_since(t0),
+                ..t
+            }),
             cited: Some(Vec::new()),
             cited_by: Some(CitedBy::NoSource),
         };
@@ -366,15 +374,7 @@ pub async fn completions(
         citations: prepared.citations,
         rung: plan.rung,
         bundle_version: Some(services.bundle_version().to_string()),
-        timings_ms: state
-            .config()
-            .shows_stage_timings(caller.admin)
-            .then(|| ChatTimings {
-                retrieval: prepared.retrieval,
-                sources: prepared.sources_ms,
-                prompt: prepared.prompt_ms,
-                ..ChatTimings::default()
-            }),
+        timings_ms,
         cited: None,
         cited_by: None,
     };
