@@ -333,6 +333,11 @@ pub struct Config {
     /// Log format: `text` or `json` [default: text].
     #[arg(long, env = "AIRLOCK_LOG_FORMAT")]
     pub log_format: Option<String>,
+
+    /// Generators on the bank's inference rack (`[[remote_generators]]`, TOML only; see
+    /// docs/OPERATIONS.md "The inference rack").
+    #[arg(skip)]
+    pub remote_generators: Vec<crate::remote::RemoteGeneratorConfig>,
 }
 
 impl fmt::Debug for Config {
@@ -413,6 +418,7 @@ impl fmt::Debug for Config {
                 &self.trusted_header_secret.as_ref().map(|_| "[redacted]"),
             )
             .field("log_format", &self.log_format)
+            .field("remote_generators", &self.remote_generators)
             .finish()
     }
 }
@@ -529,6 +535,11 @@ impl Config {
             trusted_header: self.trusted_header.or(lower.trusted_header),
             trusted_header_secret: self.trusted_header_secret.or(lower.trusted_header_secret),
             log_format: self.log_format.or(lower.log_format),
+            remote_generators: if self.remote_generators.is_empty() {
+                lower.remote_generators
+            } else {
+                self.remote_generators
+            },
         }
     }
 
@@ -684,6 +695,19 @@ impl Config {
                 return Err(invalid(
                     "log_format",
                     format!("`{other}` is not `text` or `json`"),
+                ));
+            }
+        }
+        for (i, r) in self.remote_generators.iter().enumerate() {
+            r.check()
+                .map_err(|(field, reason)| invalid(field, reason))?;
+            if self.remote_generators[..i]
+                .iter()
+                .any(|o| o.alias == r.alias)
+            {
+                return Err(invalid(
+                    "remote_generators.alias",
+                    format!("`{}` is configured twice", r.alias),
                 ));
             }
         }

@@ -96,6 +96,10 @@ pub enum ApiError {
     /// The daemon is starting or stopping: no verified bundle or index is loaded.
     #[error("the appliance is not ready")]
     NotReady,
+    /// A remote generator (the inference rack) failed or broke off a generation. The cause is
+    /// logged, never sent.
+    #[error("the inference upstream failed: {0}")]
+    UpstreamFailed(String),
     /// Anything that is our fault. The message is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -132,6 +136,7 @@ impl ApiError {
             }
             ApiError::DeadlineExceeded => ("deadline-exceeded", StatusCode::GATEWAY_TIMEOUT),
             ApiError::NotReady => ("not-ready", StatusCode::SERVICE_UNAVAILABLE),
+            ApiError::UpstreamFailed(_) => ("upstream-failed", StatusCode::BAD_GATEWAY),
             ApiError::Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR),
         }
     }

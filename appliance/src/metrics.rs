@@ -149,6 +149,8 @@ pub struct Metrics {
     pub connections_open: Gauge,
     /// `airlock_connections_refused_total{limit}`: connections refused at a connection limit.
     pub connections_refused: Family<LimitLabel, Counter>,
+    /// The inference rack's metrics (remote generators, tokens by backend, fallbacks).
+    pub rack: crate::remote::RackMetrics,
 }
 
 /// The stages reported in `airlock_retrieval_stage_seconds` (created at start so every scrape
@@ -217,7 +219,9 @@ impl Metrics {
             feedback_total: Family::default(),
             connections_open: Gauge::default(),
             connections_refused: Family::default(),
+            rack: crate::remote::RackMetrics::new(),
         };
+        m.rack.register(&mut r);
         r.register(
             "requests",
             "HTTP requests by route template and status",

@@ -86,7 +86,18 @@ impl SandboxReport {
 /// enforcement is an error and nothing is applied partially on purpose: the caller must refuse
 /// to start.
 pub fn lock_down(writable: &[&Path], require: bool) -> Result<SandboxReport, SandboxError> {
-    imp::lock_down(writable, require)
+    imp::lock_down(writable, &[], require)
+}
+
+/// [`lock_down`], except that TCP `connect` stays allowed to `connect_ports` (the configured
+/// remote generators' ports; Landlock rules name ports, not hosts: the daemon's rack client
+/// dials only the configured `host:port` pairs).
+pub fn lock_down_allowing(
+    writable: &[&Path],
+    connect_ports: &[u16],
+    require: bool,
+) -> Result<SandboxReport, SandboxError> {
+    imp::lock_down(writable, connect_ports, require)
 }
 
 /// Entries of the data directory the daemon reads but never writes: the pinned keyring and the
@@ -177,6 +188,16 @@ fn on_main_thread() -> bool {
 /// applying anything. On another thread (the eval runner's owned daemon) it restricts that
 /// thread and the threads it starts, as [`lock_down`] does.
 pub fn lock_down_daemon(data_dir: &Path, require: bool) -> Result<SandboxReport, SandboxError> {
+    lock_down_daemon_allowing(data_dir, &[], require)
+}
+
+/// [`lock_down_daemon`] with outbound TCP allowed to `connect_ports` only (see
+/// [`lock_down_allowing`]).
+pub fn lock_down_daemon_allowing(
+    data_dir: &Path,
+    connect_ports: &[u16],
+    require: bool,
+) -> Result<SandboxReport, SandboxError> {
     if on_main_thread()
         && let Some(threads) = process_threads()
         && threads > 1
@@ -185,11 +206,12 @@ pub fn lock_down_daemon(data_dir: &Path, require: bool) -> Result<SandboxReport,
     }
     let writable = daemon_writable(data_dir)?;
     let writable: Vec<&Path> = writable.iter().map(PathBuf::as_path).collect();
-    match lock_down(&writable, require) {
+    match lock_down_allowing(&writable, connect_ports, require) {
         Ok(report) => {
             if report.fully_enforced() {
                 tracing::info!(
                     tcp_connect_denied = true,
+                    tcp_connect_allowed_ports = ?connect_ports,
                     writes_confined_to = %data_dir.display(),
                     read_only = ?READ_ONLY,
                     landlock = %report.detail,
@@ -215,8 +237,8 @@ mod imp {
     use std::path::Path;
 
     use landlock::{
-        ABI, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, PathBeneath, PathFd,
-        Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+        ABI, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, NetPort, PathBeneath,
+        PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
     };
 
     use super::{SandboxError, SandboxReport};
@@ -227,6 +249,7 @@ mod imp {
 
     pub(super) fn lock_down(
         writable: &[&Path],
+        connect_ports: &[u16],
         require: bool,
     ) -> Result<SandboxReport, SandboxError> {
         // ABI 4 is the first with network rules; its write rights exclude device ioctls, which
@@ -257,6 +280,11 @@ mod imp {
                 write & AccessFs::from_file(abi)
             };
             created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
+        }
+        for port in connect_ports {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                .map_err(ll)?;
         }
         let status = created.restrict_self().map_err(ll)?;
         let (fs, net, detail) = match status.landlock {
@@ -297,6 +325,7 @@ mod imp {
 
     pub(super) fn lock_down(
         writable: &[&Path],
+        _connect_ports: &[u16],
         require: bool,
     ) -> Result<SandboxReport, SandboxError> {
         let report = SandboxReport {

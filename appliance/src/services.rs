@@ -56,6 +56,8 @@ pub struct Services {
     pub feedback: Option<Arc<FeedbackStore>>,
     /// The answer path over the ACL, the documents and the embedder (chat and retrieve).
     pub answer_path: airlock_rag::AnswerPath,
+    /// Generators on the bank's inference rack (`[[remote_generators]]`), by alias.
+    pub remotes: Vec<Arc<crate::remote::RemoteGenerator>>,
     bundle_version: String,
 }
 
@@ -82,8 +84,32 @@ impl Services {
             catalogue,
             generators,
             feedback: None,
+            remotes: Vec::new(),
             bundle_version,
         }
+    }
+
+    /// Attaches remote generators (already checked against their upstreams): each is listed
+    /// in `/v1/models` as a generator under its alias.
+    pub fn with_remotes(mut self, remotes: Vec<Arc<crate::remote::RemoteGenerator>>) -> Self {
+        let created = self.catalogue.first().map_or(0, |c| c.created);
+        for r in &remotes {
+            self.catalogue.push(ModelCard {
+                id: r.alias.clone(),
+                object: "model",
+                created,
+                owned_by: "airlock",
+                role: "generator".into(),
+                model: r.config.model.clone(),
+            });
+        }
+        self.remotes = remotes;
+        self
+    }
+
+    /// The remote generator serving `alias`.
+    pub fn remote(&self, alias: &str) -> Option<&Arc<crate::remote::RemoteGenerator>> {
+        self.remotes.iter().find(|r| r.alias == alias)
     }
 
     /// Attaches the feedback store: chat completions are recorded and can be rated.
@@ -152,5 +178,8 @@ impl Services {
         metrics.kv_bytes.set(kv);
         metrics.prefix_hits.set(hits);
         metrics.prefix_tokens_saved.set(saved);
+        for r in &self.remotes {
+            r.refresh_gauges(metrics);
+        }
     }
 }

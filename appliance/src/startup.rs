@@ -83,6 +83,9 @@ pub enum StartupError {
     /// The chat-completion and feedback tables could not be opened.
     #[error("opening the feedback store: {0}")]
     Feedback(Box<FeedbackError>),
+    /// A `[[remote_generators]]` upstream is unreachable or does not serve its model.
+    #[error("{0}")]
+    Remote(Box<crate::remote::ConnectError>),
 }
 
 impl StartupError {
@@ -343,11 +346,47 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     let reranker = load_reranker(&bundle)?;
     let retrieval = open_retrieval_with(&data, embedder.clone(), reranker)?;
     let feedback = open_feedback(&data)?;
+    let remotes = connect_remotes(config)?;
     tracing::info!(
         elapsed_ms = t.elapsed().as_millis() as u64,
         "start-up complete"
     );
-    Ok(Services::new(acl, retrieval, embedder, cards, generators, version).with_feedback(feedback))
+    Ok(
+        Services::new(acl, retrieval, embedder, cards, generators, version)
+            .with_feedback(feedback)
+            .with_remotes(remotes),
+    )
+}
+
+/// Checks every `[[remote_generators]]` upstream (its `/v1/models` must list the model).
+/// Called on a blocking thread of the daemon's runtime (or with none: a runtime of its own).
+pub fn connect_remotes(
+    config: &Config,
+) -> Result<Vec<Arc<crate::remote::RemoteGenerator>>, StartupError> {
+    if config.remote_generators.is_empty() {
+        return Ok(Vec::new());
+    }
+    let all = async {
+        let mut out = Vec::new();
+        for r in &config.remote_generators {
+            out.push(crate::remote::RemoteGenerator::connect(r.clone()).await?);
+        }
+        Ok::<_, crate::remote::ConnectError>(out)
+    };
+    let connected = match tokio::runtime::Handle::try_current() {
+        Ok(h) => h.block_on(all),
+        Err(_) => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                StartupError::Remote(Box::new(crate::remote::ConnectError {
+                    alias: String::new(),
+                    reason: format!("starting a runtime: {e}"),
+                }))
+            })?
+            .block_on(all),
+    };
+    connected.map_err(|e| StartupError::Remote(Box::new(e)))
 }
 
 fn role_name(r: Role) -> &'static str {

@@ -50,7 +50,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// configured: refuses to start when `require_sandbox` is set and the kernel cannot enforce it,
 /// otherwise warns and goes on.
 pub(crate) fn lock_down(config: &Config) -> anyhow::Result<()> {
-    match crate::sandbox::lock_down_daemon(&config.data_dir(), config.require_sandbox()) {
+    // Outbound TCP only to the inference rack's ports (its host:port pairs are the only
+    // addresses the daemon dials).
+    let mut ports: Vec<u16> = config
+        .remote_generators
+        .iter()
+        .flat_map(crate::remote::RemoteGenerator::endpoints)
+        .map(|(_, port)| port)
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    match crate::sandbox::lock_down_daemon_allowing(
+        &config.data_dir(),
+        &ports,
+        config.require_sandbox(),
+    ) {
         Ok(_) => Ok(()),
         // Other threads would escape the lockdown: a start-up ordering bug, fatal either way.
         Err(e @ crate::sandbox::SandboxError::NotSingleThreaded { .. }) => {

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use crate::support::small_staging;
 
 const BIN: &str = env!("CARGO_BIN_EXE_airlock");
-const STRACE: &str = "/usr/bin/strace";
+pub(crate) const STRACE: &str = "/usr/bin/strace";
 
 #[test]
 fn a_locked_down_thread_cannot_connect_out_or_write_elsewhere() {
@@ -223,14 +223,14 @@ fn process_threads_counts_the_threads_of_this_process() {
 }
 
 /// Every `connect` line of an strace log that reaches the network (IPv4/IPv6).
-fn inet_connects(log: &str) -> Vec<&str> {
+pub(crate) fn inet_connects(log: &str) -> Vec<&str> {
     log.lines()
         .filter(|l| l.contains("connect("))
         .filter(|l| l.contains("AF_INET"))
         .collect()
 }
 
-fn traced(out: &Path, args: &[&str]) -> Command {
+pub(crate) fn traced(out: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(STRACE);
     c.args(["-f", "-qq", "-e", "trace=connect", "-o"])
         .arg(out)
@@ -249,7 +249,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn http(method: &str, url: &str, token: &str, body: Option<Value>) -> (u16, Value) {
+pub(crate) fn http(method: &str, url: &str, token: &str, body: Option<Value>) -> (u16, Value) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_secs(600)))
@@ -269,7 +269,7 @@ fn http(method: &str, url: &str, token: &str, body: Option<Value>) -> (u16, Valu
 }
 
 /// Stops `airlock serve` (the child of strace) with SIGTERM and waits for both.
-fn stop_traced(strace: &mut Child) {
+pub(crate) fn stop_traced(strace: &mut Child) {
     let children = std::fs::read_to_string(format!(
         "/proc/{}/task/{}/children",
         strace.id(),

@@ -146,6 +146,21 @@ impl TestApp {
         Self::from_services(config, services, dir)
     }
 
+    /// Builds the app with `config`, SmolLM2 as the local generator and the remote
+    /// generators `remotes` (already connected).
+    pub fn with_remotes(
+        config: Config,
+        remotes: Vec<Arc<airlock::remote::RemoteGenerator>>,
+    ) -> Self {
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter("warn")
+            .try_init();
+        let dir = tempfile::tempdir().unwrap();
+        let services = open_services(dir.path(), smollm2()).with_remotes(remotes);
+        Self::from_services(config, services, dir)
+    }
+
     /// Builds the app over `services` opened elsewhere (e.g. by `startup::open` from an
     /// installed bundle) in `dir`, with one local admin.
     pub fn from_services(config: Config, services: Services, dir: tempfile::TempDir) -> Self {

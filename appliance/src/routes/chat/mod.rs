@@ -19,7 +19,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
 use crate::feedback::CompletionRecord;
-use crate::generator::{Generator, submit_error};
+use crate::generator::submit_error;
 use crate::openai::{AirlockResponse, ChatRequest, ChatTimings, Citation};
 use crate::routes::{REQUEST_ID, acl::blocking};
 use crate::services::Services;
@@ -29,9 +29,9 @@ mod request;
 mod stream;
 mod thread;
 
-use request::pick_generator;
+use request::{Target, pick_generator};
 pub(crate) use request::{conversation_of, validate};
-use stream::{Generation, complete, no_source_answer, sse, with_rung};
+use stream::{Generation, Source, complete, no_source_answer, sse, with_rung};
 use thread::TurnRecorder;
 
 /// Longest citation snippet, in bytes.
@@ -45,8 +45,12 @@ pub const MAX_COMPLETION_TOKENS: u32 = 4096;
 
 /// Everything decided before generation starts.
 pub(super) struct Prepared {
-    pub(super) generator: Arc<Generator>,
+    pub(super) target: Target,
+    /// The local generator's prompt token ids (empty for a remote generator).
     pub(super) prompt: Vec<u32>,
+    /// The final prompt as messages (system prompt, re-checked sources, question): what a
+    /// remote generator is sent.
+    pub(super) messages: Vec<(Role, String)>,
     /// The version of each citation's document (only when the turn is kept in a thread).
     pub(super) versions: Vec<String>,
     pub(super) citations: Vec<Citation>,
@@ -134,8 +138,8 @@ pub async fn completions(
         Err(e) => return Err(e),
     };
     let plan = ticket.plan;
-    let generator = pick_generator(&services, req.model.as_deref(), plan.small_model)?;
-    let model_alias = generator.alias.clone();
+    let target = pick_generator(&services, req.model.as_deref(), plan.small_model)?;
+    let mut model_alias = target.alias().to_string();
     let mut conversation: Vec<(Role, String)> = history;
     conversation.extend(conversation_of(&req.messages)?);
     let question = prompt::last_user_text(&conversation)
@@ -203,10 +207,14 @@ pub async fn completions(
                 )
             };
             let tp = Instant::now();
-            let prompt = generator.prompt_ids(&built)?;
+            let prompt = match &target {
+                Target::Local(g) => g.prompt_ids(&built)?,
+                Target::Remote(_) => Vec::new(),
+            };
             Ok(Prepared {
-                generator,
+                target,
                 prompt,
+                messages: built,
                 versions,
                 citations,
                 cite: attribution,
@@ -279,62 +287,175 @@ pub async fn completions(
         }
         return Ok(with_rung(resp, plan.rung));
     }
-    let prompt_tokens = prepared.prompt.len();
-    // Token quota: reserve the most this request can cost; the unused part is refunded when
-    // the generation ends (Generation's drop).
-    let reservation = state
-        .admission()
-        .reserve_tokens(&caller, prompt_tokens + params.max_tokens)?;
-    let queue = state.admission().enqueue();
+    // The rack first: its admission may hand the request to the local small model.
     let submitted = Instant::now();
-    // The engine admits interactive requests before queued batch/eval ones.
-    let mut stream = prepared
-        .generator
-        .engine()
-        .submit_with_priority(
-            GenerateRequest {
-                prompt: prepared.prompt,
-                params,
-            },
-            priority.engine(),
-        )
-        .map_err(submit_error)?;
-    tracing::info!(
-        gen_ai.request.model = %model_alias,
-        gen_ai.usage.input_tokens = prompt_tokens,
-        airlock.rung = plan.rung,
-        airlock.priority = priority.as_str(),
-        airlock.citations = prepared.citations.len(),
-        "generation queued"
-    );
-
-    // Rung 4: a bounded wait for the first output (token or end), else 504. The engine's
-    // admission event on the way ends the queue wait but not the deadline.
-    let mut queue = Some(queue);
-    let mut admitted_at = None;
-    let first = match plan.queue_deadline {
-        Some(deadline) => {
-            let until = tokio::time::Instant::from_std(submitted + deadline);
-            loop {
-                match tokio::time::timeout_at(until, stream.recv()).await {
-                    Ok(Some(GenEvent::Admitted { .. })) => {
-                        admitted_at = Some(Instant::now());
-                        queue = None;
+    let mut fallback: Option<&'static str> = None;
+    let mut remote_stream = None;
+    if let Target::Remote(r) = &prepared.target {
+        // Token quota before anything goes upstream: reserve the estimated prompt plus the
+        // most the completion can cost; the upstream's usage settles it.
+        let estimate = crate::remote::estimate_tokens(&prepared.messages);
+        let reservation = state
+            .admission()
+            .reserve_tokens(&caller, estimate + params.max_tokens)?;
+        let opened = r
+            .open(
+                ext.conversation_id.as_deref(),
+                &prepared.messages,
+                &params,
+                !req.stream,
+                state.metrics(),
+            )
+            .await;
+        match opened {
+            Ok(s) => remote_stream = Some((s, reservation, estimate)),
+            Err(refusal) => {
+                reservation.settle(0);
+                let local = services
+                    .small_generator()
+                    .filter(|_| r.config.fallback_to_local())
+                    .cloned();
+                let reason = refusal.reason();
+                let label = crate::remote::BackendLabel {
+                    backend: r.alias.clone(),
+                };
+                match (local, refusal) {
+                    (_, crate::remote::Refusal::Refused(m)) => {
+                        return Err(ApiError::UpstreamFailed(m));
                     }
-                    Ok(ev) => break ev,
-                    Err(_) => {
-                        // Nothing was generated: the reservation goes back in full.
-                        reservation.settle(0);
+                    (Some(g), _) => {
+                        tracing::warn!(backend = %r.alias, fallback = %g.alias, reason,
+                            "remote generator unavailable: answering with the local model");
+                        state
+                            .metrics()
+                            .rack
+                            .fallbacks
+                            .get_or_create(&crate::remote::FallbackLabel {
+                                from: r.alias.clone(),
+                                reason,
+                            })
+                            .inc();
+                        fallback = Some(reason);
+                        model_alias = g.alias.clone();
+                        let messages = prepared.messages.clone();
+                        let local = g.clone();
+                        prepared.prompt = blocking(move || local.prompt_ids(&messages)).await?;
+                        prepared.target = Target::Local(g);
+                    }
+                    (
+                        None,
+                        crate::remote::Refusal::Saturated { retry_after }
+                        | crate::remote::Refusal::Unhealthy { retry_after },
+                    ) => {
+                        state.metrics().rack.shed.get_or_create(&label).inc();
                         return Ok(with_rung(
-                            ApiError::DeadlineExceeded.into_response(),
+                            ApiError::CapacityUnavailable { retry_after }.into_response(),
                             plan.rung,
                         ));
+                    }
+                    (None, crate::remote::Refusal::Failed(m)) => {
+                        return Err(ApiError::UpstreamFailed(m));
                     }
                 }
             }
         }
-        None => None,
-    };
+    }
+
+    let (source, reservation, prompt_tokens, first, queue, admitted_at, submitted) =
+        match (remote_stream, &prepared.target) {
+            (Some((stream, reservation, estimate)), _) => {
+                tracing::info!(
+                    gen_ai.request.model = %model_alias,
+                    airlock.replica = %stream.replica().upstream.authority(),
+                    airlock.rung = plan.rung,
+                    airlock.citations = prepared.citations.len(),
+                    "generation sent to the rack"
+                );
+                let admitted = stream.sent_at();
+                (
+                    Source::Remote(Box::new(stream)),
+                    reservation,
+                    estimate,
+                    None,
+                    None,
+                    Some(admitted),
+                    submitted,
+                )
+            }
+            (None, Target::Remote(_)) => {
+                return Err(ApiError::internal("remote target without a stream"));
+            }
+            (None, Target::Local(generator)) => {
+                let generator = generator.clone();
+                let prompt_tokens = prepared.prompt.len();
+                // Token quota: reserve the most this request can cost; the unused part is
+                // refunded when the generation ends (Generation's drop).
+                let reservation = state
+                    .admission()
+                    .reserve_tokens(&caller, prompt_tokens + params.max_tokens)?;
+                let queue = state.admission().enqueue();
+                let submitted = Instant::now();
+                // The engine admits interactive requests before queued batch/eval ones.
+                let mut stream = generator
+                    .engine()
+                    .submit_with_priority(
+                        GenerateRequest {
+                            prompt: std::mem::take(&mut prepared.prompt),
+                            params,
+                        },
+                        priority.engine(),
+                    )
+                    .map_err(submit_error)?;
+                tracing::info!(
+                    gen_ai.request.model = %model_alias,
+                    gen_ai.usage.input_tokens = prompt_tokens,
+                    airlock.rung = plan.rung,
+                    airlock.priority = priority.as_str(),
+                    airlock.citations = prepared.citations.len(),
+                    "generation queued"
+                );
+
+                // Rung 4: a bounded wait for the first output (token or end), else 504. The
+                // engine's admission event on the way ends the queue wait but not the deadline.
+                let mut queue = Some(queue);
+                let mut admitted_at = None;
+                let first = match plan.queue_deadline {
+                    Some(deadline) => {
+                        let until = tokio::time::Instant::from_std(submitted + deadline);
+                        loop {
+                            match tokio::time::timeout_at(until, stream.recv()).await {
+                                Ok(Some(GenEvent::Admitted { .. })) => {
+                                    admitted_at = Some(Instant::now());
+                                    queue = None;
+                                }
+                                Ok(ev) => break ev,
+                                Err(_) => {
+                                    // Nothing was generated: the reservation goes back in full.
+                                    reservation.settle(0);
+                                    return Ok(with_rung(
+                                        ApiError::DeadlineExceeded.into_response(),
+                                        plan.rung,
+                                    ));
+                                }
+                            }
+                        }
+                    }
+                    None => None,
+                };
+                (
+                    Source::Local {
+                        stream,
+                        engine: generator.engine().counters(),
+                    },
+                    reservation,
+                    prompt_tokens,
+                    first,
+                    queue,
+                    admitted_at,
+                    submitted,
+                )
+            }
+        };
 
     // The completion is served from here on: record it (id, user, model, rung, bundle; never
     // text) before its id reaches the client, so the user can rate it, even if stopped early.
@@ -352,8 +473,8 @@ pub async fn completions(
     }
 
     let generation = Generation {
-        engine: prepared.generator.engine().counters(),
-        stream,
+        source,
+        backend: model_alias.clone(),
         idle_timeout: state.config().stream_idle_timeout(),
         first,
         ticket,
@@ -399,6 +520,12 @@ pub async fn completions(
     };
     if let Some(v) = id_header {
         resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    if fallback.is_some() {
+        resp.headers_mut().insert(
+            crate::remote::FALLBACK_HEADER,
+            HeaderValue::from_static("true"),
+        );
     }
     Ok(with_rung(resp, plan.rung))
 }

@@ -81,11 +81,33 @@ pub(crate) fn validate(req: &ChatRequest, default_max: u32) -> Result<SamplingPa
     })
 }
 
+/// The generator of a request: in-process, or on the inference rack.
+#[derive(Clone)]
+pub(crate) enum Target {
+    /// A bundle generator run by the in-process engine.
+    Local(Arc<Generator>),
+    /// A `[[remote_generators]]` entry.
+    Remote(Arc<crate::remote::RemoteGenerator>),
+}
+
+impl Target {
+    /// The alias clients named (the response's `model`).
+    pub(super) fn alias(&self) -> &str {
+        match self {
+            Target::Local(g) => &g.alias,
+            Target::Remote(r) => &r.alias,
+        }
+    }
+}
+
+/// The generator a request names. A remote generator is kept at every rung: the local ladder
+/// measures the appliance's own load (retrieval still follows its rung), the rack's own
+/// admission decides when the small local model replaces the rack (see `crate::remote`).
 pub(super) fn pick_generator(
     services: &Services,
     model: Option<&str>,
     small: bool,
-) -> Result<Arc<Generator>, ApiError> {
+) -> Result<Target, ApiError> {
     let named = match model {
         Some(m) => {
             let card = services
@@ -98,6 +120,9 @@ pub(super) fn pick_generator(
                     "model `{m}` is not a chat model"
                 )));
             }
+            if let Some(r) = services.remote(m) {
+                return Ok(Target::Remote(r.clone()));
+            }
             services.generator(m)
         }
         None => services.default_generator(),
@@ -109,5 +134,6 @@ pub(super) fn pick_generator(
     };
     chosen
         .cloned()
+        .map(Target::Local)
         .ok_or_else(|| ApiError::internal("no generator is loaded"))
 }

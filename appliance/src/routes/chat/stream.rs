@@ -86,13 +86,27 @@ pub(super) fn with_rung(mut resp: Response, rung: u8) -> Response {
     resp
 }
 
+/// Where a generation's events come from.
+pub(super) enum Source {
+    /// The in-process engine.
+    Local {
+        /// The sequence's events (dropping it cancels the sequence).
+        stream: Stream,
+        /// The engine's counters: its step count tells a slow prefill or a queue (steps
+        /// advance) from a stuck engine (they do not).
+        engine: std::sync::Arc<EngineCounters>,
+    },
+    /// A remote generator's upstream stream (dropping it closes the upstream connection); it
+    /// enforces its own first-token and between-token timeouts.
+    Remote(Box<crate::remote::RemoteStream>),
+}
+
 /// One generation in flight: owns the engine stream (dropping it cancels the sequence), the
 /// admission ticket and the timing.
 pub(super) struct Generation {
-    pub(super) stream: Stream,
-    /// The engine's counters: its step count tells a slow prefill or a queue (steps advance)
-    /// from a stuck engine (they do not).
-    pub(super) engine: std::sync::Arc<EngineCounters>,
+    pub(super) source: Source,
+    /// The alias of the generator producing it (the `backend` label of token metrics).
+    pub(super) backend: String,
     /// How long the generation may make no progress before it is ended.
     pub(super) idle_timeout: Duration,
     pub(super) first: Option<GenEvent>,
@@ -176,6 +190,11 @@ impl Generation {
                     let per = first.elapsed().as_secs_f64() / (self.tokens - 1) as f64;
                     self.metrics.tpot.observe(per);
                 }
+                self.metrics.rack.count_tokens(
+                    &self.backend,
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                );
                 self.metrics
                     .generated_tokens
                     .inc_by(usage.completion_tokens as u64);
@@ -195,13 +214,12 @@ impl Generation {
     /// only fails when neither this stream got an event nor the engine completed any step for
     /// `idle_timeout` (a stuck engine), and then ends the generation with an error.
     async fn recv_watched(&mut self) -> Option<GenEvent> {
-        let engine = self.engine.clone();
-        let waited = until_stalled(
-            self.stream.recv(),
-            || engine.snapshot().steps,
-            self.idle_timeout,
-        )
-        .await;
+        let (stream, engine) = match &mut self.source {
+            Source::Local { stream, engine } => (stream, engine.clone()),
+            Source::Remote(remote) => return remote.recv().await,
+        };
+        let waited =
+            until_stalled(stream.recv(), || engine.snapshot().steps, self.idle_timeout).await;
         match waited {
             Ok(ev) => ev,
             Err(Stalled) => {
@@ -271,12 +289,19 @@ impl Drop for Generation {
     }
 }
 
-fn finish_reason(r: &FinishReason) -> Result<&'static str, ApiError> {
+fn finish_reason(r: &FinishReason, remote: bool) -> Result<&'static str, ApiError> {
     match r {
         FinishReason::Stop => Ok("stop"),
         FinishReason::Length => Ok("length"),
         FinishReason::Cancelled => Err(ApiError::NotReady),
+        FinishReason::Error(e) if remote => Err(ApiError::UpstreamFailed(e.clone())),
         FinishReason::Error(e) => Err(ApiError::internal(format!("generation failed: {e}"))),
+    }
+}
+
+impl Generation {
+    fn is_remote(&self) -> bool {
+        matches!(self.source, Source::Remote(_))
     }
 }
 
@@ -301,7 +326,7 @@ pub(super) async fn complete(
                 text: tail,
             }) => {
                 text.push_str(tail.as_deref().unwrap_or(""));
-                let finish = finish_reason(&reason)?;
+                let finish = finish_reason(&reason, generation.is_remote())?;
                 let mut airlock = airlock;
                 if let Some(cite) = &cite {
                     let c = cite.cited(&text);
@@ -488,7 +513,7 @@ pub(super) fn sse(
                             );
                             out.push(Ok(data(&c)));
                         }
-                        match finish_reason(&reason) {
+                        match finish_reason(&reason, st.generation.is_remote()) {
                             Ok(finish) => {
                                 let mut c = chunk(
                                     &st.id,

@@ -1,0 +1,242 @@
+//! `[[remote_generators]]`: a generator on the bank's inference rack, reached over its
+//! OpenAI-compatible API (vLLM, llm-d, llama.cpp's server). TOML only.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::http::Upstream;
+
+/// One `[[remote_generators]]` entry.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteGeneratorConfig {
+    /// The model name clients use (`"model": "airlock-rack"`); must not be a bundle alias.
+    pub alias: String,
+    /// The upstream's protocol: only `openai-compatible`.
+    pub kind: String,
+    /// One URL per replica, each ending in the API root (`http://10.1.2.3:8000/v1`).
+    pub base_urls: Vec<String>,
+    /// The upstream's model id, as its `/v1/models` lists it.
+    pub model: String,
+    /// A file holding the bearer token sent upstream (read once at start-up).
+    #[serde(default)]
+    pub api_key_file: Option<PathBuf>,
+    /// A PEM file of the CA that signs the upstream's certificate (https upstreams).
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Milliseconds to open a TCP connection to a replica [default: 2000].
+    #[serde(default)]
+    pub connect_timeout_ms: Option<u64>,
+    /// Milliseconds from sending a request to its first token [default: 60000].
+    #[serde(default)]
+    pub first_token_timeout_ms: Option<u64>,
+    /// Milliseconds the upstream stream may stay silent between two tokens [default: 30000].
+    #[serde(default)]
+    pub idle_timeout_ms: Option<u64>,
+    /// Requests Airlock keeps in flight to one replica [default: 4; 1 for llama-cpp-python's
+    /// server, which runs one request at a time].
+    #[serde(default)]
+    pub max_inflight_per_replica: Option<usize>,
+    /// Requests that may wait for a replica slot; more are shed (503 + Retry-After) or fall
+    /// back [default: 16; 0: no queue].
+    #[serde(default)]
+    pub queue_capacity: Option<usize>,
+    /// Milliseconds a request may wait for a replica slot [default: 10000].
+    #[serde(default)]
+    pub queue_timeout_ms: Option<u64>,
+    /// A replica whose measured time to first token (EWMA) is above this many milliseconds
+    /// takes half its in-flight limit [default: 10000].
+    #[serde(default)]
+    pub ttft_full_ms: Option<u64>,
+    /// `conversation` (a thread's turns go to the same healthy replica, for the engine's prefix
+    /// cache) or `least-loaded` [default: conversation].
+    #[serde(default)]
+    pub routing: Option<String>,
+    /// Error share over the last `breaker_window` requests that opens a replica's breaker
+    /// [default: 0.5].
+    #[serde(default)]
+    pub breaker_error_rate: Option<f64>,
+    /// Outcomes the breaker needs before it may open [default: 4].
+    #[serde(default)]
+    pub breaker_min_requests: Option<usize>,
+    /// Outcomes the breaker remembers [default: 20].
+    #[serde(default)]
+    pub breaker_window: Option<usize>,
+    /// Seconds an open breaker keeps a replica out before one trial request [default: 15].
+    #[serde(default)]
+    pub breaker_open_secs: Option<u64>,
+    /// When the rack is saturated or unhealthy, answer with the bundle's small local model
+    /// instead of 503 (`X-Airlock-Model-Fallback: true`, `airlock_model_fallback_total`)
+    /// [default: false].
+    #[serde(default)]
+    pub fallback_to_local: Option<bool>,
+    /// Send `stream_options.include_usage` upstream (servers that reject it: false)
+    /// [default: true].
+    #[serde(default)]
+    pub request_usage: Option<bool>,
+}
+
+/// The one kind implemented.
+pub const KIND: &str = "openai-compatible";
+
+/// How requests are spread across replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routing {
+    /// The same thread to the same replica while it is healthy and has room.
+    Conversation,
+    /// The replica with the fewest requests in flight.
+    LeastLoaded,
+}
+
+impl RemoteGeneratorConfig {
+    /// Connect timeout.
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.connect_timeout_ms.unwrap_or(2000))
+    }
+    /// First-token timeout.
+    pub fn first_token_timeout(&self) -> Duration {
+        Duration::from_millis(self.first_token_timeout_ms.unwrap_or(60_000))
+    }
+    /// Between-token timeout.
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_timeout_ms.unwrap_or(30_000))
+    }
+    /// In-flight limit per replica.
+    pub fn max_inflight(&self) -> usize {
+        self.max_inflight_per_replica.unwrap_or(4)
+    }
+    /// Waiting-room size.
+    pub fn queue_capacity(&self) -> usize {
+        self.queue_capacity.unwrap_or(16)
+    }
+    /// Waiting-room deadline.
+    pub fn queue_timeout(&self) -> Duration {
+        Duration::from_millis(self.queue_timeout_ms.unwrap_or(10_000))
+    }
+    /// TTFT above which a replica counts as saturated.
+    pub fn ttft_full(&self) -> Duration {
+        Duration::from_millis(self.ttft_full_ms.unwrap_or(10_000))
+    }
+    /// Routing policy.
+    pub fn routing(&self) -> Routing {
+        match self.routing.as_deref() {
+            Some("least-loaded") => Routing::LeastLoaded,
+            _ => Routing::Conversation,
+        }
+    }
+    /// Breaker error share.
+    pub fn breaker_error_rate(&self) -> f64 {
+        self.breaker_error_rate.unwrap_or(0.5)
+    }
+    /// Breaker minimum outcomes.
+    pub fn breaker_min_requests(&self) -> usize {
+        self.breaker_min_requests.unwrap_or(4)
+    }
+    /// Breaker memory.
+    pub fn breaker_window(&self) -> usize {
+        self.breaker_window.unwrap_or(20)
+    }
+    /// Breaker open time.
+    pub fn breaker_open(&self) -> Duration {
+        Duration::from_secs(self.breaker_open_secs.unwrap_or(15))
+    }
+    /// Whether saturation or ill health falls back to the local small model.
+    pub fn fallback_to_local(&self) -> bool {
+        self.fallback_to_local.unwrap_or(false)
+    }
+    /// Whether `stream_options.include_usage` is sent.
+    pub fn request_usage(&self) -> bool {
+        self.request_usage.unwrap_or(true)
+    }
+
+    /// The replicas' endpoints (validated).
+    pub fn upstreams(&self) -> Result<Vec<Upstream>, String> {
+        self.base_urls.iter().map(|u| Upstream::parse(u)).collect()
+    }
+
+    /// Checks every value; the error names the field.
+    pub fn check(&self) -> Result<(), (&'static str, String)> {
+        let bad = |f: &'static str, r: &str| Err((f, format!("`{}`: {r}", self.alias)));
+        if self.alias.is_empty() || self.alias.len() > 64 {
+            return bad("remote_generators.alias", "must be 1 to 64 characters");
+        }
+        if self.kind != KIND {
+            return bad(
+                "remote_generators.kind",
+                &format!("`{}` is not `{KIND}`", self.kind),
+            );
+        }
+        if self.base_urls.is_empty() || self.base_urls.len() > 64 {
+            return bad("remote_generators.base_urls", "needs 1 to 64 replica URLs");
+        }
+        let ups = self.upstreams().map_err(|r| {
+            (
+                "remote_generators.base_urls",
+                format!("`{}`: {r}", self.alias),
+            )
+        })?;
+        if ups.iter().any(|u| u.tls) && self.ca_file.is_none() {
+            return bad(
+                "remote_generators.ca_file",
+                "an https upstream needs the CA that signs its certificate (no system roots)",
+            );
+        }
+        if self.model.is_empty() {
+            return bad("remote_generators.model", "must not be empty");
+        }
+        if !(1..=4096).contains(&self.max_inflight()) {
+            return bad(
+                "remote_generators.max_inflight_per_replica",
+                "must be between 1 and 4096",
+            );
+        }
+        if self.queue_capacity() > 1 << 16 {
+            return bad("remote_generators.queue_capacity", "must be at most 65536");
+        }
+        for (f, v) in [
+            (
+                "remote_generators.connect_timeout_ms",
+                self.connect_timeout_ms,
+            ),
+            (
+                "remote_generators.first_token_timeout_ms",
+                self.first_token_timeout_ms,
+            ),
+            ("remote_generators.idle_timeout_ms", self.idle_timeout_ms),
+            ("remote_generators.queue_timeout_ms", self.queue_timeout_ms),
+            ("remote_generators.ttft_full_ms", self.ttft_full_ms),
+            (
+                "remote_generators.breaker_open_secs",
+                self.breaker_open_secs,
+            ),
+        ] {
+            if v == Some(0) {
+                return bad(f, "must be at least 1");
+            }
+        }
+        match self.routing.as_deref() {
+            None | Some("conversation") | Some("least-loaded") => {}
+            Some(_) => {
+                return bad(
+                    "remote_generators.routing",
+                    "must be `conversation` or `least-loaded`",
+                );
+            }
+        }
+        if !(self.breaker_error_rate() > 0.0 && self.breaker_error_rate() <= 1.0) {
+            return bad("remote_generators.breaker_error_rate", "must be in (0, 1]");
+        }
+        if self.breaker_min_requests() == 0 || self.breaker_min_requests() > self.breaker_window() {
+            return bad(
+                "remote_generators.breaker_min_requests",
+                "must be between 1 and breaker_window",
+            );
+        }
+        if self.breaker_window() > 10_000 {
+            return bad("remote_generators.breaker_window", "must be at most 10000");
+        }
+        Ok(())
+    }
+}
