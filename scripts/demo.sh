@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's main command: a working Airlock on this machine in one step.
 #
-#   ./scripts/demo.sh [airlock demo flags, e.g. --port 8080 --setup-only]
+#   ./scripts/demo.sh [--rack] [airlock demo flags, e.g. --port 8080 --setup-only]
 #
 # Fetches the pinned models (digests checked), builds the appliance, then `airlock demo`:
 # a demo signing key and keyring, the demo bundle built + signed + installed, bank-dev and
@@ -13,9 +13,42 @@ cd "$ROOT"
 export AIRLOCK_DATA="${AIRLOCK_DATA:-$ROOT/airlock-data}"
 SAMPLE="${AIRLOCK_SAMPLE_DATA:-$ROOT/../shared/datasets}"
 
+
+# --rack: also start a local llama.cpp server (llama-cpp-python[server], docs/OPERATIONS.md
+# section 14) serving the demo's SmolLM2 as the bank's "inference rack", offered to clients as
+# the model `airlock-rack` (citations, ACL and the ladder unchanged). It stops with this script.
+RACK=0
+ARGS=()
+for a in "$@"; do
+  if [ "$a" = "--rack" ]; then RACK=1; else ARGS+=("$a"); fi
+done
+
 echo "==> fetching and staging the pinned models"
 bash scripts/fetch-models.sh "$ROOT/models-cache"
 echo "==> building airlock (release)"
 cargo build --release -p airlock --bin airlock
+if [ "$RACK" = 1 ]; then
+  RACK_PORT="${AIRLOCK_RACK_PORT:-8765}"
+  mkdir -p "$AIRLOCK_DATA"
+  echo "==> starting the rack: llama_cpp.server on 127.0.0.1:$RACK_PORT (log $AIRLOCK_DATA/rack.log)"
+  python3 -m llama_cpp.server --model "$ROOT/models-cache/models/smollm2/model.gguf" \
+    --model_alias smollm2-rack --host 127.0.0.1 --port "$RACK_PORT" --n_ctx 2048 \
+    --logits_all false --interrupt_requests false --verbose false >"$AIRLOCK_DATA/rack.log" 2>&1 &
+  RACK_PID=$!
+  trap 'kill "$RACK_PID" 2>/dev/null || true' EXIT
+  for _ in $(seq 1 120); do
+    curl -sf "http://127.0.0.1:$RACK_PORT/v1/models" >/dev/null 2>&1 && break
+    kill -0 "$RACK_PID" 2>/dev/null || { cat "$AIRLOCK_DATA/rack.log"; exit 1; }
+    sleep 1
+  done
+  printf '%s\n' '[[remote_generators]]' 'alias = "airlock-rack"' 'kind = "openai-compatible"' \
+    "base_urls = [\"http://127.0.0.1:$RACK_PORT/v1\"]" 'model = "smollm2-rack"' \
+    'max_inflight_per_replica = 1' 'fallback_to_local = true' >"$AIRLOCK_DATA/rack.toml"
+  export AIRLOCK_CONFIG="$AIRLOCK_DATA/rack.toml"
+  # Not exec: the trap stops the rack when the daemon exits.
+  "$ROOT/target/release/airlock" demo --data "$AIRLOCK_DATA" \
+    --staging "$ROOT/models-cache/staging" --sample-data "$SAMPLE" "${ARGS[@]}"
+  exit $?
+fi
 exec "$ROOT/target/release/airlock" demo --data "$AIRLOCK_DATA" \
-  --staging "$ROOT/models-cache/staging" --sample-data "$SAMPLE" "$@"
+  --staging "$ROOT/models-cache/staging" --sample-data "$SAMPLE" "${ARGS[@]}"

@@ -4,7 +4,8 @@
 //! - Network (Landlock ABI ≥ 4): `connect(2)` on TCP sockets is handled with no allowed port, so
 //!   every outbound TCP connection fails with `EACCES`. Binding and accepting stay allowed (the
 //!   daemon serves its own listener). UDP and Unix sockets are not covered by Landlock's
-//!   network rules.
+//!   network rules. With `[[remote_generators]]` configured, `connect` stays allowed to their
+//!   ports only ([`lock_down_allowing`]; Landlock rules name ports, not hosts).
 //! - File system (ABI ≥ 1, the write rights of ABI 4: write, truncate, create, remove, link,
 //!   rename): allowed only where the daemon writes — the data directory's entries other than
 //!   `keys/` and `bundles/` (the SQLite files, `index/`, ...) — and on `/dev/null`. Reading

@@ -240,3 +240,67 @@ impl RemoteGeneratorConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::config::{Config, ConfigError};
+
+    const ISSUE: &str = r#"
+[[remote_generators]]
+alias = "airlock-rack"                       # the model name clients use
+kind = "openai-compatible"
+base_urls = ["http://10.1.2.3:8000/v1"]      # one or more replicas
+model = "qwen2.5-7b-instruct"                # the upstream's model id
+api_key_file = "/etc/airlock/rack.key"       # optional
+ca_file = "/etc/airlock/bank-ca.pem"         # optional, for https upstreams
+first_token_timeout_ms = 30000
+"#;
+
+    fn load(text: &str) -> Result<Config, ConfigError> {
+        let c = Config::from_toml(text, Path::new("t.toml"))?;
+        c.validate()?;
+        Ok(c)
+    }
+
+    fn refused(text: &str) -> String {
+        match load(text) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("accepted:\n{text}"),
+        }
+    }
+
+    #[test]
+    fn the_issue_form_parses_and_validates() {
+        let c = load(ISSUE).unwrap();
+        let r = &c.remote_generators[0];
+        assert_eq!(r.alias, "airlock-rack");
+        assert_eq!(r.model, "qwen2.5-7b-instruct");
+        assert_eq!(r.first_token_timeout().as_millis(), 30_000);
+        assert_eq!(r.upstreams().unwrap()[0].authority(), "10.1.2.3:8000");
+        // Flags and environment cannot erase it (it is TOML only).
+        let layered = Config::default().over(c.clone());
+        assert_eq!(layered.remote_generators, c.remote_generators);
+    }
+
+    #[test]
+    fn bad_entries_are_refused_by_name() {
+        let e = refused(&ISSUE.replace("kind = \"openai-compatible\"", "kind = \"grpc\""));
+        assert!(e.contains("remote_generators.kind"), "{e}");
+        let e = refused(&format!("{ISSUE}retries = 3\n"));
+        assert!(e.contains("unknown field `retries`"), "{e}");
+        let e = refused(
+            &ISSUE
+                .replace("http://10.1.2.3", "https://10.1.2.3")
+                .replace("ca_file = \"/etc/airlock/bank-ca.pem\"", ""),
+        );
+        assert!(e.contains("remote_generators.ca_file"), "{e}");
+        let e = refused(&format!("{ISSUE}{ISSUE}"));
+        assert!(e.contains("configured twice"), "{e}");
+        let e = refused(&ISSUE.replace("http://10.1.2.3:8000/v1", "10.1.2.3:8000"));
+        assert!(e.contains("remote_generators.base_urls"), "{e}");
+        let e = refused(&format!("{ISSUE}routing = \"random\"\n"));
+        assert!(e.contains("remote_generators.routing"), "{e}");
+    }
+}
