@@ -74,9 +74,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
     let data = args.data.data.clone();
     let demo = data.join("demo");
     std::fs::create_dir_all(&demo).with_context(|| format!("creating {}", demo.display()))?;
-    let config = demo_config(&data, args.port)?;
+    let mut config = demo_config(&data, args.port)?;
     init_tracing(config.json_logs());
-    lock_down_setup(&data, config.require_sandbox())?;
+    // The set-up never dials the rack (the `airlock serve` exec'd afterwards checks it, with
+    // the same AIRLOCK_CONFIG), but Landlock domains survive exec: the set-up's must already
+    // allow the rack's ports, or the daemon's could not.
+    let rack_ports = super::serve::rack_ports(&config);
+    config.remote_generators.clear();
+    lock_down_setup(&data, &rack_ports, config.require_sandbox())?;
 
     // 1. Demo signing key and the pinned keyring (root of trust).
     let key = demo.join("keys").join("demo.key");
@@ -183,7 +188,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
 /// The set-up's lockdown: on the still single-threaded process (refused otherwise), writes only
 /// beneath `data` (and `/dev/null`), no outbound TCP. Not enforced: a warning, or with
 /// `require_sandbox` a refusal, as for `airlock serve`.
-fn lock_down_setup(data: &Path, require: bool) -> anyhow::Result<()> {
+fn lock_down_setup(data: &Path, rack_ports: &[u16], require: bool) -> anyhow::Result<()> {
     if let Some(threads) = crate::sandbox::process_threads()
         && threads > 1
     {
@@ -197,7 +202,7 @@ fn lock_down_setup(data: &Path, require: bool) -> anyhow::Result<()> {
     if dev_null.exists() {
         writable.push(dev_null);
     }
-    match crate::sandbox::lock_down(&writable, require) {
+    match crate::sandbox::lock_down_allowing(&writable, rack_ports, require) {
         Ok(r) if r.fully_enforced() => {
             tracing::info!(landlock = %r.detail, "demo set-up locked down (no outbound TCP, writes beneath the data directory only)");
             Ok(())
@@ -241,11 +246,7 @@ fn demo_config(data: &Path, port: u16) -> anyhow::Result<Config> {
     let port = port.to_string();
     let w = Wrap::try_parse_from(["airlock", "--data", &data, "--port", &port])
         .context("demo settings")?;
-    let mut config = w.config.load()?;
-    // The set-up runs under a lockdown without network: the rack is checked by the `airlock
-    // serve` exec'd afterwards (which reads the same AIRLOCK_CONFIG).
-    config.remote_generators.clear();
-    Ok(config)
+    Ok(w.config.load()?)
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {

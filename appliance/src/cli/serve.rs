@@ -52,17 +52,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 pub(crate) fn lock_down(config: &Config) -> anyhow::Result<()> {
     // Outbound TCP only to the inference rack's ports (its host:port pairs are the only
     // addresses the daemon dials).
-    let mut ports: Vec<u16> = config
-        .remote_generators
-        .iter()
-        .flat_map(crate::remote::RemoteGenerator::endpoints)
-        .map(|(_, port)| port)
-        .collect();
-    ports.sort_unstable();
-    ports.dedup();
     match crate::sandbox::lock_down_daemon_allowing(
         &config.data_dir(),
-        &ports,
+        &rack_ports(config),
         config.require_sandbox(),
     ) {
         Ok(_) => Ok(()),
@@ -78,6 +70,19 @@ pub(crate) fn lock_down(config: &Config) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The TCP ports of the configured remote generators' replicas (the lockdown's allowlist).
+pub(crate) fn rack_ports(config: &Config) -> Vec<u16> {
+    let mut ports: Vec<u16> = config
+        .remote_generators
+        .iter()
+        .flat_map(crate::remote::RemoteGenerator::endpoints)
+        .map(|(_, port)| port)
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
