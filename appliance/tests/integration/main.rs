@@ -15,6 +15,7 @@ mod ladder;
 mod purge;
 mod refusals;
 mod sandbox;
+mod slapd;
 mod startup;
 mod support;
 mod timing;
