@@ -143,20 +143,20 @@ pub struct SyncOptions {
 
 /// Users touched by one change, with their new entries computed before the commit.
 #[derive(Default)]
-struct Pending {
-    touched: Touched,
-    tokens_changed: bool,
+pub(crate) struct Pending {
+    pub(crate) touched: Touched,
+    pub(crate) tokens_changed: bool,
 }
 
 struct Prepared {
     users: Vec<(Name, Option<Arc<UserView>>)>,
     access_changed: usize,
-    tokens: Option<Arc<HashMap<[u8; 32], Name>>>,
+    tokens: Option<Arc<HashMap<[u8; 32], (Name, Option<i64>)>>>,
 }
 
-struct Writer {
-    conn: Connection,
-    model: Model,
+pub(crate) struct Writer {
+    pub(crate) conn: Connection,
+    pub(crate) model: Model,
     /// Set when the model may differ from the rows (a failure after it was mutated); the next
     /// writer reloads it first.
     stale: bool,
@@ -170,11 +170,13 @@ struct Writer {
 /// (`tokio::task::spawn_blocking`), not from an async task.
 pub struct Acl {
     path: PathBuf,
-    writer: Mutex<Writer>,
+    pub(crate) writer: Mutex<Writer>,
     /// Second connection for audit appends and admin lookups, so query-time audit entries never
     /// wait behind the writer lock (SQLite still serialises the commits themselves).
-    side: Mutex<Connection>,
+    pub(crate) side: Mutex<Connection>,
     view: ArcSwap<View>,
+    /// Sign-in sessions and token last-use times ([`crate::session`]).
+    pub(crate) sessions: Mutex<crate::session::Sessions>,
 }
 
 impl std::fmt::Debug for Acl {
@@ -201,12 +203,12 @@ fn user_view(model: &Model, user: &Name, bits: Arc<RoaringBitmap>) -> Option<Arc
     }))
 }
 
-fn token_map(model: &Model) -> Arc<HashMap<[u8; 32], Name>> {
+fn token_map(model: &Model) -> Arc<HashMap<[u8; 32], (Name, Option<i64>)>> {
     Arc::new(
         model
             .users
             .iter()
-            .filter_map(|(u, r)| r.token.map(|t| (t, u.clone())))
+            .filter_map(|(u, r)| r.token.map(|t| (t, (u.clone(), r.token_expires_us))))
             .collect(),
     )
 }
@@ -280,6 +282,7 @@ impl Acl {
         let model = store::load(&conn)?;
         let view = full_view(&model, 0);
         let side = store::connect(&path)?;
+        let sessions = crate::session::Sessions::load(&conn)?;
         tracing::info!(
             users = view.users.len(),
             grants = model.grants.len(),
@@ -294,6 +297,7 @@ impl Acl {
             }),
             side: Mutex::new(side),
             view: ArcSwap::from_pointee(view),
+            sessions: Mutex::new(sessions),
         })
     }
 
@@ -367,7 +371,8 @@ impl Acl {
                 store::write_memberships(tx, user_id, &groups)
                     .map_err(Error::db("adding a user"))?;
                 store::write_roles(tx, user_id, &roles).map_err(Error::db("adding a user"))?;
-                store::write_token(tx, user_id, &digest).map_err(Error::db("adding a user"))?;
+                store::write_token(tx, user_id, &digest, None)
+                    .map_err(Error::db("adding a user"))?;
                 m.insert_user(u.clone(), new.local);
                 m.set_user_groups(&u, groups);
                 if let Some(rec) = m.users.get_mut(&u) {
@@ -482,8 +487,22 @@ impl Acl {
         actor: impl Into<Actor<'a>>,
         user_id: &str,
     ) -> Result<String, Error> {
+        self.issue_token_expiring(actor, user_id, None)
+    }
+
+    /// [`Acl::issue_token`] with a lifetime: the token authenticates nobody once `ttl` has
+    /// passed (`None`: until rotated or revoked). `airlock user token ID --ttl 30d`.
+    pub fn issue_token_expiring<'a>(
+        &self,
+        actor: impl Into<Actor<'a>>,
+        user_id: &str,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<String, Error> {
         let actor = actor.into();
         let (token, digest) = token::generate();
+        let expires_us = ttl.map(|t| {
+            store::now_us().saturating_add(i64::try_from(t.as_micros()).unwrap_or(i64::MAX))
+        });
         self.mutate(
             |tx, m, p| {
                 let Some(u) = m.users.get_key_value(user_id).map(|(k, _)| k.clone()) else {
@@ -491,9 +510,11 @@ impl Acl {
                         user_id: user_id.to_owned(),
                     });
                 };
-                store::write_token(tx, user_id, &digest).map_err(Error::db("storing a token"))?;
+                store::write_token(tx, user_id, &digest, expires_us)
+                    .map_err(Error::db("storing a token"))?;
                 if let Some(rec) = m.users.get_mut(&u) {
                     rec.token = Some(digest);
+                    rec.token_expires_us = expires_us;
                 }
                 p.touched.users.insert(u);
                 p.tokens_changed = true;
@@ -504,7 +525,7 @@ impl Acl {
                 actor: Some(actor.user_id),
                 user_id: Some(user_id),
                 request_id: actor.request_id,
-                detail: json!({"action": "token_issue"}),
+                detail: json!({"action": "token_issue", "expires_us": expires_us}),
             },
         )?;
         Ok(token)
@@ -728,7 +749,7 @@ impl Acl {
     /// (infallibly) and records the touched users; an `Err` from `op` must leave the model
     /// unchanged. Anything failing after `op` marks the model stale (reloaded by the next write).
     /// Returns `op`'s value and how many users' readable sets changed.
-    fn mutate<'r, T>(
+    pub(crate) fn mutate<'r, T>(
         &self,
         op: impl FnOnce(&Transaction<'_>, &mut Model, &mut Pending) -> Result<T, Error>,
         record: impl FnOnce(&T, usize) -> Record<'r>,
@@ -758,6 +779,7 @@ impl Acl {
             .map_err(Error::db("starting a transaction"))?;
         let mut pending = Pending::default();
         let value = op(&tx, &mut w.model, &mut pending)?;
+        let users_may_be_gone = pending.tokens_changed;
         // From here on the model is ahead of the rows until the commit succeeds.
         let t = std::time::Instant::now();
         let prepared = prepare(&w.model, &self.view.load(), pending);
@@ -776,6 +798,10 @@ impl Acl {
             commit_ms = (t.elapsed().as_millis() as u64).saturating_sub(recompute_ms),
             "acl change committed"
         );
+        if users_may_be_gone {
+            // Sessions of removed users: their rows went with the user's (store::delete_user).
+            self.sessions.lock().retain_users(&w.model);
+        }
         before_publish();
         let old = self.view.load_full();
         let mut users = old.users.clone();

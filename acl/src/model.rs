@@ -77,6 +77,8 @@ pub(crate) struct UserRecord {
     pub local: bool,
     /// SHA-256 of the current bearer token.
     pub token: Option<[u8; 32]>,
+    /// When the token expires (µs since the epoch; `None`: never).
+    pub token_expires_us: Option<i64>,
 }
 
 /// The full ACL state, as rows and as bitmaps.
