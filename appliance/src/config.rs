@@ -330,6 +330,14 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_TRUSTED_HEADER_SECRET", hide_env_values = true)]
     pub trusted_header_secret: Option<String>,
 
+    /// `[ldap]`: directory sign-in (`POST /v1/auth/login`) and membership sync; TOML only.
+    #[arg(skip)]
+    pub ldap: Option<crate::ldap::LdapConfig>,
+
+    /// `[sessions]`: sign-in session lifetimes; TOML only.
+    #[arg(skip)]
+    pub sessions: Option<crate::session::SessionConfig>,
+
     /// Log format: `text` or `json` [default: text].
     #[arg(long, env = "AIRLOCK_LOG_FORMAT")]
     pub log_format: Option<String>,
@@ -413,6 +421,8 @@ impl fmt::Debug for Config {
                 &self.trusted_header_secret.as_ref().map(|_| "[redacted]"),
             )
             .field("log_format", &self.log_format)
+            .field("ldap", &self.ldap)
+            .field("sessions", &self.sessions)
             .finish()
     }
 }
@@ -528,6 +538,8 @@ impl Config {
             require_sandbox: self.require_sandbox.or(lower.require_sandbox),
             trusted_header: self.trusted_header.or(lower.trusted_header),
             trusted_header_secret: self.trusted_header_secret.or(lower.trusted_header_secret),
+            ldap: self.ldap.or(lower.ldap),
+            sessions: self.sessions.or(lower.sessions),
             log_format: self.log_format.or(lower.log_format),
         }
     }
@@ -625,6 +637,10 @@ impl Config {
             }
             (None, None) => {}
         }
+        if let Some(l) = &self.ldap {
+            l.validate()?;
+        }
+        self.sessions().validate()?;
         if self.ladder_step_down.as_ref().is_some_and(|v| v.len() != 5) {
             return Err(invalid(
                 "ladder_step_down",
@@ -748,6 +764,11 @@ impl Config {
             (idle / 2).clamp(1, 15)
         });
         Duration::from_secs(secs)
+    }
+
+    /// The `[sessions]` lifetimes (defaults when absent).
+    pub fn sessions(&self) -> crate::session::SessionConfig {
+        self.sessions.clone().unwrap_or_default()
     }
 
     /// How long a shutdown waits for in-flight work.

@@ -99,6 +99,26 @@ pub enum ApiError {
     /// Anything that is our fault. The message is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
+    /// Directory sign-in: unknown user or wrong password (one answer for both).
+    #[error("the username or password is wrong")]
+    InvalidCredentials,
+    /// Directory sign-in: the password is right but the account is disabled or locked.
+    #[error("the account is disabled in the directory")]
+    AccountDisabled,
+    /// The directory cannot be reached (or refused the service account); the cause is logged.
+    #[error("the directory is unavailable: {0}")]
+    DirectoryUnavailable(String),
+    /// Too many failed sign-ins for this username or from this address.
+    #[error("too many failed sign-ins; retry later")]
+    LoginRateLimited {
+        /// When to retry.
+        retry_after: Duration,
+    },
+    /// A state-changing request authenticated by the session cookie without its CSRF token.
+    #[error(
+        "a state-changing request with a session cookie needs the session's X-Airlock-CSRF header"
+    )]
+    CsrfRequired,
 }
 
 impl ApiError {
@@ -133,6 +153,15 @@ impl ApiError {
             ApiError::DeadlineExceeded => ("deadline-exceeded", StatusCode::GATEWAY_TIMEOUT),
             ApiError::NotReady => ("not-ready", StatusCode::SERVICE_UNAVAILABLE),
             ApiError::Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR),
+            ApiError::InvalidCredentials => ("invalid-credentials", StatusCode::UNAUTHORIZED),
+            ApiError::AccountDisabled => ("account-disabled", StatusCode::FORBIDDEN),
+            ApiError::DirectoryUnavailable(_) => {
+                ("directory-unavailable", StatusCode::SERVICE_UNAVAILABLE)
+            }
+            ApiError::LoginRateLimited { .. } => {
+                ("login-rate-limited", StatusCode::TOO_MANY_REQUESTS)
+            }
+            ApiError::CsrfRequired => ("csrf-failed", StatusCode::FORBIDDEN),
         }
     }
 
@@ -156,6 +185,7 @@ impl ApiError {
     pub(crate) fn retry_after(&self) -> Option<u64> {
         match self {
             ApiError::RateLimited { retry_after }
+            | ApiError::LoginRateLimited { retry_after }
             | ApiError::CapacityUnavailable { retry_after } => Some(retry_after.as_secs().max(1)),
             ApiError::NotReady | ApiError::TooManyConnections => Some(1),
             _ => None,
@@ -173,6 +203,9 @@ impl ApiError {
                 | ApiError::DeadlineExceeded
                 | ApiError::NotReady
                 | ApiError::TooManyConnections => self.to_string(),
+                ApiError::DirectoryUnavailable(_) => {
+                    "the directory is unavailable; retry later".to_string()
+                }
                 _ => "the request could not be completed; the cause is logged under its request id"
                     .to_string(),
             }

@@ -19,6 +19,7 @@ pub mod feedback;
 pub mod fuzzing;
 pub mod generator;
 pub mod ladder;
+pub mod ldap;
 pub mod metrics;
 pub mod models;
 pub mod openai;
@@ -28,6 +29,7 @@ pub mod sandbox;
 pub mod sbom;
 pub mod server;
 pub mod services;
+pub mod session;
 pub mod startup;
 pub mod state;
 

@@ -193,7 +193,10 @@ async fn accept_loop(
             Ok(permit) => {
                 tasks.spawn(serve_connection(
                     tcp,
-                    router.clone(),
+                    // The peer address for handlers (`ConnectInfo`: sign-in limits).
+                    router
+                        .clone()
+                        .layer(axum::Extension(axum::extract::ConnectInfo(peer))),
                     conns.clone(),
                     permit,
                     stop.clone(),

@@ -122,9 +122,23 @@ impl Services {
         }
     }
 
-    /// Resolves a bearer token (lock-free, no I/O).
+    /// Resolves a bearer token (no I/O here: its last use is written back at most once a
+    /// minute, on the blocking pool).
     pub fn authenticate(&self, token: &str) -> Result<Option<Caller>, ApiError> {
-        Ok(self.acl.authenticate(token).map(|p| Caller {
+        let Some(p) = self.acl.authenticate(token) else {
+            return Ok(None);
+        };
+        if self.acl.note_token_use(&p.user_id)
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let (acl, user) = (self.acl.clone(), p.user_id.clone());
+            rt.spawn_blocking(move || {
+                if let Err(e) = acl.persist_token_use(&user) {
+                    tracing::warn!(error = %e, "recording a token's use failed");
+                }
+            });
+        }
+        Ok(Some(Caller {
             admin: p.is_admin(),
             user_id: p.user_id,
         }))

@@ -21,6 +21,7 @@ use crate::state::AppState;
 pub use crate::extract::{MAX_REQUEST_ID_LEN, REQUEST_ID, valid_request_id};
 
 pub mod acl;
+pub mod auth;
 pub mod chat;
 pub mod conversations;
 pub mod documents;
@@ -66,6 +67,9 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/acl/users/{user_id}/token", post(acl::issue_token))
         .route("/v1/acl/documents/{doc_id}", put(acl::put_document))
         .route("/v1/acl/sync", post(acl::sync))
+        .route("/v1/acl/sync/ldap", post(auth::sync))
+        .route("/v1/auth/login", post(auth::login))
+        .route("/v1/auth/logout", post(auth::logout))
         .merge(ui::routes())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

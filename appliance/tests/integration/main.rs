@@ -12,6 +12,7 @@ mod focus;
 mod http;
 mod ingest_crash;
 mod ladder;
+mod ldap;
 mod purge;
 mod refusals;
 mod sandbox;
