@@ -20,7 +20,7 @@ use crate::allow::AllowSet;
 use crate::audit::{self, AuditEntry, AuditKind, AuditQuery, Record};
 use crate::error::{Error, IdKind, check_id};
 use crate::model::{Grant, Model, Name, Role, Touched, materialise};
-use crate::view::{AclSnapshot, Principal, UserInfo, UserView, View};
+use crate::view::{AclSnapshot, Principal, TokenMap, UserInfo, UserView, View};
 use crate::{ordinals, snapshot, store, token};
 
 /// A new user for [`Acl::add_user`] (`airlock user add ID --groups ... [--admin]`).
@@ -151,7 +151,7 @@ pub(crate) struct Pending {
 struct Prepared {
     users: Vec<(Name, Option<Arc<UserView>>)>,
     access_changed: usize,
-    tokens: Option<Arc<HashMap<[u8; 32], (Name, Option<i64>)>>>,
+    tokens: Option<Arc<TokenMap>>,
 }
 
 pub(crate) struct Writer {
@@ -203,7 +203,7 @@ fn user_view(model: &Model, user: &Name, bits: Arc<RoaringBitmap>) -> Option<Arc
     }))
 }
 
-fn token_map(model: &Model) -> Arc<HashMap<[u8; 32], (Name, Option<i64>)>> {
+fn token_map(model: &Model) -> Arc<TokenMap> {
     Arc::new(
         model
             .users

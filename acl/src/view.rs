@@ -21,13 +21,16 @@ pub(crate) struct UserView {
     pub has_token: bool,
 }
 
+/// SHA-256 of a bearer token → user id and expiry (µs since the epoch; `None`: never).
+pub(crate) type TokenMap = HashMap<[u8; 32], (Name, Option<i64>)>;
+
 /// One complete published state.
 #[derive(Debug, Default)]
 pub(crate) struct View {
     pub generation: u64,
     pub users: HashMap<Name, Arc<UserView>>,
-    /// SHA-256 of a bearer token → user id and expiry (µs since the epoch).
-    pub tokens: Arc<HashMap<[u8; 32], (Name, Option<i64>)>>,
+    /// SHA-256 of a bearer token → user id and expiry.
+    pub tokens: Arc<TokenMap>,
 }
 
 /// An authenticated caller.

@@ -638,9 +638,9 @@ impl Config {
             (None, None) => {}
         }
         if let Some(l) = &self.ldap {
-            l.validate()?;
+            l.validate().map_err(|(f, r)| invalid(f, r))?;
         }
-        self.sessions().validate()?;
+        self.sessions().validate().map_err(|(f, r)| invalid(f, r))?;
         if self.ladder_step_down.as_ref().is_some_and(|v| v.len() != 5) {
             return Err(invalid(
                 "ladder_step_down",

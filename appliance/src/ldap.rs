@@ -22,8 +22,6 @@ use std::time::Duration;
 use ldap3::{Ldap, LdapConnAsync, LdapConnSettings, LdapError, Scope, SearchEntry, ldap_escape};
 use serde::Deserialize;
 
-use crate::config::ConfigError;
-
 fn d_uid() -> String {
     "uid".into()
 }
@@ -129,19 +127,16 @@ impl std::fmt::Debug for LdapConfig {
     }
 }
 
-fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        field,
-        reason: reason.into(),
-    }
+/// A refused setting: its name as written in the TOML file and why (config.rs turns it into a
+/// `ConfigError::Invalid`).
+pub type Invalid = (&'static str, String);
+
+fn invalid(field: &'static str, reason: impl Into<String>) -> Invalid {
+    (field, reason.into())
 }
 
 /// A filter is one parenthesised expression with balanced parentheses.
-fn check_filter(
-    field: &'static str,
-    f: &str,
-    placeholder: Option<&str>,
-) -> Result<(), ConfigError> {
+fn check_filter(field: &'static str, f: &str, placeholder: Option<&str>) -> Result<(), Invalid> {
     if let Some(p) = placeholder
         && !f.contains(p)
     {
@@ -169,7 +164,7 @@ fn check_filter(
 
 impl LdapConfig {
     /// Checks the settings and that the CA and bind password files are usable.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         let tls_ok = match self.url.split_once("://").map(|(s, _)| s) {
             Some("ldaps") if self.start_tls => {
                 return Err(invalid(

@@ -9,8 +9,6 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use parking_lot::Mutex;
 use serde::Deserialize;
 
-use crate::config::ConfigError;
-
 /// The session cookie's name.
 pub const COOKIE: &str = "airlock_session";
 /// The header carrying the session's CSRF token on state-changing requests.
@@ -37,12 +35,9 @@ impl SessionConfig {
         Duration::from_secs(self.absolute_secs.unwrap_or(28_800))
     }
 
-    /// Checks the ranges.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |field, reason: &str| ConfigError::Invalid {
-            field,
-            reason: reason.into(),
-        };
+    /// Checks the ranges: the refused setting and why.
+    pub fn validate(&self) -> Result<(), (&'static str, String)> {
+        let invalid = |field, reason: &str| (field, reason.to_string());
         if self.idle().is_zero() {
             return Err(invalid("sessions.idle_secs", "must be at least 1"));
         }

@@ -84,6 +84,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             Ok(Ok(services)) => {
                 loader_state.set_services(services);
                 tracing::info!("ready");
+                tokio::spawn(crate::routes::auth::sync_schedule(loader_state));
             }
             Ok(Err(e)) => {
                 let _ = fail_tx.send(anyhow::Error::new(e));

@@ -176,3 +176,45 @@ pub async fn sync(
     .await?;
     Ok(Json(counts).into_response())
 }
+
+/// `[ldap] sync_interval_secs`: applies the directory's memberships on that schedule for the
+/// daemon's life (a failed round is logged and retried at the next tick; nothing is changed).
+pub async fn sync_schedule(state: AppState) {
+    let Some(cfg) = state.config().ldap.clone() else {
+        return;
+    };
+    let Some(every) = cfg.sync_interval_secs else {
+        return;
+    };
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(every));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Ok(services) = state.services() else {
+            return;
+        };
+        let users = match Directory::new(cfg.clone()).all_users().await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(error = %e, "scheduled directory sync failed");
+                continue;
+            }
+        };
+        let acl = services.acl.clone();
+        let done = blocking(move || {
+            let list = crate::ldap::membership_list(users);
+            Ok(acl.sync_directory("ldap-schedule", &list)?)
+        })
+        .await;
+        match done {
+            Ok(c) => tracing::info!(
+                users_added = c.users_added,
+                users_removed = c.users_removed,
+                memberships_changed = c.memberships_changed,
+                users_access_changed = c.users_access_changed,
+                "scheduled directory sync applied"
+            ),
+            Err(e) => tracing::warn!(error = %e, "scheduled directory sync failed"),
+        }
+    }
+}
