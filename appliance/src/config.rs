@@ -333,6 +333,15 @@ pub struct Config {
     /// Log format: `text` or `json` [default: text].
     #[arg(long, env = "AIRLOCK_LOG_FORMAT")]
     pub log_format: Option<String>,
+
+    /// Serve plain HTTP on an address that is not loopback (only behind a TLS-terminating proxy
+    /// on a trusted segment) [default: false: refuse to start].
+    #[arg(long, env = "AIRLOCK_ALLOW_PLAIN_HTTP")]
+    pub allow_plain_http: Option<bool>,
+
+    /// HTTPS (`[tls]` in the file).
+    #[command(flatten)]
+    pub tls: crate::tls::TlsSettings,
 }
 
 impl fmt::Debug for Config {
@@ -413,6 +422,8 @@ impl fmt::Debug for Config {
                 &self.trusted_header_secret.as_ref().map(|_| "[redacted]"),
             )
             .field("log_format", &self.log_format)
+            .field("allow_plain_http", &self.allow_plain_http)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -529,6 +540,8 @@ impl Config {
             trusted_header: self.trusted_header.or(lower.trusted_header),
             trusted_header_secret: self.trusted_header_secret.or(lower.trusted_header_secret),
             log_format: self.log_format.or(lower.log_format),
+            allow_plain_http: self.allow_plain_http.or(lower.allow_plain_http),
+            tls: self.tls.over(lower.tls),
         }
     }
 
@@ -678,6 +691,19 @@ impl Config {
         if !(1..=crate::ladder::MAX_RUNG).contains(&self.batch_shed_rung()) {
             return Err(invalid("batch_shed_rung", "must be between 1 and 5"));
         }
+        self.tls
+            .check()
+            .map_err(|(field, reason)| invalid(field, reason))?;
+        if !self.tls.enabled() && !self.addr().ip().is_loopback() && !self.allow_plain_http() {
+            return Err(invalid(
+                "bind",
+                format!(
+                    "{} is not a loopback address and HTTPS is off: set [tls] cert and key, or \
+                     allow_plain_http = true when a TLS-terminating proxy sits in front",
+                    self.addr().ip()
+                ),
+            ));
+        }
         match self.log_format.as_deref() {
             None | Some("text") | Some("json") => {}
             Some(other) => {
@@ -695,6 +721,11 @@ impl Config {
         self.data
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
+    }
+
+    /// Whether plain HTTP may be served on an address that is not loopback.
+    pub fn allow_plain_http(&self) -> bool {
+        self.allow_plain_http.unwrap_or(false)
     }
 
     /// The socket address to bind.

@@ -30,6 +30,7 @@ pub mod server;
 pub mod services;
 pub mod startup;
 pub mod state;
+pub mod tls;
 
 pub use config::Config;
 pub use error::ApiError;

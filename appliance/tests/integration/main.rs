@@ -18,3 +18,4 @@ mod sandbox;
 mod startup;
 mod support;
 mod timing;
+mod tls;

@@ -295,15 +295,22 @@ impl Served {
 impl TestApp {
     /// Serves the app on `127.0.0.1:0` with graceful shutdown (grace from the config).
     pub async fn serve(&self) -> Served {
+        self.serve_with(None).await
+    }
+
+    /// [`TestApp::serve`], over HTTPS when `tls` is given (`base` is then `https://…`).
+    pub async fn serve_with(&self, tls: Option<Arc<airlock::tls::TlsServer>>) -> Served {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let grace = self.state.config().shutdown_grace();
         let state = self.state.clone();
         let handle = tokio::spawn(async move {
-            airlock::server::serve(
+            airlock::server::serve_with(
                 listener,
                 state,
+                tls,
                 async move {
                     let _ = rx.await;
                 },
@@ -312,7 +319,7 @@ impl TestApp {
             .await
         });
         Served {
-            base: format!("http://{addr}"),
+            base: format!("{scheme}://{addr}"),
             stop: Some(tx),
             handle: Some(handle),
         }
