@@ -39,10 +39,15 @@ const MIGRATIONS: &[Migration] = &[
         name: "append-only audit log",
         apply: |c| c.execute_batch(V3_AUDIT),
     },
+    Migration {
+        version: 4,
+        name: "separate roles: admins keep the operator duties they had",
+        apply: |c| c.execute_batch(V4_ROLES),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 const V2_PRINCIPALS: &str = "
 CREATE TABLE acl_users (
@@ -95,6 +100,15 @@ CREATE TRIGGER acl_audit_no_update BEFORE UPDATE ON acl_audit
 BEGIN SELECT RAISE(ABORT, 'acl_audit is append-only'); END;
 CREATE TRIGGER acl_audit_no_delete BEFORE DELETE ON acl_audit
 BEGIN SELECT RAISE(ABORT, 'acl_audit is append-only'); END;
+";
+
+/// Before version 4 `admin` was the only role and opened every privileged endpoint; it now means
+/// configuration and users only, and content operations are `operator`'s. Existing admins get
+/// `operator` too, so an upgrade changes no one's access; new users get exactly the roles
+/// named.
+const V4_ROLES: &str = "
+INSERT OR IGNORE INTO acl_user_roles (user_id, role)
+    SELECT user_id, 'operator' FROM acl_user_roles WHERE role = 'admin';
 ";
 
 /// Opens a connection with the crate's settings (WAL, foreign keys, busy timeout).
@@ -391,6 +405,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn migration_4_gives_existing_admins_the_operator_role() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = connect(&dir.path().join("a.db")).unwrap();
+        migrate(&mut c).unwrap();
+        // A database as version 3 left it: `admin` was the only role.
+        c.execute_batch(
+            "DELETE FROM acl_schema_migrations WHERE version = 4;
+             INSERT INTO acl_users VALUES ('root', 1, 0), ('u1', 0, 0);
+             INSERT INTO acl_user_roles VALUES ('root', 'admin');",
+        )
+        .unwrap();
+        migrate(&mut c).unwrap();
+        let model = load(&c).unwrap();
+        let roles = |u: &str| model.users[u].roles.iter().copied().collect::<Vec<_>>();
+        assert_eq!(roles("root"), [Role::Admin, Role::Operator]);
+        assert!(roles("u1").is_empty());
+    }
+
+    #[test]
     fn migrations_are_versioned_and_idempotent() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.db");
@@ -404,7 +437,7 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(versions, [1, 2, 3]);
+        assert_eq!(versions, [1, 2, 3, 4]);
         let mode: String = c
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();

@@ -748,7 +748,7 @@ fn serve_owned(
         EVAL_ADMIN,
         &NewUser {
             groups: vec![],
-            roles: vec![Role::Admin],
+            roles: vec![Role::Admin, Role::Operator],
             local: true,
         },
     )?;

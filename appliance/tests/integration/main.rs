@@ -14,6 +14,7 @@ mod ingest_crash;
 mod ladder;
 mod purge;
 mod refusals;
+mod roles;
 mod sandbox;
 mod startup;
 mod support;

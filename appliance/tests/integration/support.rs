@@ -157,7 +157,7 @@ impl TestApp {
                 "admin",
                 &NewUser {
                     groups: vec![],
-                    roles: vec![Role::Admin],
+                    roles: vec![Role::Admin, Role::Operator],
                     local: true,
                 },
             )
@@ -187,12 +187,13 @@ impl TestApp {
         self.add_user(id, groups, vec![])
     }
 
-    /// Adds a (non-local) admin with groups and returns their token.
+    /// Adds a (non-local) admin and operator with groups and returns their token.
     pub fn admin_user(&self, id: &str, groups: &[&str]) -> String {
-        self.add_user(id, groups, vec![Role::Admin])
+        self.add_user(id, groups, vec![Role::Admin, Role::Operator])
     }
 
-    fn add_user(&self, id: &str, groups: &[&str], roles: Vec<Role>) -> String {
+    /// Adds a (non-local) user with groups and roles and returns their token.
+    pub fn add_user(&self, id: &str, groups: &[&str], roles: Vec<Role>) -> String {
         self.state
             .services()
             .unwrap()
