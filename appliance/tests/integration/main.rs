@@ -16,6 +16,7 @@ mod purge;
 mod refusals;
 mod roles;
 mod sandbox;
+mod sso_proxy;
 mod startup;
 mod support;
 mod timing;
