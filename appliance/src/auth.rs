@@ -22,18 +22,6 @@ pub use crate::caller::Caller;
 #[derive(Debug, Clone)]
 pub struct Admin(pub Caller);
 
-/// The refusal of a privileged route without a verified client certificate (`tls.client_ca`).
-pub const CLIENT_CERT_REQUIRED: &str =
-    "this endpoint needs a client certificate signed by the configured tls.client_ca";
-
-/// Whether the request came over HTTPS with a client certificate the handshake verified.
-pub fn client_cert_verified(parts: &Parts) -> bool {
-    parts
-        .extensions
-        .get::<crate::tls::Transport>()
-        .is_some_and(|t| t.tls && t.client_cert)
-}
-
 /// The token of an `Authorization: Bearer` header, if well-formed.
 pub fn bearer(parts: &Parts) -> Option<&str> {
     let v = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;

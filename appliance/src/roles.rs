@@ -22,10 +22,10 @@ use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::auth::{CLIENT_CERT_REQUIRED, client_cert_verified};
 use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::tls::{CLIENT_CERT_REQUIRED, client_cert_verified};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

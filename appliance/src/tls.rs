@@ -109,6 +109,18 @@ pub struct Transport {
     pub client_cert: bool,
 }
 
+/// The refusal of a role-gated route without a verified client certificate (`tls.client_ca`).
+pub const CLIENT_CERT_REQUIRED: &str =
+    "this endpoint needs a client certificate signed by the configured tls.client_ca";
+
+/// Whether the request came over HTTPS with a client certificate the handshake verified.
+pub fn client_cert_verified(parts: &axum::http::request::Parts) -> bool {
+    parts
+        .extensions
+        .get::<Transport>()
+        .is_some_and(|t| t.tls && t.client_cert)
+}
+
 /// The reloadable TLS acceptor of a serving daemon.
 pub struct TlsServer {
     settings: TlsSettings,

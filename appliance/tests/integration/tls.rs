@@ -417,7 +417,7 @@ async fn with_client_ca_privileged_routes_need_a_verified_client_certificate() {
         )
         .unwrap();
         assert_eq!(s, 403, "{body}");
-        assert_eq!(body["detail"], airlock::auth::CLIENT_CERT_REQUIRED);
+        assert_eq!(body["detail"], airlock::tls::CLIENT_CERT_REQUIRED);
         let (s, _, body) = call(
             &bare,
             Method::PUT,
