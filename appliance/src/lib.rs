@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod models;
 pub mod openai;
 pub mod quota;
+pub mod rewrite;
 pub mod routes;
 pub mod sandbox;
 pub mod sbom;
