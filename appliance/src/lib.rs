@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod appliance_key;
 pub mod auth;
 pub mod caller;
 pub mod cli;

@@ -291,7 +291,7 @@ pub struct AirlockResponse {
 #[serde(untagged)]
 pub enum ChunkAirlock {
     /// First event.
-    Start(AirlockResponse),
+    Start(Box<AirlockResponse>),
     /// Last event (the one with the finish reason), with retrieval.
     End {
         /// The source numbers the answer used.
