@@ -206,8 +206,9 @@ pub struct Config {
 
     /// How a conversation becomes the retrieval query: `carry` (a follow-up such as "And for
     /// X?" or "… that deal?" is rewritten from the previous question's names, years and
-    /// codes), `concat` (previous and last user message) or `last` (the last user message
-    /// only) [default: carry].
+    /// codes), `rewrite` (the generator rewrites a follow-up into a stand-alone question; one
+    /// short generation per follow-up), `concat` (previous and last user message) or `last`
+    /// (the last user message only) [default: carry].
     #[arg(long, env = "AIRLOCK_FOLLOW_UP_QUERY", value_parser = parse_follow_ups)]
     pub follow_up_query: Option<airlock_rag::FollowUps>,
 
@@ -1024,7 +1025,10 @@ fn parse_follow_ups(s: &str) -> Result<airlock_rag::FollowUps, String> {
         "carry" => Ok(airlock_rag::FollowUps::Carry),
         "concat" => Ok(airlock_rag::FollowUps::Concat),
         "last" => Ok(airlock_rag::FollowUps::Last),
-        other => Err(format!("`{other}`: expected carry, concat or last")),
+        "rewrite" => Ok(airlock_rag::FollowUps::Rewrite),
+        other => Err(format!(
+            "`{other}`: expected carry, rewrite, concat or last"
+        )),
     }
 }
 

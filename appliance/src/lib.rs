@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod appliance_key;
 pub mod auth;
 pub mod caller;
 pub mod cli;
@@ -23,6 +24,7 @@ pub mod metrics;
 pub mod models;
 pub mod openai;
 pub mod quota;
+pub mod rewrite;
 pub mod roles;
 pub mod routes;
 pub mod sandbox;

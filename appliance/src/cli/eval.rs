@@ -41,6 +41,12 @@ pub enum EvalCommand {
     Baseline(BaselineArgs),
     /// Render a report (JSON) as Markdown and HTML.
     Report(ReportArgs),
+    /// Write the signed, content-free summary of a run that may leave the box (metrics with
+    /// intervals, leak and failure counts, gate verdict, bundle and set digests), approved by a
+    /// second admin (four eyes) and recorded in the audit log.
+    Export(Box<super::export::ExportArgs>),
+    /// Verify an export off-box against the appliance's public key (exit 1 if it does not).
+    VerifyExport(super::export::VerifyExportArgs),
 }
 
 /// `airlock eval run`.
@@ -232,6 +238,8 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<bool> {
             write_reports(&a.out, &report)?;
             Ok(true)
         }
+        EvalCommand::Export(a) => super::export::export(*a),
+        EvalCommand::VerifyExport(a) => super::export::verify(a),
     }
 }
 

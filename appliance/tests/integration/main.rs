@@ -7,6 +7,7 @@ mod chat;
 mod conversations;
 mod e2e;
 mod eval;
+mod export;
 mod feedback;
 mod focus;
 mod http;
