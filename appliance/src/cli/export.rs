@@ -1,12 +1,12 @@
 //! `airlock eval export` and `airlock eval verify-export`: the signed, content-free eval summary
 //! that may leave the box, approved by two people (four eyes) and recorded in the audit log.
 //!
-//! Four eyes: the export is requested by one admin and approved by another; each proves who
-//! they are with their own bearer token (`--token-file`, `--approver-token-file`: files, so no
-//! secret is on a command line or in the shell history), both tokens are checked against the
-//! data directory's users, the two must be different people holding the operator or admin role, and the
-//! approval is appended to the audit log (requester, approver, the export's SHA-256) before the
-//! file is written. A refused export writes nothing and records nothing.
+//! Four eyes: the export is requested by one operator (or admin) and approved by another; each
+//! proves who they are with their own bearer token (`--token-file`, `--approver-token-file`:
+//! files, so no secret is on a command line or in the shell history). Both tokens are checked
+//! against the data directory's users, the two must be different people, and the approval is
+//! appended to the audit log (requester, approver, the export's SHA-256) before the file is
+//! written. A refused export writes nothing and records nothing.
 
 use std::path::{Path, PathBuf};
 
