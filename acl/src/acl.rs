@@ -188,6 +188,28 @@ impl std::fmt::Debug for Acl {
     }
 }
 
+/// Refuses a change that would leave no user with the `admin` role: `losing` are the admins it
+/// removes or demotes.
+fn keep_an_admin(m: &Model, losing: &[&str]) -> Result<(), Error> {
+    let is_admin = |u: &str| {
+        m.users
+            .get(u)
+            .is_some_and(|r| r.roles.contains(&Role::Admin))
+    };
+    let losing: Vec<&str> = losing.iter().copied().filter(|u| is_admin(u)).collect();
+    let admins = m
+        .users
+        .values()
+        .filter(|r| r.roles.contains(&Role::Admin))
+        .count();
+    match losing.first() {
+        Some(u) if losing.len() >= admins => Err(Error::LastAdmin {
+            user_id: (*u).to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
 fn check_ids<S: AsRef<str>>(kind: IdKind, ids: &[S]) -> Result<(), Error> {
     ids.iter().try_for_each(|i| check_id(kind, i.as_ref()))
 }
@@ -419,6 +441,9 @@ impl Acl {
                         .map(|r| r.roles.clone())
                         .unwrap_or_default(),
                 };
+                if !roles.contains(&Role::Admin) {
+                    keep_an_admin(m, &[user_id])?;
+                }
                 if created {
                     store::insert_user(tx, user_id, true).map_err(Error::db("creating a user"))?;
                 }
@@ -462,6 +487,7 @@ impl Acl {
                         user_id: user_id.to_owned(),
                     });
                 };
+                keep_an_admin(m, &[user_id])?;
                 store::delete_user(tx, user_id).map_err(Error::db("removing a user"))?;
                 m.remove_user(&u);
                 p.touched.users.insert(u);
@@ -893,6 +919,7 @@ fn apply_snapshot(
         .filter(|(u, r)| !r.local && !named.contains(u))
         .map(|(u, _)| u.clone())
         .collect();
+    keep_an_admin(m, &removed.iter().map(|u| &**u).collect::<Vec<_>>())?;
     let mut added = Vec::new();
     let mut regrouped = Vec::new();
     for (u, gs) in &desired {

@@ -41,13 +41,18 @@ const MIGRATIONS: &[Migration] = &[
     },
     Migration {
         version: 4,
+        name: "separate roles: admins keep the operator duties they had",
+        apply: |c| c.execute_batch(V4_ROLES),
+    },
+    Migration {
+        version: 5,
         name: "sign-in sessions, token expiry and last use",
-        apply: |c| c.execute_batch(V4_SESSIONS),
+        apply: |c| c.execute_batch(V5_SESSIONS),
     },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const V2_PRINCIPALS: &str = "
 CREATE TABLE acl_users (
@@ -102,7 +107,7 @@ CREATE TRIGGER acl_audit_no_delete BEFORE DELETE ON acl_audit
 BEGIN SELECT RAISE(ABORT, 'acl_audit is append-only'); END;
 ";
 
-const V4_SESSIONS: &str = "
+const V5_SESSIONS: &str = "
 ALTER TABLE acl_tokens ADD COLUMN expires_us INTEGER;
 ALTER TABLE acl_tokens ADD COLUMN last_used_us INTEGER;
 CREATE TABLE acl_sessions (
@@ -114,6 +119,15 @@ CREATE TABLE acl_sessions (
     expires_us     INTEGER NOT NULL
 ) STRICT;
 CREATE INDEX acl_sessions_user ON acl_sessions(user_id);
+";
+
+/// Before version 4 `admin` was the only role and opened every privileged endpoint; it now means
+/// configuration and users only, and content operations are `operator`'s. Existing admins get
+/// `operator` too, so an upgrade changes no one's access; new users get exactly the roles
+/// named.
+const V4_ROLES: &str = "
+INSERT OR IGNORE INTO acl_user_roles (user_id, role)
+    SELECT user_id, 'operator' FROM acl_user_roles WHERE role = 'admin';
 ";
 
 /// Opens a connection with the crate's settings (WAL, foreign keys, busy timeout).
@@ -421,6 +435,25 @@ pub(crate) fn read_grant(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn migration_4_gives_existing_admins_the_operator_role() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = connect(&dir.path().join("a.db")).unwrap();
+        migrate(&mut c).unwrap();
+        // A database as version 3 left it: `admin` was the only role.
+        c.execute_batch(
+            "DELETE FROM acl_schema_migrations WHERE version = 4;
+             INSERT INTO acl_users VALUES ('root', 1, 0), ('u1', 0, 0);
+             INSERT INTO acl_user_roles VALUES ('root', 'admin');",
+        )
+        .unwrap();
+        migrate(&mut c).unwrap();
+        let model = load(&c).unwrap();
+        let roles = |u: &str| model.users[u].roles.iter().copied().collect::<Vec<_>>();
+        assert_eq!(roles("root"), [Role::Admin, Role::Operator]);
+        assert!(roles("u1").is_empty());
+    }
 
     #[test]
     fn migrations_are_versioned_and_idempotent() {

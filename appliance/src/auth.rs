@@ -18,7 +18,9 @@ pub const PROXY_SECRET_HEADER: HeaderName = HeaderName::from_static("x-airlock-p
 
 pub use crate::caller::Caller;
 
-/// An authenticated caller with the admin role (403 `forbidden` otherwise).
+/// An authenticated caller that [`crate::roles::enforce`] let through to a role-gated route (its
+/// role, and its client certificate when `tls.client_ca` is set, were checked there). Refuses
+/// (403) when that layer did not run: a route outside the role table is never served.
 #[derive(Debug, Clone)]
 pub struct Admin(pub Caller);
 
@@ -112,10 +114,7 @@ fn session_caller(
             }
         });
     }
-    Ok(Some(Caller {
-        admin: s.principal.is_admin(),
-        user_id: s.principal.user_id,
-    }))
+    Ok(Some(Caller::new(s.principal.user_id, s.principal.roles)))
 }
 
 impl FromRequestParts<AppState> for Admin {
@@ -123,10 +122,12 @@ impl FromRequestParts<AppState> for Admin {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let caller = Caller::from_request_parts(parts, state).await?;
-        if caller.admin {
+        if crate::roles::authorized(parts) {
             Ok(Admin(caller))
         } else {
-            Err(ApiError::Forbidden("this endpoint needs the admin role"))
+            Err(ApiError::Forbidden(
+                "this endpoint is not in the role table",
+            ))
         }
     }
 }

@@ -206,8 +206,9 @@ pub struct Config {
 
     /// How a conversation becomes the retrieval query: `carry` (a follow-up such as "And for
     /// X?" or "… that deal?" is rewritten from the previous question's names, years and
-    /// codes), `concat` (previous and last user message) or `last` (the last user message
-    /// only) [default: carry].
+    /// codes), `rewrite` (the generator rewrites a follow-up into a stand-alone question; one
+    /// short generation per follow-up), `concat` (previous and last user message) or `last`
+    /// (the last user message only) [default: carry].
     #[arg(long, env = "AIRLOCK_FOLLOW_UP_QUERY", value_parser = parse_follow_ups)]
     pub follow_up_query: Option<airlock_rag::FollowUps>,
 
@@ -341,6 +342,15 @@ pub struct Config {
     /// Log format: `text` or `json` [default: text].
     #[arg(long, env = "AIRLOCK_LOG_FORMAT")]
     pub log_format: Option<String>,
+
+    /// Serve plain HTTP on an address that is not loopback (only behind a TLS-terminating proxy
+    /// on a trusted segment) [default: false: refuse to start].
+    #[arg(long, env = "AIRLOCK_ALLOW_PLAIN_HTTP")]
+    pub allow_plain_http: Option<bool>,
+
+    /// HTTPS (`[tls]` in the file).
+    #[command(flatten)]
+    pub tls: crate::tls::TlsSettings,
 }
 
 impl fmt::Debug for Config {
@@ -423,6 +433,8 @@ impl fmt::Debug for Config {
             .field("log_format", &self.log_format)
             .field("ldap", &self.ldap)
             .field("sessions", &self.sessions)
+            .field("allow_plain_http", &self.allow_plain_http)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -541,6 +553,8 @@ impl Config {
             ldap: self.ldap.or(lower.ldap),
             sessions: self.sessions.or(lower.sessions),
             log_format: self.log_format.or(lower.log_format),
+            allow_plain_http: self.allow_plain_http.or(lower.allow_plain_http),
+            tls: self.tls.over(lower.tls),
         }
     }
 
@@ -694,6 +708,19 @@ impl Config {
         if !(1..=crate::ladder::MAX_RUNG).contains(&self.batch_shed_rung()) {
             return Err(invalid("batch_shed_rung", "must be between 1 and 5"));
         }
+        self.tls
+            .check()
+            .map_err(|(field, reason)| invalid(field, reason))?;
+        if !self.tls.enabled() && !self.addr().ip().is_loopback() && !self.allow_plain_http() {
+            return Err(invalid(
+                "bind",
+                format!(
+                    "{} is not a loopback address and HTTPS is off: set [tls] cert and key, or \
+                     allow_plain_http = true when a TLS-terminating proxy sits in front",
+                    self.addr().ip()
+                ),
+            ));
+        }
         match self.log_format.as_deref() {
             None | Some("text") | Some("json") => {}
             Some(other) => {
@@ -711,6 +738,11 @@ impl Config {
         self.data
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
+    }
+
+    /// Whether plain HTTP may be served on an address that is not loopback.
+    pub fn allow_plain_http(&self) -> bool {
+        self.allow_plain_http.unwrap_or(false)
     }
 
     /// The socket address to bind.
@@ -1014,7 +1046,10 @@ fn parse_follow_ups(s: &str) -> Result<airlock_rag::FollowUps, String> {
         "carry" => Ok(airlock_rag::FollowUps::Carry),
         "concat" => Ok(airlock_rag::FollowUps::Concat),
         "last" => Ok(airlock_rag::FollowUps::Last),
-        other => Err(format!("`{other}`: expected carry, concat or last")),
+        "rewrite" => Ok(airlock_rag::FollowUps::Rewrite),
+        other => Err(format!(
+            "`{other}`: expected carry, rewrite, concat or last"
+        )),
     }
 }
 

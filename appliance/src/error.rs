@@ -49,6 +49,9 @@ pub enum ApiError {
     /// Unknown route, model or document; also documents the caller may not read.
     #[error("{0}")]
     NotFound(String),
+    /// The change conflicts with the current state (e.g. removing the last admin); nothing changed.
+    #[error("{0}")]
+    Conflict(String),
     /// Known route, wrong method.
     #[error("method {0} is not allowed on this route")]
     MethodNotAllowed(String),
@@ -133,6 +136,7 @@ impl ApiError {
             ApiError::Unauthorized => ("unauthorized", StatusCode::UNAUTHORIZED),
             ApiError::Forbidden(_) => ("forbidden", StatusCode::FORBIDDEN),
             ApiError::NotFound(_) => ("not-found", StatusCode::NOT_FOUND),
+            ApiError::Conflict(_) => ("conflict", StatusCode::CONFLICT),
             ApiError::MethodNotAllowed(_) => ("method-not-allowed", StatusCode::METHOD_NOT_ALLOWED),
             ApiError::PayloadTooLarge { .. } => {
                 ("payload-too-large", StatusCode::PAYLOAD_TOO_LARGE)
@@ -333,6 +337,7 @@ impl From<airlock_acl::Error> for ApiError {
         use airlock_acl::Error as E;
         match e {
             E::UnknownUser { .. } => ApiError::NotFound(e.to_string()),
+            E::LastAdmin { .. } => ApiError::Conflict(e.to_string()),
             E::InvalidId { .. }
             | E::UserExists { .. }
             | E::UnknownRole { .. }

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod appliance_key;
 pub mod auth;
 pub mod caller;
 pub mod cli;
@@ -24,6 +25,8 @@ pub mod metrics;
 pub mod models;
 pub mod openai;
 pub mod quota;
+pub mod rewrite;
+pub mod roles;
 pub mod routes;
 pub mod sandbox;
 pub mod sbom;
@@ -32,6 +35,7 @@ pub mod services;
 pub mod session;
 pub mod startup;
 pub mod state;
+pub mod tls;
 
 pub use config::Config;
 pub use error::ApiError;

@@ -138,18 +138,15 @@ impl Services {
                 }
             });
         }
-        Ok(Some(Caller {
-            admin: p.is_admin(),
-            user_id: p.user_id,
-        }))
+        Ok(Some(Caller::new(p.user_id, p.roles)))
     }
 
     /// Resolves a user id asserted by the trusted SSO proxy; unknown users are refused.
     pub fn principal(&self, user_id: &str) -> Result<Option<Caller>, ApiError> {
-        Ok(self.acl.user(user_id).map(|u| Caller {
-            admin: u.roles.contains(&airlock_acl::Role::Admin),
-            user_id: u.user_id,
-        }))
+        Ok(self
+            .acl
+            .user(user_id)
+            .map(|u| Caller::new(u.user_id, u.roles)))
     }
 
     /// Copies the engines' counters into the metrics before an exposition.

@@ -69,9 +69,19 @@ pub struct UserAddArgs {
     /// Groups (comma-separated or repeated).
     #[arg(long, value_delimiter = ',')]
     pub groups: Vec<String>,
-    /// Make the user an appliance operator (admin role, outside the IAM snapshot).
+    /// Make the user an appliance operator with every duty (the admin and operator roles, as
+    /// `admin` meant before roles were separated); a local user, outside the IAM snapshot.
     #[arg(long)]
     pub admin: bool,
+    /// Roles (comma-separated or repeated): admin (users, tokens), operator (ingest, sync,
+    /// purge, evals), auditor (audit log, metrics; no document content), metrics (scrapes
+    /// /metrics only). A user with a role is local (kept by IAM syncs).
+    #[arg(long = "role", value_delimiter = ',', value_parser = parse_role)]
+    pub roles: Vec<Role>,
+}
+
+fn parse_role(s: &str) -> Result<Role, String> {
+    s.parse().map_err(|e: airlock_acl::Error| e.to_string())
 }
 
 /// `airlock user token ID [--ttl 30d]`.
@@ -191,14 +201,19 @@ pub fn user(cmd: UserCommand) -> anyhow::Result<bool> {
     match cmd {
         UserCommand::Add(a) => {
             let acl = startup::open_acl(&a.data)?;
-            let roles = if a.admin { vec![Role::Admin] } else { vec![] };
+            let mut roles = a.roles;
+            if a.admin {
+                roles.extend([Role::Admin, Role::Operator]);
+            }
+            roles.sort();
+            roles.dedup();
             let token = acl.add_user(
                 ACTOR,
                 &a.user_id,
                 &NewUser {
                     groups: a.groups,
+                    local: !roles.is_empty(),
                     roles,
-                    local: a.admin,
                 },
             )?;
             println!("{token}");
