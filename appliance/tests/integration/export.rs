@@ -192,7 +192,7 @@ fn an_export_needs_two_admins_is_audited_holds_no_content_and_verifies_off_box()
     let metric = text.find("\"answer_hit_rate\"").unwrap();
     let value = metric + text[metric..].find("\"mean\": ").unwrap() + "\"mean\": ".len();
     let end = value + text[value..].find(',').unwrap();
-    assert_eq!(&text[value..end], "0.5");
+    assert_eq!(&text[value..end], "1.0");
     let flipped = format!("{}0.25{}", &text[..value], &text[end..]);
     std::fs::write(&tampered, &flipped).unwrap();
     let v = verify(&tampered);
