@@ -14,6 +14,8 @@ if ! cargo deny --version 2>/dev/null | grep -qx "cargo-deny $DENY_VERSION"; the
   echo "installing cargo-deny $DENY_VERSION from crates.io (compiles for a few minutes, once)"
   nice cargo install -q cargo-deny --version "$DENY_VERSION" --locked
 fi
+# `--install-only`: .ci/run installs it in the background while the workspace builds.
+[ "${1:-}" = --install-only ] && exit 0
 export AIRLOCK_ADVISORY_DB="${AIRLOCK_ADVISORY_DB:-$HOME/.cargo/advisory-dbs}"
 cargo deny --locked check licenses bans sources
 db=$(find "$AIRLOCK_ADVISORY_DB" -maxdepth 1 -name 'advisory-db-*' -type d 2>/dev/null | head -n 1 || true)

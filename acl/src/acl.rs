@@ -20,7 +20,7 @@ use crate::allow::AllowSet;
 use crate::audit::{self, AuditEntry, AuditKind, AuditQuery, Record};
 use crate::error::{Error, IdKind, check_id};
 use crate::model::{Grant, Model, Name, Role, Touched, materialise};
-use crate::view::{AclSnapshot, Principal, UserInfo, UserView, View};
+use crate::view::{AclSnapshot, Principal, TokenMap, UserInfo, UserView, View};
 use crate::{ordinals, snapshot, store, token};
 
 /// A new user for [`Acl::add_user`] (`airlock user add ID --groups ... [--admin]`).
@@ -143,20 +143,20 @@ pub struct SyncOptions {
 
 /// Users touched by one change, with their new entries computed before the commit.
 #[derive(Default)]
-struct Pending {
-    touched: Touched,
-    tokens_changed: bool,
+pub(crate) struct Pending {
+    pub(crate) touched: Touched,
+    pub(crate) tokens_changed: bool,
 }
 
 struct Prepared {
     users: Vec<(Name, Option<Arc<UserView>>)>,
     access_changed: usize,
-    tokens: Option<Arc<HashMap<[u8; 32], Name>>>,
+    tokens: Option<Arc<TokenMap>>,
 }
 
-struct Writer {
-    conn: Connection,
-    model: Model,
+pub(crate) struct Writer {
+    pub(crate) conn: Connection,
+    pub(crate) model: Model,
     /// Set when the model may differ from the rows (a failure after it was mutated); the next
     /// writer reloads it first.
     stale: bool,
@@ -170,11 +170,13 @@ struct Writer {
 /// (`tokio::task::spawn_blocking`), not from an async task.
 pub struct Acl {
     path: PathBuf,
-    writer: Mutex<Writer>,
+    pub(crate) writer: Mutex<Writer>,
     /// Second connection for audit appends and admin lookups, so query-time audit entries never
     /// wait behind the writer lock (SQLite still serialises the commits themselves).
-    side: Mutex<Connection>,
+    pub(crate) side: Mutex<Connection>,
     view: ArcSwap<View>,
+    /// Sign-in sessions and token last-use times ([`crate::session`]).
+    pub(crate) sessions: Mutex<crate::session::Sessions>,
 }
 
 impl std::fmt::Debug for Acl {
@@ -183,6 +185,28 @@ impl std::fmt::Debug for Acl {
             .field("path", &self.path)
             .field("generation", &self.view.load().generation)
             .finish_non_exhaustive()
+    }
+}
+
+/// Refuses a change that would leave no user with the `admin` role: `losing` are the admins it
+/// removes or demotes.
+fn keep_an_admin(m: &Model, losing: &[&str]) -> Result<(), Error> {
+    let is_admin = |u: &str| {
+        m.users
+            .get(u)
+            .is_some_and(|r| r.roles.contains(&Role::Admin))
+    };
+    let losing: Vec<&str> = losing.iter().copied().filter(|u| is_admin(u)).collect();
+    let admins = m
+        .users
+        .values()
+        .filter(|r| r.roles.contains(&Role::Admin))
+        .count();
+    match losing.first() {
+        Some(u) if losing.len() >= admins => Err(Error::LastAdmin {
+            user_id: (*u).to_owned(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -201,12 +225,12 @@ fn user_view(model: &Model, user: &Name, bits: Arc<RoaringBitmap>) -> Option<Arc
     }))
 }
 
-fn token_map(model: &Model) -> Arc<HashMap<[u8; 32], Name>> {
+fn token_map(model: &Model) -> Arc<TokenMap> {
     Arc::new(
         model
             .users
             .iter()
-            .filter_map(|(u, r)| r.token.map(|t| (t, u.clone())))
+            .filter_map(|(u, r)| r.token.map(|t| (t, (u.clone(), r.token_expires_us))))
             .collect(),
     )
 }
@@ -280,6 +304,7 @@ impl Acl {
         let model = store::load(&conn)?;
         let view = full_view(&model, 0);
         let side = store::connect(&path)?;
+        let sessions = crate::session::Sessions::load(&conn)?;
         tracing::info!(
             users = view.users.len(),
             grants = model.grants.len(),
@@ -294,6 +319,7 @@ impl Acl {
             }),
             side: Mutex::new(side),
             view: ArcSwap::from_pointee(view),
+            sessions: Mutex::new(sessions),
         })
     }
 
@@ -367,7 +393,8 @@ impl Acl {
                 store::write_memberships(tx, user_id, &groups)
                     .map_err(Error::db("adding a user"))?;
                 store::write_roles(tx, user_id, &roles).map_err(Error::db("adding a user"))?;
-                store::write_token(tx, user_id, &digest).map_err(Error::db("adding a user"))?;
+                store::write_token(tx, user_id, &digest, None)
+                    .map_err(Error::db("adding a user"))?;
                 m.insert_user(u.clone(), new.local);
                 m.set_user_groups(&u, groups);
                 if let Some(rec) = m.users.get_mut(&u) {
@@ -414,6 +441,9 @@ impl Acl {
                         .map(|r| r.roles.clone())
                         .unwrap_or_default(),
                 };
+                if !roles.contains(&Role::Admin) {
+                    keep_an_admin(m, &[user_id])?;
+                }
                 if created {
                     store::insert_user(tx, user_id, true).map_err(Error::db("creating a user"))?;
                 }
@@ -457,6 +487,7 @@ impl Acl {
                         user_id: user_id.to_owned(),
                     });
                 };
+                keep_an_admin(m, &[user_id])?;
                 store::delete_user(tx, user_id).map_err(Error::db("removing a user"))?;
                 m.remove_user(&u);
                 p.touched.users.insert(u);
@@ -482,8 +513,22 @@ impl Acl {
         actor: impl Into<Actor<'a>>,
         user_id: &str,
     ) -> Result<String, Error> {
+        self.issue_token_expiring(actor, user_id, None)
+    }
+
+    /// [`Acl::issue_token`] with a lifetime: the token authenticates nobody once `ttl` has
+    /// passed (`None`: until rotated or revoked). `airlock user token ID --ttl 30d`.
+    pub fn issue_token_expiring<'a>(
+        &self,
+        actor: impl Into<Actor<'a>>,
+        user_id: &str,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<String, Error> {
         let actor = actor.into();
         let (token, digest) = token::generate();
+        let expires_us = ttl.map(|t| {
+            store::now_us().saturating_add(i64::try_from(t.as_micros()).unwrap_or(i64::MAX))
+        });
         self.mutate(
             |tx, m, p| {
                 let Some(u) = m.users.get_key_value(user_id).map(|(k, _)| k.clone()) else {
@@ -491,9 +536,11 @@ impl Acl {
                         user_id: user_id.to_owned(),
                     });
                 };
-                store::write_token(tx, user_id, &digest).map_err(Error::db("storing a token"))?;
+                store::write_token(tx, user_id, &digest, expires_us)
+                    .map_err(Error::db("storing a token"))?;
                 if let Some(rec) = m.users.get_mut(&u) {
                     rec.token = Some(digest);
+                    rec.token_expires_us = expires_us;
                 }
                 p.touched.users.insert(u);
                 p.tokens_changed = true;
@@ -504,7 +551,7 @@ impl Acl {
                 actor: Some(actor.user_id),
                 user_id: Some(user_id),
                 request_id: actor.request_id,
-                detail: json!({"action": "token_issue"}),
+                detail: json!({"action": "token_issue", "expires_us": expires_us}),
             },
         )?;
         Ok(token)
@@ -728,7 +775,7 @@ impl Acl {
     /// (infallibly) and records the touched users; an `Err` from `op` must leave the model
     /// unchanged. Anything failing after `op` marks the model stale (reloaded by the next write).
     /// Returns `op`'s value and how many users' readable sets changed.
-    fn mutate<'r, T>(
+    pub(crate) fn mutate<'r, T>(
         &self,
         op: impl FnOnce(&Transaction<'_>, &mut Model, &mut Pending) -> Result<T, Error>,
         record: impl FnOnce(&T, usize) -> Record<'r>,
@@ -758,6 +805,7 @@ impl Acl {
             .map_err(Error::db("starting a transaction"))?;
         let mut pending = Pending::default();
         let value = op(&tx, &mut w.model, &mut pending)?;
+        let users_may_be_gone = pending.tokens_changed;
         // From here on the model is ahead of the rows until the commit succeeds.
         let t = std::time::Instant::now();
         let prepared = prepare(&w.model, &self.view.load(), pending);
@@ -776,6 +824,10 @@ impl Acl {
             commit_ms = (t.elapsed().as_millis() as u64).saturating_sub(recompute_ms),
             "acl change committed"
         );
+        if users_may_be_gone {
+            // Sessions of removed users: their rows went with the user's (store::delete_user).
+            self.sessions.lock().retain_users(&w.model);
+        }
         before_publish();
         let old = self.view.load_full();
         let mut users = old.users.clone();
@@ -867,6 +919,7 @@ fn apply_snapshot(
         .filter(|(u, r)| !r.local && !named.contains(u))
         .map(|(u, _)| u.clone())
         .collect();
+    keep_an_admin(m, &removed.iter().map(|u| &**u).collect::<Vec<_>>())?;
     let mut added = Vec::new();
     let mut regrouped = Vec::new();
     for (u, gs) in &desired {

@@ -80,11 +80,21 @@ pub enum Error {
         /// The user id.
         user_id: String,
     },
-    /// A role name other than the known ones (`admin`).
-    #[error("unknown role {role:?} (known roles: admin)")]
+    /// A role name other than the known ones.
+    #[error("unknown role {role:?} (known roles: admin, operator, auditor, metrics)")]
     UnknownRole {
         /// The rejected role name.
         role: String,
+    },
+    /// The change would leave the appliance without any user holding the `admin` role; nothing
+    /// was changed.
+    #[error(
+        "{user_id:?} is the last user with the admin role: give another user the admin role \
+         first; nothing was changed"
+    )]
+    LastAdmin {
+        /// The admin the change would remove or demote.
+        user_id: String,
     },
     /// The IAM snapshot has malformed lines; nothing was applied.
     #[error("IAM snapshot rejected, nothing applied: {}", list_lines(.errors, *.total))]
@@ -162,6 +172,7 @@ impl Error {
             | Error::UnknownUser { .. }
             | Error::UserExists { .. }
             | Error::UnknownRole { .. }
+            | Error::LastAdmin { .. }
             | Error::Snapshot { .. }
             | Error::EmptySnapshot => true,
             Error::SnapshotRead { .. }

@@ -15,20 +15,33 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
 
-/// A role a user may hold. Deny by default: no role grants document access; `admin` only opens
-/// the admin endpoints.
+/// A role a user may hold (separation of duties). Deny by default: no role grants document
+/// access (grants do); a role only opens the endpoints of its duty (the appliance's route table
+/// decides which). A user without roles is an ordinary `user`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
-    /// May call the admin endpoints (documents, ACL, sync, metrics, audit).
+    /// Configuration and users: creates users, assigns roles, issues tokens.
     Admin,
+    /// Content operations: ingest, document grants, IAM syncs, reconcile, purge, evals.
+    Operator,
+    /// Oversight: reads the audit log and the metrics; never document content.
+    Auditor,
+    /// A scrape-only principal (Prometheus): reads `/metrics` and nothing else.
+    Metrics,
 }
 
 impl Role {
+    /// Every role, in order.
+    pub const ALL: [Role; 4] = [Role::Admin, Role::Operator, Role::Auditor, Role::Metrics];
+
     /// The stored and wire name.
     pub fn as_str(self) -> &'static str {
         match self {
             Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::Auditor => "auditor",
+            Role::Metrics => "metrics",
         }
     }
 }
@@ -44,6 +57,9 @@ impl FromStr for Role {
     fn from_str(s: &str) -> Result<Self, Error> {
         match s {
             "admin" => Ok(Role::Admin),
+            "operator" => Ok(Role::Operator),
+            "auditor" => Ok(Role::Auditor),
+            "metrics" => Ok(Role::Metrics),
             other => Err(Error::UnknownRole {
                 role: other.to_owned(),
             }),
@@ -77,6 +93,8 @@ pub(crate) struct UserRecord {
     pub local: bool,
     /// SHA-256 of the current bearer token.
     pub token: Option<[u8; 32]>,
+    /// When the token expires (µs since the epoch; `None`: never).
+    pub token_expires_us: Option<i64>,
 }
 
 /// The full ACL state, as rows and as bitmaps.

@@ -3,7 +3,7 @@
 //!
 //! Tables (all prefixed `acl_` except the shared `doc_ordinals`): `acl_schema_migrations`,
 //! `acl_users`, `acl_user_roles`, `acl_memberships`, `acl_tokens`, `acl_grant_users`,
-//! `acl_grant_groups`, `acl_audit`.
+//! `acl_grant_groups`, `acl_audit`, `acl_sessions`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -39,10 +39,20 @@ const MIGRATIONS: &[Migration] = &[
         name: "append-only audit log",
         apply: |c| c.execute_batch(V3_AUDIT),
     },
+    Migration {
+        version: 4,
+        name: "separate roles: admins keep the operator duties they had",
+        apply: |c| c.execute_batch(V4_ROLES),
+    },
+    Migration {
+        version: 5,
+        name: "sign-in sessions, token expiry and last use",
+        apply: |c| c.execute_batch(V5_SESSIONS),
+    },
 ];
 
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 5;
 
 const V2_PRINCIPALS: &str = "
 CREATE TABLE acl_users (
@@ -95,6 +105,29 @@ CREATE TRIGGER acl_audit_no_update BEFORE UPDATE ON acl_audit
 BEGIN SELECT RAISE(ABORT, 'acl_audit is append-only'); END;
 CREATE TRIGGER acl_audit_no_delete BEFORE DELETE ON acl_audit
 BEGIN SELECT RAISE(ABORT, 'acl_audit is append-only'); END;
+";
+
+const V5_SESSIONS: &str = "
+ALTER TABLE acl_tokens ADD COLUMN expires_us INTEGER;
+ALTER TABLE acl_tokens ADD COLUMN last_used_us INTEGER;
+CREATE TABLE acl_sessions (
+    session_sha256 TEXT PRIMARY KEY,
+    user_id        TEXT NOT NULL REFERENCES acl_users(user_id),
+    csrf_sha256    TEXT NOT NULL,
+    created_us     INTEGER NOT NULL,
+    last_seen_us   INTEGER NOT NULL,
+    expires_us     INTEGER NOT NULL
+) STRICT;
+CREATE INDEX acl_sessions_user ON acl_sessions(user_id);
+";
+
+/// Before version 4 `admin` was the only role and opened every privileged endpoint; it now means
+/// configuration and users only, and content operations are `operator`'s. Existing admins get
+/// `operator` too, so an upgrade changes no one's access; new users get exactly the roles
+/// named.
+const V4_ROLES: &str = "
+INSERT OR IGNORE INTO acl_user_roles (user_id, role)
+    SELECT user_id, 'operator' FROM acl_user_roles WHERE role = 'admin';
 ";
 
 /// Opens a connection with the crate's settings (WAL, foreign keys, busy timeout).
@@ -227,17 +260,20 @@ pub(crate) fn load(conn: &Connection) -> Result<Model, Error> {
     }
 
     let mut st = conn
-        .prepare("SELECT user_id, token_sha256 FROM acl_tokens")
+        .prepare("SELECT user_id, token_sha256, expires_us FROM acl_tokens")
         .map_err(e("loading tokens"))?;
     let mut rows = st.query([]).map_err(e("loading tokens"))?;
     while let Some(r) = rows.next().map_err(e("loading tokens"))? {
         let id: String = r.get(0).map_err(e("loading tokens"))?;
         let h: String = r.get(1).map_err(e("loading tokens"))?;
+        let expires: Option<i64> = r.get(2).map_err(e("loading tokens"))?;
         let mut digest = [0u8; 32];
         hex::decode_to_slice(&h, &mut digest).map_err(|_| Error::Corrupt {
             detail: format!("malformed token digest for user {id:?}"),
         })?;
-        user_mut(&mut m, &id)?.token = Some(digest);
+        let rec = user_mut(&mut m, &id)?;
+        rec.token = Some(digest);
+        rec.token_expires_us = expires;
     }
 
     let mut raw: HashMap<u32, (Vec<String>, Vec<String>)> = HashMap::new();
@@ -279,9 +315,10 @@ pub(crate) fn insert_user(c: &Connection, id: &str, local: bool) -> rusqlite::Re
     Ok(())
 }
 
-/// Deletes a user with memberships, roles and token.
+/// Deletes a user with memberships, roles, token and sessions.
 pub(crate) fn delete_user(c: &Connection, id: &str) -> rusqlite::Result<()> {
     for sql in [
+        "DELETE FROM acl_sessions WHERE user_id = ?1",
         "DELETE FROM acl_memberships WHERE user_id = ?1",
         "DELETE FROM acl_user_roles WHERE user_id = ?1",
         "DELETE FROM acl_tokens WHERE user_id = ?1",
@@ -323,14 +360,23 @@ pub(crate) fn write_roles<'a>(
     Ok(())
 }
 
-/// Stores (replaces) a user's token digest.
-pub(crate) fn write_token(c: &Connection, id: &str, digest: &[u8; 32]) -> rusqlite::Result<()> {
+/// Stores (replaces) a user's token digest, with its expiry (`None`: never); a new token has
+/// not been used yet.
+pub(crate) fn write_token(
+    c: &Connection,
+    id: &str,
+    digest: &[u8; 32],
+    expires_us: Option<i64>,
+) -> rusqlite::Result<()> {
     c.prepare_cached(
-        "INSERT INTO acl_tokens (user_id, token_sha256, issued_us) VALUES (?1, ?2, ?3)
+        "INSERT INTO acl_tokens (user_id, token_sha256, issued_us, expires_us, last_used_us)
+         VALUES (?1, ?2, ?3, ?4, NULL)
          ON CONFLICT (user_id) DO UPDATE SET token_sha256 = excluded.token_sha256,
-                                             issued_us = excluded.issued_us",
+                                             issued_us = excluded.issued_us,
+                                             expires_us = excluded.expires_us,
+                                             last_used_us = NULL",
     )?
-    .execute(params![id, hex::encode(digest), now_us()])?;
+    .execute(params![id, hex::encode(digest), now_us(), expires_us])?;
     Ok(())
 }
 
@@ -391,6 +437,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn migration_4_gives_existing_admins_the_operator_role() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = connect(&dir.path().join("a.db")).unwrap();
+        migrate(&mut c).unwrap();
+        // A database as version 3 left it: `admin` was the only role.
+        c.execute_batch(
+            "DELETE FROM acl_schema_migrations WHERE version = 4;
+             INSERT INTO acl_users VALUES ('root', 1, 0), ('u1', 0, 0);
+             INSERT INTO acl_user_roles VALUES ('root', 'admin');",
+        )
+        .unwrap();
+        migrate(&mut c).unwrap();
+        let model = load(&c).unwrap();
+        let roles = |u: &str| model.users[u].roles.iter().copied().collect::<Vec<_>>();
+        assert_eq!(roles("root"), [Role::Admin, Role::Operator]);
+        assert!(roles("u1").is_empty());
+    }
+
+    #[test]
     fn migrations_are_versioned_and_idempotent() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.db");
@@ -404,7 +469,7 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(versions, [1, 2, 3]);
+        assert_eq!(versions, [1, 2, 3, 4]);
         let mode: String = c
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();

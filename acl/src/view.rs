@@ -21,13 +21,16 @@ pub(crate) struct UserView {
     pub has_token: bool,
 }
 
+/// SHA-256 of a bearer token → user id and expiry (µs since the epoch; `None`: never).
+pub(crate) type TokenMap = HashMap<[u8; 32], (Name, Option<i64>)>;
+
 /// One complete published state.
 #[derive(Debug, Default)]
 pub(crate) struct View {
     pub generation: u64,
     pub users: HashMap<Name, Arc<UserView>>,
-    /// SHA-256 of a bearer token → user id.
-    pub tokens: Arc<HashMap<[u8; 32], Name>>,
+    /// SHA-256 of a bearer token → user id and expiry.
+    pub tokens: Arc<TokenMap>,
 }
 
 /// An authenticated caller.
@@ -117,7 +120,10 @@ impl AclSnapshot {
     /// Resolves a bearer token to its user (see [`crate::Acl::authenticate`]).
     pub fn authenticate(&self, token: &str) -> Option<Principal> {
         let digest = crate::token::digest(token);
-        let user = self.view.tokens.get(&digest)?;
+        let (user, expires) = self.view.tokens.get(&digest)?;
+        if expires.is_some_and(|e| crate::store::now_us() >= e) {
+            return None;
+        }
         let u = self.view.users.get(user)?;
         Some(Principal {
             user_id: user.to_string(),

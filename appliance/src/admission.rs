@@ -549,6 +549,7 @@ mod tests {
         Caller {
             user_id: id.into(),
             admin: false,
+            roles: vec![],
         }
     }
 

@@ -1,6 +1,8 @@
 //! Authentication: `Authorization: Bearer <token>` → user through the ACL's token table
-//! (SHA-256 lookups), or, when configured, a user id set by a trusted SSO proxy that proves
-//! itself with a shared secret. Extractors run on the request head, before any body is read.
+//! (SHA-256 lookups), the `airlock_session` cookie of a directory sign-in (state-changing
+//! requests with it also need the session's `X-Airlock-CSRF` header), or, when configured, a
+//! user id set by a trusted SSO proxy that proves itself with a shared secret. Extractors run on
+//! the request head, before any body is read.
 
 use axum::extract::FromRequestParts;
 use axum::http::HeaderName;
@@ -16,7 +18,9 @@ pub const PROXY_SECRET_HEADER: HeaderName = HeaderName::from_static("x-airlock-p
 
 pub use crate::caller::Caller;
 
-/// An authenticated caller with the admin role (403 `forbidden` otherwise).
+/// An authenticated caller that [`crate::roles::enforce`] let through to a role-gated route (its
+/// role, and its client certificate when `tls.client_ca` is set, were checked there). Refuses
+/// (403) when that layer did not run: a route outside the role table is never served.
 #[derive(Debug, Clone)]
 pub struct Admin(pub Caller);
 
@@ -51,6 +55,8 @@ impl FromRequestParts<AppState> for Caller {
         let services = state.services()?;
         let caller = if let Some(token) = bearer(parts) {
             services.authenticate(token)?
+        } else if let Some(secret) = crate::session::cookie(&parts.headers) {
+            session_caller(parts, state, &services, secret)?
         } else if let (Some(header), Some(secret)) = (
             state.config().trusted_header.as_deref(),
             state.config().trusted_header_secret.as_deref(),
@@ -73,15 +79,55 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
+/// Whether a method changes nothing (no CSRF token needed with a session cookie).
+fn is_safe(m: &axum::http::Method) -> bool {
+    use axum::http::Method;
+    *m == Method::GET || *m == Method::HEAD || *m == Method::OPTIONS
+}
+
+/// The caller of a session cookie; `None` (→ 401) for an unknown, ended or expired session.
+fn session_caller(
+    parts: &Parts,
+    state: &AppState,
+    services: &std::sync::Arc<crate::services::Services>,
+    secret: &str,
+) -> Result<Option<Caller>, ApiError> {
+    let idle = state.config().sessions().idle();
+    let Some(s) = services.acl.session(secret, idle) else {
+        return Ok(None);
+    };
+    if !is_safe(&parts.method) {
+        let presented = parts
+            .headers
+            .get(crate::session::CSRF_HEADER)
+            .and_then(|v| v.to_str().ok());
+        if !presented.is_some_and(|p| s.csrf_matches(p)) {
+            return Err(ApiError::CsrfRequired);
+        }
+    }
+    if s.persist_due {
+        let acl = services.acl.clone();
+        let secret = secret.to_owned();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = acl.persist_session_seen(&secret) {
+                tracing::warn!(error = %e, "recording a session's use failed");
+            }
+        });
+    }
+    Ok(Some(Caller::new(s.principal.user_id, s.principal.roles)))
+}
+
 impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let caller = Caller::from_request_parts(parts, state).await?;
-        if caller.admin {
+        if crate::roles::authorized(parts) {
             Ok(Admin(caller))
         } else {
-            Err(ApiError::Forbidden("this endpoint needs the admin role"))
+            Err(ApiError::Forbidden(
+                "this endpoint is not in the role table",
+            ))
         }
     }
 }

@@ -206,8 +206,9 @@ pub struct Config {
 
     /// How a conversation becomes the retrieval query: `carry` (a follow-up such as "And for
     /// X?" or "… that deal?" is rewritten from the previous question's names, years and
-    /// codes), `concat` (previous and last user message) or `last` (the last user message
-    /// only) [default: carry].
+    /// codes), `rewrite` (the generator rewrites a follow-up into a stand-alone question; one
+    /// short generation per follow-up), `concat` (previous and last user message) or `last`
+    /// (the last user message only) [default: carry].
     #[arg(long, env = "AIRLOCK_FOLLOW_UP_QUERY", value_parser = parse_follow_ups)]
     pub follow_up_query: Option<airlock_rag::FollowUps>,
 
@@ -330,6 +331,14 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_TRUSTED_HEADER_SECRET", hide_env_values = true)]
     pub trusted_header_secret: Option<String>,
 
+    /// `[ldap]`: directory sign-in (`POST /v1/auth/login`) and membership sync; TOML only.
+    #[arg(skip)]
+    pub ldap: Option<crate::ldap::LdapConfig>,
+
+    /// `[sessions]`: sign-in session lifetimes; TOML only.
+    #[arg(skip)]
+    pub sessions: Option<crate::session::SessionConfig>,
+
     /// Log format: `text` or `json` [default: text].
     #[arg(long, env = "AIRLOCK_LOG_FORMAT")]
     pub log_format: Option<String>,
@@ -338,6 +347,15 @@ pub struct Config {
     /// docs/OPERATIONS.md "The inference rack").
     #[arg(skip)]
     pub remote_generators: Vec<crate::remote::RemoteGeneratorConfig>,
+
+    /// Serve plain HTTP on an address that is not loopback (only behind a TLS-terminating proxy
+    /// on a trusted segment) [default: false: refuse to start].
+    #[arg(long, env = "AIRLOCK_ALLOW_PLAIN_HTTP")]
+    pub allow_plain_http: Option<bool>,
+
+    /// HTTPS (`[tls]` in the file).
+    #[command(flatten)]
+    pub tls: crate::tls::TlsSettings,
 }
 
 impl fmt::Debug for Config {
@@ -419,6 +437,10 @@ impl fmt::Debug for Config {
             )
             .field("log_format", &self.log_format)
             .field("remote_generators", &self.remote_generators)
+            .field("ldap", &self.ldap)
+            .field("sessions", &self.sessions)
+            .field("allow_plain_http", &self.allow_plain_http)
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -534,12 +556,16 @@ impl Config {
             require_sandbox: self.require_sandbox.or(lower.require_sandbox),
             trusted_header: self.trusted_header.or(lower.trusted_header),
             trusted_header_secret: self.trusted_header_secret.or(lower.trusted_header_secret),
+            ldap: self.ldap.or(lower.ldap),
+            sessions: self.sessions.or(lower.sessions),
             log_format: self.log_format.or(lower.log_format),
             remote_generators: if self.remote_generators.is_empty() {
                 lower.remote_generators
             } else {
                 self.remote_generators
             },
+            allow_plain_http: self.allow_plain_http.or(lower.allow_plain_http),
+            tls: self.tls.over(lower.tls),
         }
     }
 
@@ -636,6 +662,10 @@ impl Config {
             }
             (None, None) => {}
         }
+        if let Some(l) = &self.ldap {
+            l.validate().map_err(|(f, r)| invalid(f, r))?;
+        }
+        self.sessions().validate().map_err(|(f, r)| invalid(f, r))?;
         if self.ladder_step_down.as_ref().is_some_and(|v| v.len() != 5) {
             return Err(invalid(
                 "ladder_step_down",
@@ -689,6 +719,19 @@ impl Config {
         if !(1..=crate::ladder::MAX_RUNG).contains(&self.batch_shed_rung()) {
             return Err(invalid("batch_shed_rung", "must be between 1 and 5"));
         }
+        self.tls
+            .check()
+            .map_err(|(field, reason)| invalid(field, reason))?;
+        if !self.tls.enabled() && !self.addr().ip().is_loopback() && !self.allow_plain_http() {
+            return Err(invalid(
+                "bind",
+                format!(
+                    "{} is not a loopback address and HTTPS is off: set [tls] cert and key, or \
+                     allow_plain_http = true when a TLS-terminating proxy sits in front",
+                    self.addr().ip()
+                ),
+            ));
+        }
         match self.log_format.as_deref() {
             None | Some("text") | Some("json") => {}
             Some(other) => {
@@ -719,6 +762,11 @@ impl Config {
         self.data
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR))
+    }
+
+    /// Whether plain HTTP may be served on an address that is not loopback.
+    pub fn allow_plain_http(&self) -> bool {
+        self.allow_plain_http.unwrap_or(false)
     }
 
     /// The socket address to bind.
@@ -772,6 +820,11 @@ impl Config {
             (idle / 2).clamp(1, 15)
         });
         Duration::from_secs(secs)
+    }
+
+    /// The `[sessions]` lifetimes (defaults when absent).
+    pub fn sessions(&self) -> crate::session::SessionConfig {
+        self.sessions.clone().unwrap_or_default()
     }
 
     /// How long a shutdown waits for in-flight work.
@@ -1017,7 +1070,10 @@ fn parse_follow_ups(s: &str) -> Result<airlock_rag::FollowUps, String> {
         "carry" => Ok(airlock_rag::FollowUps::Carry),
         "concat" => Ok(airlock_rag::FollowUps::Concat),
         "last" => Ok(airlock_rag::FollowUps::Last),
-        other => Err(format!("`{other}`: expected carry, concat or last")),
+        "rewrite" => Ok(airlock_rag::FollowUps::Rewrite),
+        other => Err(format!(
+            "`{other}`: expected carry, rewrite, concat or last"
+        )),
     }
 }
 

@@ -49,6 +49,9 @@ pub enum ApiError {
     /// Unknown route, model or document; also documents the caller may not read.
     #[error("{0}")]
     NotFound(String),
+    /// The change conflicts with the current state (e.g. removing the last admin); nothing changed.
+    #[error("{0}")]
+    Conflict(String),
     /// Known route, wrong method.
     #[error("method {0} is not allowed on this route")]
     MethodNotAllowed(String),
@@ -103,6 +106,26 @@ pub enum ApiError {
     /// Anything that is our fault. The message is logged, never sent.
     #[error("internal error: {0}")]
     Internal(String),
+    /// Directory sign-in: unknown user or wrong password (one answer for both).
+    #[error("the username or password is wrong")]
+    InvalidCredentials,
+    /// Directory sign-in: the password is right but the account is disabled or locked.
+    #[error("the account is disabled in the directory")]
+    AccountDisabled,
+    /// The directory cannot be reached (or refused the service account); the cause is logged.
+    #[error("the directory is unavailable: {0}")]
+    DirectoryUnavailable(String),
+    /// Too many failed sign-ins for this username or from this address.
+    #[error("too many failed sign-ins; retry later")]
+    LoginRateLimited {
+        /// When to retry.
+        retry_after: Duration,
+    },
+    /// A state-changing request authenticated by the session cookie without its CSRF token.
+    #[error(
+        "a state-changing request with a session cookie needs the session's X-Airlock-CSRF header"
+    )]
+    CsrfRequired,
 }
 
 impl ApiError {
@@ -117,6 +140,7 @@ impl ApiError {
             ApiError::Unauthorized => ("unauthorized", StatusCode::UNAUTHORIZED),
             ApiError::Forbidden(_) => ("forbidden", StatusCode::FORBIDDEN),
             ApiError::NotFound(_) => ("not-found", StatusCode::NOT_FOUND),
+            ApiError::Conflict(_) => ("conflict", StatusCode::CONFLICT),
             ApiError::MethodNotAllowed(_) => ("method-not-allowed", StatusCode::METHOD_NOT_ALLOWED),
             ApiError::PayloadTooLarge { .. } => {
                 ("payload-too-large", StatusCode::PAYLOAD_TOO_LARGE)
@@ -138,6 +162,15 @@ impl ApiError {
             ApiError::NotReady => ("not-ready", StatusCode::SERVICE_UNAVAILABLE),
             ApiError::UpstreamFailed(_) => ("upstream-failed", StatusCode::BAD_GATEWAY),
             ApiError::Internal(_) => ("internal", StatusCode::INTERNAL_SERVER_ERROR),
+            ApiError::InvalidCredentials => ("invalid-credentials", StatusCode::UNAUTHORIZED),
+            ApiError::AccountDisabled => ("account-disabled", StatusCode::FORBIDDEN),
+            ApiError::DirectoryUnavailable(_) => {
+                ("directory-unavailable", StatusCode::SERVICE_UNAVAILABLE)
+            }
+            ApiError::LoginRateLimited { .. } => {
+                ("login-rate-limited", StatusCode::TOO_MANY_REQUESTS)
+            }
+            ApiError::CsrfRequired => ("csrf-failed", StatusCode::FORBIDDEN),
         }
     }
 
@@ -161,6 +194,7 @@ impl ApiError {
     pub(crate) fn retry_after(&self) -> Option<u64> {
         match self {
             ApiError::RateLimited { retry_after }
+            | ApiError::LoginRateLimited { retry_after }
             | ApiError::CapacityUnavailable { retry_after } => Some(retry_after.as_secs().max(1)),
             ApiError::NotReady | ApiError::TooManyConnections => Some(1),
             _ => None,
@@ -178,6 +212,9 @@ impl ApiError {
                 | ApiError::DeadlineExceeded
                 | ApiError::NotReady
                 | ApiError::TooManyConnections => self.to_string(),
+                ApiError::DirectoryUnavailable(_) => {
+                    "the directory is unavailable; retry later".to_string()
+                }
                 _ => "the request could not be completed; the cause is logged under its request id"
                     .to_string(),
             }
@@ -305,6 +342,7 @@ impl From<airlock_acl::Error> for ApiError {
         use airlock_acl::Error as E;
         match e {
             E::UnknownUser { .. } => ApiError::NotFound(e.to_string()),
+            E::LastAdmin { .. } => ApiError::Conflict(e.to_string()),
             E::InvalidId { .. }
             | E::UserExists { .. }
             | E::UnknownRole { .. }

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod appliance_key;
 pub mod auth;
 pub mod caller;
 pub mod cli;
@@ -19,18 +20,23 @@ pub mod feedback;
 pub mod fuzzing;
 pub mod generator;
 pub mod ladder;
+pub mod ldap;
 pub mod metrics;
 pub mod models;
 pub mod openai;
 pub mod quota;
 pub mod remote;
+pub mod rewrite;
+pub mod roles;
 pub mod routes;
 pub mod sandbox;
 pub mod sbom;
 pub mod server;
 pub mod services;
+pub mod session;
 pub mod startup;
 pub mod state;
+pub mod tls;
 
 pub use config::Config;
 pub use error::ApiError;

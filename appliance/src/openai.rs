@@ -291,7 +291,7 @@ pub struct AirlockResponse {
 #[serde(untagged)]
 pub enum ChunkAirlock {
     /// First event.
-    Start(AirlockResponse),
+    Start(Box<AirlockResponse>),
     /// Last event (the one with the finish reason), with retrieval.
     End {
         /// The source numbers the answer used.
@@ -307,6 +307,10 @@ pub struct ChatTimings {
     /// Retrieval stages (absent with `retrieval: false`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retrieval: Option<airlock_rag::StageTimings>,
+    /// The generator's rewrite of a follow-up into a stand-alone question
+    /// (`follow_up_query = "rewrite"`; absent otherwise and on a first turn).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_rewrite: Option<f64>,
     /// Choosing the prompt's sources among the retrieved chunks: similarity floor, name check,
     /// source focus (with its semantic judgement at the full-pipeline rung).
     pub sources: f64,

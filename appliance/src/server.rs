@@ -7,6 +7,12 @@
 //! closed), `header_read_timeout_secs` for every request head (the first one read and checked
 //! by [`head`], later ones on a kept-alive connection by hyper), and `max_header_bytes` for
 //! every head. Body reads have their own deadline (`extract.rs`).
+//!
+//! With [`serve_with`] and a [`TlsServer`] every connection is HTTPS: the TLS handshake (within
+//! `header_read_timeout_secs`) comes before the first head, every response carries HSTS, and each
+//! request carries a [`Transport`] extension (whether a verified client certificate was shown).
+//! A connection over the limits is closed without an answer then (a plain-text 503 would be
+//! garbage inside TLS).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -16,18 +22,23 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::http::header::STRICT_TRANSPORT_SECURITY;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
+use tower::Layer;
+use tower_http::set_header::SetResponseHeader;
 
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::metrics::{LimitLabel, Metrics};
 use crate::routes::app;
 use crate::state::AppState;
+use crate::tls::{HSTS, TlsServer, Transport};
 
 pub mod head;
 
@@ -57,8 +68,20 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<Drained> {
+    serve_with(listener, state, None, shutdown, grace).await
+}
+
+/// [`serve`], over HTTPS when `tls` is given.
+pub async fn serve_with(
+    listener: TcpListener,
+    state: AppState,
+    tls: Option<Arc<TlsServer>>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<Drained> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let conns = Connections::new(state.config(), state.metrics().clone());
+    let mut conns = Connections::new(state.config(), state.metrics().clone());
+    conns.tls = tls;
     let router = app(state.clone());
     let mut handle = tokio::spawn(accept_loop(listener, router, conns, stop_rx));
 
@@ -100,6 +123,7 @@ struct Connections {
     max_per_ip: usize,
     lingering: Arc<Semaphore>,
     metrics: Metrics,
+    tls: Option<Arc<TlsServer>>,
 }
 
 /// One admitted connection's place in the limits, given back on drop.
@@ -141,6 +165,7 @@ impl Connections {
             max_per_ip: config.max_connections_per_ip(),
             lingering: Arc::new(Semaphore::new(MAX_LINGERING_REFUSALS)),
             metrics,
+            tls: None,
         }
     }
 
@@ -193,7 +218,10 @@ async fn accept_loop(
             Ok(permit) => {
                 tasks.spawn(serve_connection(
                     tcp,
-                    router.clone(),
+                    // The peer address for handlers (`ConnectInfo`: sign-in limits).
+                    router
+                        .clone()
+                        .layer(axum::Extension(axum::extract::ConnectInfo(peer))),
                     conns.clone(),
                     permit,
                     stop.clone(),
@@ -217,6 +245,9 @@ async fn accept_loop(
 /// Answers `503 too-many-connections` and closes; lingers (≤ 1 s) so the client can read it
 /// while few refusals linger, else writes what the socket takes at once and closes.
 fn refuse(tcp: TcpStream, conns: &Connections, tasks: &mut JoinSet<()>) {
+    if conns.tls.is_some() {
+        return;
+    }
     let answer = ApiError::TooManyConnections.http1_bytes(&uuid::Uuid::new_v4().to_string());
     match conns.lingering.clone().try_acquire_owned() {
         Ok(permit) => {
@@ -232,13 +263,41 @@ fn refuse(tcp: TcpStream, conns: &Connections, tasks: &mut JoinSet<()>) {
 }
 
 async fn serve_connection(
-    mut tcp: TcpStream,
+    tcp: TcpStream,
     router: Router,
     conns: Connections,
     permit: ConnPermit,
     mut stop: watch::Receiver<bool>,
 ) {
     let _permit = permit;
+    let Some(tls) = conns.tls.clone() else {
+        return serve_stream(tcp, Transport::default(), router, conns, stop).await;
+    };
+    let acceptor = tls.acceptor();
+    let handshake = tokio::select! {
+        r = tokio::time::timeout(conns.head.timeout, acceptor.accept(tcp)) => r,
+        () = stopped(&mut stop) => return,
+    };
+    match handshake {
+        Ok(Ok(stream)) => {
+            let transport = Transport {
+                tls: true,
+                client_cert: stream.get_ref().1.peer_certificates().is_some(),
+            };
+            serve_stream(stream, transport, router, conns, stop).await;
+        }
+        Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+        Err(_) => tracing::debug!("TLS handshake timed out"),
+    }
+}
+
+async fn serve_stream<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
+    mut tcp: S,
+    transport: Transport,
+    router: Router,
+    conns: Connections,
+    mut stop: watch::Receiver<bool>,
+) {
     let first = match head::read_first_head(&mut tcp, &conns.head, &mut stop).await {
         FirstHead::Ready(bytes) => bytes,
         FirstHead::Gone => return,
@@ -250,9 +309,14 @@ async fn serve_connection(
         }
     };
     let io = TokioIo::new(Prefixed::new(first, tcp));
+    let service = SetResponseHeader::overriding(
+        axum::Extension(transport).layer(router),
+        STRICT_TRANSPORT_SECURITY,
+        transport.tls.then_some(HSTS),
+    );
     let conn = conns
         .http
-        .serve_connection(io, TowerToHyperService::new(router));
+        .serve_connection(io, TowerToHyperService::new(service));
     let mut conn = pin!(conn);
     let mut stopping = false;
     loop {

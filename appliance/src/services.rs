@@ -148,20 +148,31 @@ impl Services {
         }
     }
 
-    /// Resolves a bearer token (lock-free, no I/O).
+    /// Resolves a bearer token (no I/O here: its last use is written back at most once a
+    /// minute, on the blocking pool).
     pub fn authenticate(&self, token: &str) -> Result<Option<Caller>, ApiError> {
-        Ok(self.acl.authenticate(token).map(|p| Caller {
-            admin: p.is_admin(),
-            user_id: p.user_id,
-        }))
+        let Some(p) = self.acl.authenticate(token) else {
+            return Ok(None);
+        };
+        if self.acl.note_token_use(&p.user_id)
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            let (acl, user) = (self.acl.clone(), p.user_id.clone());
+            rt.spawn_blocking(move || {
+                if let Err(e) = acl.persist_token_use(&user) {
+                    tracing::warn!(error = %e, "recording a token's use failed");
+                }
+            });
+        }
+        Ok(Some(Caller::new(p.user_id, p.roles)))
     }
 
     /// Resolves a user id asserted by the trusted SSO proxy; unknown users are refused.
     pub fn principal(&self, user_id: &str) -> Result<Option<Caller>, ApiError> {
-        Ok(self.acl.user(user_id).map(|u| Caller {
-            admin: u.roles.contains(&airlock_acl::Role::Admin),
-            user_id: u.user_id,
-        }))
+        Ok(self
+            .acl
+            .user(user_id)
+            .map(|u| Caller::new(u.user_id, u.roles)))
     }
 
     /// Copies the engines' counters into the metrics before an exposition.

@@ -16,6 +16,7 @@ struct Inner {
     metrics: Metrics,
     admission: Admission,
     services: ArcSwapOption<Services>,
+    logins: crate::session::LoginLimiter,
 }
 
 /// Cheap-to-clone handle on everything a handler needs.
@@ -36,6 +37,7 @@ impl AppState {
                 metrics,
                 admission,
                 services: ArcSwapOption::empty(),
+                logins: crate::session::LoginLimiter::default(),
             }),
         }
     }
@@ -72,6 +74,11 @@ impl AppState {
     /// The admission component.
     pub fn admission(&self) -> &Admission {
         &self.inner.admission
+    }
+
+    /// The failed sign-in counters (in memory).
+    pub fn logins(&self) -> &crate::session::LoginLimiter {
+        &self.inner.logins
     }
 
     /// Whether start-up has completed.

@@ -1,7 +1,8 @@
 //! A small blocking client for the daemon's public HTTP API (the subset evals need).
 //!
-//! Evals go through the same API as users, so they measure what users get. Loopback only in
-//! practice; no TLS is compiled in.
+//! Evals go through the same API as users, so they measure what users get. An `https://` daemon
+//! is verified against the CA certificates of [`TlsOptions::ca_file`] only (rustls; no system or
+//! built-in roots), and [`Client::with_tls`] may present a client certificate (mTLS).
 //!
 //! Every request carries `X-Airlock-Priority` ([`Priority::Batch`] unless told otherwise), so an
 //! eval yields to employees' questions. A `429` or `503` answer (the daemon shed the request, which
@@ -147,6 +148,74 @@ enum Body<'a> {
     Ndjson(&'a str),
 }
 
+/// How an HTTPS daemon is verified, and the client certificate shown to it.
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// PEM file of the CA certificate(s) the daemon's certificate must chain to. Required for an
+    /// `https://` base: there are no default roots.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// PEM certificate chain presented to the daemon (its `tls.client_ca` must trust it).
+    pub client_cert: Option<std::path::PathBuf>,
+    /// The client certificate's private key (PEM).
+    pub client_key: Option<std::path::PathBuf>,
+}
+
+impl TlsOptions {
+    /// The ureq TLS configuration: only the CA file's roots; the client certificate if given.
+    fn config(&self) -> Result<ureq::tls::TlsConfig, String> {
+        use ureq::tls::{PemItem, RootCerts, TlsConfig, TlsProvider, parse_pem};
+        let read = |p: &std::path::Path| {
+            std::fs::read(p).map_err(|e| format!("reading {}: {e}", p.display()))
+        };
+        let pem_items = |p: &std::path::Path| -> Result<Vec<PemItem<'static>>, String> {
+            parse_pem(&read(p)?)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("{}: {e}", p.display()))
+        };
+        let certs_of =
+            |p: &std::path::Path| -> Result<Vec<ureq::tls::Certificate<'static>>, String> {
+                let certs: Vec<_> = pem_items(p)?
+                    .into_iter()
+                    .filter_map(|i| match i {
+                        PemItem::Certificate(c) => Some(c),
+                        _ => None,
+                    })
+                    .collect();
+                if certs.is_empty() {
+                    return Err(format!("{}: no CERTIFICATE in the PEM file", p.display()));
+                }
+                Ok(certs)
+            };
+        let roots = match &self.ca_file {
+            Some(p) => RootCerts::new_with_certs(&certs_of(p)?),
+            // No CA file: nothing is trusted, so every HTTPS handshake fails.
+            None => RootCerts::new_with_certs(&[]),
+        };
+        let client_cert = match (&self.client_cert, &self.client_key) {
+            (Some(c), Some(k)) => {
+                let key = pem_items(k)?
+                    .into_iter()
+                    .find_map(|i| match i {
+                        PemItem::PrivateKey(k) => Some(k),
+                        _ => None,
+                    })
+                    .ok_or_else(|| format!("{}: no PRIVATE KEY in the PEM file", k.display()))?;
+                Some(ureq::tls::ClientCert::new_with_certs(&certs_of(c)?, key))
+            }
+            (None, None) => None,
+            _ => return Err("a client certificate needs both its certificate and key".into()),
+        };
+        Ok(TlsConfig::builder()
+            .provider(TlsProvider::Rustls)
+            .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .root_certs(roots)
+            .client_cert(client_cert)
+            .build())
+    }
+}
+
 /// A client bound to one daemon.
 #[derive(Clone)]
 pub struct Client {
@@ -160,17 +229,31 @@ impl Client {
     /// A client for `base` (e.g. `http://127.0.0.1:8080`), with a generous per-call timeout,
     /// batch priority and retry notices on stderr.
     pub fn new(base: &str, timeout: Duration) -> Self {
+        Self::with_tls(base, timeout, &TlsOptions::default())
+            .expect("no TLS files to read: cannot fail")
+    }
+
+    /// [`Client::new`] verifying an `https://` daemon as `tls` says. Errors: a file of `tls`
+    /// cannot be read or holds no certificate (key).
+    pub fn with_tls(base: &str, timeout: Duration, tls: &TlsOptions) -> Result<Self, String> {
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
             .http_status_as_error(false)
+            .tls_config(tls.config()?)
             .build()
             .into();
-        Client {
+        Ok(Client {
             base: base.trim_end_matches('/').to_owned(),
             agent,
             priority: Priority::Batch,
             retry_log: Arc::new(|line| eprintln!("{line}")),
-        }
+        })
+    }
+
+    /// `GET /readyz` once: `Err` says why it failed (TLS, connection, status).
+    pub fn probe_ready(&self) -> Result<(), ApiError> {
+        self.request("GET", "/readyz", None, Body::None, false)
+            .map(|_| ())
     }
 
     /// The same client asking for `priority`.

@@ -9,6 +9,7 @@
 
 pub mod client;
 mod error;
+pub mod export;
 pub mod formats;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -36,6 +36,10 @@ pub enum FollowUps {
     /// A follow-up rewritten from the previous question's keys (the module doc).
     #[default]
     Carry,
+    /// A follow-up rewritten into a stand-alone question by the generator (the appliance asks
+    /// it before the answer path runs and passes the rewrite as a one-message conversation).
+    /// Without a model (here) it is [`FollowUps::Carry`].
+    Rewrite,
 }
 
 /// The retrieval query for `conversation` (its user turns; the question is the last one).
@@ -54,7 +58,7 @@ pub fn retrieval_query(conversation: &[(Role, String)], how: FollowUps) -> Strin
     match how {
         FollowUps::Last => last.to_string(),
         FollowUps::Concat => format!("{previous} {last}"),
-        FollowUps::Carry => {
+        FollowUps::Carry | FollowUps::Rewrite => {
             let mut resolved = users[0].to_string();
             for q in &users[1..] {
                 resolved = carry(&resolved, q);

@@ -16,6 +16,11 @@ pub enum Purpose {
     Manifest,
     /// The exact bytes of a keyring offered in a rotation.
     Keyring,
+    /// The exact bytes of a content-free eval summary leaving the box (`airlock eval export`),
+    /// signed by the appliance key.
+    EvalExport,
+    /// The exact bytes of a per-answer receipt, signed by the appliance key.
+    Receipt,
 }
 
 impl Purpose {
@@ -23,6 +28,8 @@ impl Purpose {
         match self {
             Purpose::Manifest => b"airlock/bundle-manifest/v1\0",
             Purpose::Keyring => b"airlock/keyring-rotation/v1\0",
+            Purpose::EvalExport => b"airlock/eval-export/v1\0",
+            Purpose::Receipt => b"airlock/answer-receipt/v1\0",
         }
     }
 

@@ -6,4 +6,5 @@ mod common;
 mod concurrency;
 mod grants;
 mod props;
+mod roles;
 mod tokens;

@@ -159,7 +159,7 @@ impl Bank {
             "admin",
             &NewUser {
                 groups: vec![],
-                roles: vec![Role::Admin],
+                roles: vec![Role::Admin, Role::Operator],
                 local: true,
             },
         )

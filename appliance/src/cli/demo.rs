@@ -150,7 +150,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
                 ADMIN,
                 &NewUser {
                     groups: vec![],
-                    roles: vec![Role::Admin],
+                    roles: vec![Role::Admin, Role::Operator],
                     local: true,
                 },
             )?,

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use airlock_acl::{NewUser, Role};
-use airlock_eval::client::{Client, Priority};
+use airlock_eval::client::{Client, Priority, TlsOptions};
 use airlock_eval::gate::{self, Baseline, Report};
 use airlock_eval::runner::{self, GoldenSet, RunOptions, Tokens};
 use anyhow::{Context, bail};
@@ -41,6 +41,12 @@ pub enum EvalCommand {
     Baseline(BaselineArgs),
     /// Render a report (JSON) as Markdown and HTML.
     Report(ReportArgs),
+    /// Write the signed, content-free summary of a run that may leave the box (metrics with
+    /// intervals, leak and failure counts, gate verdict, bundle and set digests), approved by a
+    /// second admin (four eyes) and recorded in the audit log.
+    Export(Box<super::export::ExportArgs>),
+    /// Verify an export off-box against the appliance's public key (exit 1 if it does not).
+    VerifyExport(super::export::VerifyExportArgs),
 }
 
 /// `airlock eval run`.
@@ -58,6 +64,22 @@ pub struct RunArgs {
     /// `airlock demo`); users missing from it get tokens issued with the admin token.
     #[arg(long, requires = "against")]
     pub tokens: Option<PathBuf>,
+    /// With an `https://` --against: the CA certificate(s) (PEM) the daemon's certificate must
+    /// chain to; nothing else is trusted.
+    #[arg(long, env = "AIRLOCK_CA_FILE", requires = "against")]
+    pub ca_file: Option<PathBuf>,
+    /// With --against a daemon with `tls.client_ca`: the client certificate (PEM) shown for the
+    /// operator routes (mTLS).
+    #[arg(
+        long,
+        env = "AIRLOCK_CLIENT_CERT",
+        requires = "against",
+        requires = "client_key"
+    )]
+    pub client_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "AIRLOCK_CLIENT_KEY", requires = "client_cert")]
+    pub client_key: Option<PathBuf>,
     /// Owned daemon: the data directory whose installed bundle is evaluated (only read; env
     /// AIRLOCK_DATA) [default: ./airlock-data].
     #[arg(long, conflicts_with = "against")]
@@ -216,6 +238,8 @@ pub fn run(cmd: EvalCommand) -> anyhow::Result<bool> {
             write_reports(&a.out, &report)?;
             Ok(true)
         }
+        EvalCommand::Export(a) => super::export::export(*a),
+        EvalCommand::VerifyExport(a) => super::export::verify(a),
     }
 }
 
@@ -240,9 +264,18 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         (Some(url), Some(path)) => {
             let tokens: Tokens = gate::read_json(path)
                 .with_context(|| format!("reading tokens from {}", path.display()))?;
-            let client = Client::new(url, Duration::from_secs(a.request_timeout_secs));
-            if !client.ready() {
-                bail!("{url} is not ready (GET /readyz did not return 200)");
+            let tls = TlsOptions {
+                ca_file: a.ca_file.clone(),
+                client_cert: a.client_cert.clone(),
+                client_key: a.client_key.clone(),
+            };
+            if url.starts_with("https://") && tls.ca_file.is_none() {
+                bail!("{url}: --ca-file (or AIRLOCK_CA_FILE) is required to verify the daemon");
+            }
+            let client = Client::with_tls(url, Duration::from_secs(a.request_timeout_secs), &tls)
+                .map_err(anyhow::Error::msg)?;
+            if let Err(e) = client.probe_ready() {
+                bail!("{url} is not ready (GET /readyz did not return 200): {e}");
             }
             (client, tokens, None)
         }
@@ -621,6 +654,8 @@ impl OwnedDaemon {
             stage_timings_for_users: Some(true),
             trusted_header: None,
             trusted_header_secret: None,
+            // Plain HTTP on loopback, whatever the operator's daemon serves.
+            tls: crate::tls::TlsSettings::default(),
             // The daemon must not cut an answer the runner is still willing to wait for.
             request_timeout_secs: Some(
                 operator
@@ -721,7 +756,7 @@ fn serve_owned(
         EVAL_ADMIN,
         &NewUser {
             groups: vec![],
-            roles: vec![Role::Admin],
+            roles: vec![Role::Admin, Role::Operator],
             local: true,
         },
     )?;

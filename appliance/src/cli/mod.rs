@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 pub mod bundle;
 pub mod demo;
 pub mod eval;
+pub mod export;
 pub mod ingest;
 pub mod keys;
 pub mod serve;

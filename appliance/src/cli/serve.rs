@@ -1,5 +1,6 @@
 //! `airlock serve`: verify the installed bundle, open the stores, serve the API until SIGINT or
-//! SIGTERM, then drain in-flight requests up to the configured deadline.
+//! SIGTERM, then drain in-flight requests up to the configured deadline. With `[tls]` it serves
+//! HTTPS and reloads the certificate files on SIGHUP.
 
 use anyhow::Context;
 
@@ -88,10 +89,20 @@ pub(crate) fn rack_ports(config: &Config) -> Vec<u16> {
 async fn serve(config: Config) -> anyhow::Result<()> {
     let addr = config.addr();
     let grace = config.shutdown_grace();
+    let tls = if config.tls.enabled() {
+        let tls = crate::tls::TlsServer::load(&config.tls).context("refusing to start")?;
+        let tls = std::sync::Arc::new(tls);
+        #[cfg(unix)]
+        tokio::spawn(crate::tls::reload_on_hangup(tls.clone()).context("listening for SIGHUP")?);
+        Some(tls)
+    } else {
+        None
+    };
     let listener = server::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
-    tracing::info!(%addr, "listening (not ready until start-up completes)");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(%addr, scheme, "listening (not ready until start-up completes)");
     let state = AppState::starting(config.clone());
 
     // Start-up runs beside the listener so /healthz answers while models load.
@@ -103,6 +114,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             Ok(Ok(services)) => {
                 loader_state.set_services(services);
                 tracing::info!("ready");
+                tokio::spawn(crate::routes::auth::sync_schedule(loader_state));
             }
             Ok(Err(e)) => {
                 let _ = fail_tx.send(anyhow::Error::new(e));
@@ -127,7 +139,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             e = startup_failed => *failed_w.lock() = Some(e),
         }
     };
-    let drained = server::serve(listener, state, stop, grace).await?;
+    let drained = server::serve_with(listener, state, tls, stop, grace).await?;
     if let Some(e) = failed.lock().take() {
         return Err(e);
     }

@@ -21,6 +21,8 @@ use crate::state::AppState;
 pub use crate::extract::{MAX_REQUEST_ID_LEN, REQUEST_ID, valid_request_id};
 
 pub mod acl;
+pub mod audit;
+pub mod auth;
 pub mod chat;
 pub mod conversations;
 pub mod documents;
@@ -40,6 +42,7 @@ pub fn app(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
+        .route("/v1/audit", get(audit::list))
         .route("/v1/models", get(models::list))
         .route("/v1/info", get(models::info))
         .route("/v1/embeddings", post(models::embeddings))
@@ -66,7 +69,15 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/acl/users/{user_id}/token", post(acl::issue_token))
         .route("/v1/acl/documents/{doc_id}", put(acl::put_document))
         .route("/v1/acl/sync", post(acl::sync))
+        .route("/v1/acl/sync/ldap", post(auth::sync))
+        .route("/v1/auth/login", post(auth::login))
+        .route("/v1/auth/logout", post(auth::logout))
         .merge(ui::routes())
+        // Who may call what (crate::roles::ROUTES), before any handler and its body extractor.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::roles::enforce,
+        ))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), deadline))

@@ -30,7 +30,8 @@ pub async fn info(State(state): State<AppState>, caller: Caller) -> Result<Json<
         "bundle_version": services.bundle_version(),
         "daemon_version": env!("CARGO_PKG_VERSION"),
         "user": caller.user_id,
-        "admin": caller.admin,
+        "admin": caller.has(airlock_acl::Role::Admin),
+        "roles": caller.roles,
         // The server keeps conversations (`/v1/conversations`): the web UI offers them.
         "conversations": services.feedback.is_some(),
     })))

@@ -18,7 +18,7 @@ use crate::openai::ChatMessage;
 use crate::routes::{RUNG_HEADER, acl::blocking};
 use crate::state::AppState;
 use airlock_rag::prompt::snippet;
-use airlock_rag::{Ask, Purpose, Role, StageTimings};
+use airlock_rag::{Ask, FollowUps, Purpose, Role, StageTimings};
 
 /// Longest snippet, in bytes.
 pub const SNIPPET_BYTES: usize = 400;
@@ -89,6 +89,9 @@ pub struct RetrieveResponse {
 /// `timings_ms`: the retrieval stages plus auth and admission.
 #[derive(Debug, Serialize)]
 pub struct Timings {
+    /// The generator's rewrite of a follow-up (`follow_up_query = "rewrite"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub query_rewrite: Option<f64>,
     /// Retrieval stages.
     #[serde(flatten)]
     pub stages: StageTimings,
@@ -129,6 +132,19 @@ pub async fn retrieve(
     let plan = ticket.plan;
     let services = state.services()?;
     let metrics = state.metrics().clone();
+    // `follow_up_query = "rewrite"`: the default generator rewrites a follow-up, as chat does,
+    // so that retrieval measures what the chat retrieves.
+    let rewrite = match services.default_generator() {
+        Some(g) if req.messages.is_some() => {
+            crate::rewrite::rewritten(follow_ups, g, &conversation, priority).await?
+        }
+        _ => None,
+    };
+    let query_rewrite = rewrite.as_ref().map(|(_, ms)| *ms);
+    let (conversation, follow_ups) = match rewrite {
+        Some((one, _)) => (one, FollowUps::Last),
+        None => (conversation, follow_ups),
+    };
     let retrieved = blocking(move || {
         let ask = Ask {
             user_id: &caller.user_id,
@@ -165,6 +181,7 @@ pub async fn retrieve(
         results,
         rung: plan.rung,
         timings_ms: sees_timings.then(|| Timings {
+            query_rewrite,
             stages: retrieved.timings,
             handler: crate::routes::ms_since(t0),
         }),

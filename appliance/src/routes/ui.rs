@@ -1,8 +1,10 @@
 //! The web UI: static files from `appliance/ui/` embedded in the binary and served at `/`.
-//! No authentication here: the page signs in with a bearer token and calls the API itself.
+//! No authentication here: the page signs in with a bearer token and calls the API itself. In
+//! trusted-header mode the page carries [`SSO_META`], and the page first asks `GET /v1/info`
+//! without a token: behind the SSO proxy that answers 200 and no token prompt is shown.
 
 use axum::Router;
-use axum::extract::Path;
+use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -16,6 +18,9 @@ static UI: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/ui");
 /// The page's Content-Security-Policy (it uses no inline scripts or styles).
 pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; connect-src 'self'; \
 img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'";
+
+/// Added to the page's head in trusted-header mode (the page then tries the proxy's sign-in).
+pub const SSO_META: &str = r#"<meta name="airlock-sign-in" content="proxy">"#;
 
 /// `GET /`, `GET /app.css`, `GET /js/{file}`.
 pub fn routes() -> Router<AppState> {
@@ -61,8 +66,15 @@ fn asset(path: &str) -> Response {
     resp
 }
 
-async fn index() -> Response {
-    asset("index.html")
+async fn index(State(state): State<AppState>) -> Response {
+    let mut resp = asset("index.html");
+    if state.config().trusted_header.is_some()
+        && let Some(html) = UI.get_file("index.html").and_then(|f| f.contents_utf8())
+    {
+        let html = html.replacen("</head>", &format!("  {SSO_META}\n</head>"), 1);
+        *resp.body_mut() = axum::body::Body::from(html);
+    }
+    resp
 }
 
 async fn js(Path(file): Path<String>) -> Response {

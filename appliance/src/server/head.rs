@@ -49,8 +49,8 @@ pub enum FirstHead {
 }
 
 /// Reads the first request head from `io` under `limits`; stops early when `stop` turns true.
-pub async fn read_first_head(
-    io: &mut TcpStream,
+pub async fn read_first_head<S: AsyncRead + Unpin>(
+    io: &mut S,
     limits: &HeadLimits,
     stop: &mut watch::Receiver<bool>,
 ) -> FirstHead {
@@ -194,7 +194,7 @@ fn malformed(what: &str) -> ApiError {
 /// Writes `answer`, closes the sending side, and reads what the client still sends for up to a
 /// second (at most 64 KiB), so that closing does not reset the connection before the client
 /// has read the answer.
-pub async fn answer_and_close(mut io: TcpStream, answer: &[u8]) {
+pub async fn answer_and_close<S: AsyncRead + AsyncWrite + Unpin>(mut io: S, answer: &[u8]) {
     let _ = tokio::time::timeout(Duration::from_secs(1), async {
         io.write_all(answer).await?;
         io.shutdown().await?;
@@ -211,20 +211,20 @@ pub async fn answer_and_close(mut io: TcpStream, answer: &[u8]) {
     .await;
 }
 
-/// A TCP stream whose first reads return bytes already read from it.
-pub struct Prefixed {
+/// A stream (TCP, or TLS over TCP) whose first reads return bytes already read from it.
+pub struct Prefixed<S = TcpStream> {
     pre: Bytes,
-    io: TcpStream,
+    io: S,
 }
 
-impl Prefixed {
+impl<S> Prefixed<S> {
     /// `io`, to be read from `pre` first.
-    pub fn new(pre: Bytes, io: TcpStream) -> Self {
+    pub fn new(pre: Bytes, io: S) -> Self {
         Prefixed { pre, io }
     }
 }
 
-impl AsyncRead for Prefixed {
+impl<S: AsyncRead + Unpin> AsyncRead for Prefixed<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -240,7 +240,7 @@ impl AsyncRead for Prefixed {
     }
 }
 
-impl AsyncWrite for Prefixed {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -106,6 +106,80 @@ async fn a_follow_up_retrieves_from_the_conversation() {
     );
 }
 
+/// `follow_up_query = "rewrite"`: the generator rewrites a follow-up before retrieval (its cost
+/// in `timings_ms.query_rewrite`, admins only); a first turn is never rewritten; whatever the
+/// rewrite says, nothing the caller may not read is retrieved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewrite_mode_rewrites_follow_ups_only_and_keeps_the_acl() {
+    let mut config = crate::support::test_config();
+    config.follow_up_query = Some(airlock_rag::FollowUps::Rewrite);
+    let t = TestApp::with_config(config);
+    let rita = seed(&t).await;
+    // A document about Aurora Freight that rita may not read.
+    let r = t
+        .call(
+            Method::PUT,
+            "/v1/documents/doc-aurora-secret",
+            Some(&t.admin),
+            Some(json!({"title": "Aurora Freight watch list",
+                        "text": "Aurora Freight is on the watch list; net debt to EBITDA 5.9x.",
+                        "acl": {"users": [], "groups": ["board"]}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let boss = t.admin_user("boss", &["risk"]);
+    let mut messages = first_turn();
+    messages.push(json!({"role": "user", "content": "And for Aurora Freight?"}));
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/retrieve",
+            Some(&boss),
+            Some(json!({"messages": messages, "top_k": 5})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let ms = r.json["timings_ms"]["query_rewrite"].as_f64();
+    assert!(ms.is_some_and(|m| m > 0.0), "{}", r.text);
+    let ids: Vec<&str> = r.json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["doc_id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"doc-aurora"), "{ids:?}");
+    assert!(!ids.contains(&"doc-aurora-secret"), "{ids:?}");
+    // A first turn is searched as written: no rewrite.
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/retrieve",
+            Some(&boss),
+            Some(json!({"messages": [first_turn()[0].clone()], "top_k": 2})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(
+        r.json["timings_ms"].get("query_rewrite").is_none(),
+        "{}",
+        r.text
+    );
+    // The ordinary user's follow-up never sees the unreadable document, in retrieval or chat.
+    let ids = retrieve_ids(&t, &rita, json!({"messages": messages, "top_k": 5})).await;
+    assert!(!ids.iter().any(|d| d == "doc-aurora-secret"), "{ids:?}");
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(json!({"messages": messages, "max_tokens": 16})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(!r.text.contains("doc-aurora-secret"), "{}", r.text);
+    assert!(!r.text.contains("5.9x"), "{}", r.text);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threads_keep_turns_and_redact_them_when_a_source_is_revoked() {
     let t = TestApp::new();

@@ -360,7 +360,7 @@ async fn every_error_body_is_a_problem() {
             get("/metrics", &format!("{user}Connection: close\r\n")),
             403,
             "forbidden",
-            "this endpoint needs the admin role",
+            "this endpoint needs the admin, auditor or metrics role",
         ),
         (
             "malformed JSON",

@@ -141,6 +141,7 @@ async fn concurrent_holders_drive_admission_down_and_back() {
             let caller = Caller {
                 user_id: format!("u{i}"),
                 admin: false,
+                roles: vec![],
             };
             let ticket = a.admit(&caller, None, Priority::Interactive).unwrap();
             let _slot = a.enqueue();
@@ -158,6 +159,7 @@ async fn concurrent_holders_drive_admission_down_and_back() {
     let u = Caller {
         user_id: "late".into(),
         admin: false,
+        roles: vec![],
     };
     let plan = admission
         .admit(&u, None, Priority::Interactive)
@@ -305,6 +307,7 @@ async fn the_running_ladder_sheds_the_excess_under_load_and_recovers() {
     let holder = Caller {
         user_id: "holder".into(),
         admin: false,
+        roles: vec![],
     };
     let mut held: Vec<_> = (0..2)
         .map(|_| {

@@ -172,7 +172,7 @@ impl TestApp {
                 "admin",
                 &NewUser {
                     groups: vec![],
-                    roles: vec![Role::Admin],
+                    roles: vec![Role::Admin, Role::Operator],
                     local: true,
                 },
             )
@@ -202,12 +202,13 @@ impl TestApp {
         self.add_user(id, groups, vec![])
     }
 
-    /// Adds a (non-local) admin with groups and returns their token.
+    /// Adds a (non-local) admin and operator with groups and returns their token.
     pub fn admin_user(&self, id: &str, groups: &[&str]) -> String {
-        self.add_user(id, groups, vec![Role::Admin])
+        self.add_user(id, groups, vec![Role::Admin, Role::Operator])
     }
 
-    fn add_user(&self, id: &str, groups: &[&str], roles: Vec<Role>) -> String {
+    /// Adds a (non-local) user with groups and roles and returns their token.
+    pub fn add_user(&self, id: &str, groups: &[&str], roles: Vec<Role>) -> String {
         self.state
             .services()
             .unwrap()
@@ -310,15 +311,22 @@ impl Served {
 impl TestApp {
     /// Serves the app on `127.0.0.1:0` with graceful shutdown (grace from the config).
     pub async fn serve(&self) -> Served {
+        self.serve_with(None).await
+    }
+
+    /// [`TestApp::serve`], over HTTPS when `tls` is given (`base` is then `https://…`).
+    pub async fn serve_with(&self, tls: Option<Arc<airlock::tls::TlsServer>>) -> Served {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let grace = self.state.config().shutdown_grace();
         let state = self.state.clone();
         let handle = tokio::spawn(async move {
-            airlock::server::serve(
+            airlock::server::serve_with(
                 listener,
                 state,
+                tls,
                 async move {
                     let _ = rx.await;
                 },
@@ -327,7 +335,7 @@ impl TestApp {
             .await
         });
         Served {
-            base: format!("http://{addr}"),
+            base: format!("{scheme}://{addr}"),
             stop: Some(tx),
             handle: Some(handle),
         }

@@ -126,7 +126,10 @@ export function cleanCited(list) {
   return [...new Set(ns)].sort((a, b) => a - b);
 }
 
-/** A client bound to one bearer token. */
+/**
+ * A client bound to one bearer token; with an empty token it sends none (behind an SSO proxy in
+ * trusted-header mode, the proxy authenticates every request).
+ */
 export class Api {
   /**
    * @param {string} token
@@ -138,7 +141,7 @@ export class Api {
   }
 
   headers(extra = {}) {
-    return { Authorization: `Bearer ${this.token}`, ...extra };
+    return this.token ? { Authorization: `Bearer ${this.token}`, ...extra } : { ...extra };
   }
 
   /**

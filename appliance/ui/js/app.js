@@ -147,7 +147,7 @@ async function startSession(token) {
     if (e instanceof ApiError && e.status === 0) return 'Airlock cannot be reached. Check your connection to the appliance and try again.';
     return `Sign-in failed: ${e instanceof ApiError ? e.title : 'unexpected error'}.`;
   }
-  store.saveToken(token);
+  if (token) store.saveToken(token);
   let info = null;
   try {
     info = await api.info();
@@ -769,9 +769,24 @@ ui.clear.addEventListener('click', () => {
   ui.question.focus();
 });
 
+/**
+ * Behind an SSO proxy (trusted-header mode) the proxy has signed the user in already: a
+ * `GET /v1/info` without a token answers 200, and the chat opens without the token prompt.
+ */
+async function ssoSignedIn() {
+  if (document.querySelector('meta[name="airlock-sign-in"]')?.content !== 'proxy') return false;
+  try {
+    const info = await new Api('').info();
+    return !!(info && typeof info.user === 'string');
+  } catch {
+    return false;
+  }
+}
+
 async function boot() {
   const token = store.loadToken();
   if (!token) {
+    if (await ssoSignedIn() && !(await startSession(''))) return;
     showSignIn();
     return;
   }

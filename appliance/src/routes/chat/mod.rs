@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use airlock_inference::generate::{Event as GenEvent, GenerateRequest};
-use airlock_rag::{Ask, Attribution, CitedBy, Purpose, Role, Selection, StageTimings, prompt};
+use airlock_rag::{
+    Ask, Attribution, CitedBy, FollowUps, Purpose, Role, Selection, StageTimings, prompt,
+};
 use axum::extract::State;
 use axum::http::HeaderValue;
 use axum::response::sse::KeepAlive;
@@ -157,6 +159,12 @@ pub async fn completions(
         facets: state.config().facet_retrieval(),
     };
     let follow_ups = state.config().follow_up_query();
+    let rewrite = if ext.retrieval {
+        crate::rewrite::rewritten(follow_ups, &generator, &conversation, priority).await?
+    } else {
+        None
+    };
+    let rewrite_ms = rewrite.as_ref().map(|(_, ms)| *ms);
     let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
     let mut prepared = {
         let services = services.clone();
@@ -167,11 +175,17 @@ pub async fn completions(
         blocking(move || {
             let mut versions: Vec<String> = Vec::new();
             let (built, citations, retrieval, attribution, sources_ms) = if ext.retrieval {
+                // A generator's rewrite is searched as it stands (`Last`); the prompt keeps
+                // the conversation as the user wrote it.
+                let (searched, follow_ups) = match &rewrite {
+                    Some((one, _)) => (one.as_slice(), FollowUps::Last),
+                    None => (conversation.as_slice(), follow_ups),
+                };
                 let shown = services.answer_path.run(
                     &Ask {
                         user_id: &user,
                         request_id: &rid,
-                        conversation: &conversation,
+                        conversation: searched,
                         k,
                         mode: services.default_mode(),
                         rerank: plan.rerank,
@@ -245,6 +259,7 @@ pub async fn completions(
         .shows_stage_timings(caller.admin)
         .then(|| ChatTimings {
             retrieval: prepared.retrieval.take(),
+            query_rewrite: rewrite_ms,
             sources: prepared.sources_ms,
             prompt: prepared.prompt_ms,
             ..ChatTimings::default()

@@ -406,12 +406,12 @@ fn head_event(id: &str, model: &str, created: u64, airlock: AirlockResponse) -> 
         },
         None,
     );
-    first.airlock = Some(ChunkAirlock::Start(AirlockResponse {
+    first.airlock = Some(ChunkAirlock::Start(Box::new(AirlockResponse {
         timings_ms: None,
         cited: None,
         cited_by: None,
         ..airlock
-    }));
+    })));
     first
 }
 

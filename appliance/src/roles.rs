@@ -1,0 +1,205 @@
+//! Roles and separation of duties: one table, [`ROUTES`], says who may call each route, and
+//! [`enforce`] (a route layer of [`crate::app`]) applies it before any handler runs, so a refused
+//! request changes nothing.
+//!
+//! | role | duty |
+//! |---|---|
+//! | `admin` | configuration and users: users, roles, tokens |
+//! | `operator` | content operations: ingest, grants, IAM syncs, reconcile, purge, evals |
+//! | `auditor` | oversight: the audit log and the metrics; never document content |
+//! | `metrics` | a scrape token: `/metrics` only |
+//! | (none) | `user`: answers, retrieval, conversations over the documents their grants allow |
+//!
+//! A principal holding `auditor` or `metrics` never reaches document content (chat, retrieval,
+//! embeddings, conversations, feedback), whatever else it holds; a `metrics` principal reaches
+//! `/metrics` only. With `tls.client_ca` set, every role-gated route also needs a verified client
+//! certificate (mTLS). Routes missing from the table are refused (`403`).
+
+use airlock_acl::Role;
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
+use axum::http::Method;
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::caller::Caller;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::tls::{CLIENT_CERT_REQUIRED, client_cert_verified};
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Anyone, unauthenticated (probes, the web UI's static files).
+    Public,
+    /// Any authenticated principal but a `metrics` one (`/v1/info`, `/v1/models`).
+    Signed,
+    /// Document content: any authenticated principal without the `auditor` or `metrics` role
+    /// (what it sees is then decided by its grants).
+    Content,
+    /// A principal holding one of these roles (and, with `tls.client_ca`, a verified client
+    /// certificate).
+    Roles(&'static [Role]),
+}
+
+const ADMIN: Access = Access::Roles(&[Role::Admin]);
+const OPERATOR: Access = Access::Roles(&[Role::Operator]);
+const AUDIT: Access = Access::Roles(&[Role::Admin, Role::Auditor]);
+const METRICS: Access = Access::Roles(&[Role::Admin, Role::Auditor, Role::Metrics]);
+
+/// Every route of [`crate::app`]: method, path template, access. The route-by-role test walks it.
+pub const ROUTES: &[(&str, &str, Access)] = &[
+    ("GET", "/healthz", Access::Public),
+    ("GET", "/readyz", Access::Public),
+    ("GET", "/", Access::Public),
+    ("GET", "/index.html", Access::Public),
+    ("GET", "/app.css", Access::Public),
+    ("GET", "/js/{file}", Access::Public),
+    ("GET", "/metrics", METRICS),
+    ("GET", "/v1/audit", AUDIT),
+    ("GET", "/v1/models", Access::Signed),
+    ("GET", "/v1/info", Access::Signed),
+    ("POST", "/v1/embeddings", Access::Content),
+    ("POST", "/v1/chat/completions", Access::Content),
+    ("POST", "/v1/retrieve", Access::Content),
+    ("POST", "/v1/feedback", Access::Content),
+    ("GET", "/v1/conversations", Access::Content),
+    ("POST", "/v1/conversations", Access::Content),
+    ("GET", "/v1/conversations/{id}", Access::Content),
+    ("DELETE", "/v1/conversations/{id}", Access::Content),
+    ("PUT", "/v1/documents/{doc_id}", OPERATOR),
+    ("GET", "/v1/documents/{doc_id}", OPERATOR),
+    ("DELETE", "/v1/documents/{doc_id}", OPERATOR),
+    ("POST", "/v1/reconcile", OPERATOR),
+    ("POST", "/v1/purge", OPERATOR),
+    ("PUT", "/v1/acl/documents/{doc_id}", OPERATOR),
+    ("POST", "/v1/acl/sync", OPERATOR),
+    ("POST", "/v1/acl/sync/ldap", OPERATOR),
+    ("POST", "/v1/auth/login", Access::Public),
+    ("POST", "/v1/auth/logout", Access::Signed),
+    ("PUT", "/v1/acl/users/{user_id}", ADMIN),
+    ("POST", "/v1/acl/users/{user_id}/token", ADMIN),
+];
+
+/// The access of `method` on `route` (a path template); HEAD is GET's. `None`: no entry.
+pub fn access(method: &Method, route: &str) -> Option<Access> {
+    let method = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    ROUTES
+        .iter()
+        .find(|(m, r, _)| *m == method && *r == route)
+        .map(|(_, _, a)| *a)
+}
+
+/// Why `caller` may not use a route of `access` (`None`: it may). `mtls_ok`: the client
+/// certificate requirement is met (or there is none).
+pub fn refusal(access: Access, caller: &Caller, mtls_ok: bool) -> Option<&'static str> {
+    let metrics_only = caller.has(Role::Metrics);
+    match access {
+        Access::Public => None,
+        Access::Signed if metrics_only => Some("a metrics-role principal may only read /metrics"),
+        Access::Signed => None,
+        Access::Content if metrics_only || caller.has(Role::Auditor) => Some(
+            "the auditor and metrics roles have no access to document content (chat, retrieval, \
+             conversations)",
+        ),
+        Access::Content => None,
+        Access::Roles(roles) if !roles.iter().any(|r| caller.has(*r)) => Some(match roles {
+            [Role::Admin] => "this endpoint needs the admin role",
+            [Role::Operator] => "this endpoint needs the operator role",
+            [Role::Admin, Role::Auditor] => "this endpoint needs the admin or auditor role",
+            _ => "this endpoint needs the admin, auditor or metrics role",
+        }),
+        Access::Roles(_) if !mtls_ok => Some(CLIENT_CERT_REQUIRED),
+        Access::Roles(_) => None,
+    }
+}
+
+/// Marks a request that passed [`enforce`] for a role-gated route.
+#[derive(Debug, Clone, Copy)]
+pub struct Authorized;
+
+/// The route layer: authenticates (401) and applies [`ROUTES`] (403) before the handler.
+pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let Some(route) = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+    else {
+        return next.run(req).await;
+    };
+    let access = match access(req.method(), &route) {
+        Some(a) => a,
+        // The route has other methods: the router answers 405 and runs nothing.
+        None if ROUTES.iter().any(|(_, r, _)| *r == route) => return next.run(req).await,
+        None => {
+            tracing::error!(route, "route missing from the role table: refused");
+            return ApiError::Forbidden("this route has no entry in the role table")
+                .into_response();
+        }
+    };
+    if access == Access::Public {
+        return next.run(req).await;
+    }
+    let (mut parts, body) = req.into_parts();
+    let caller = match Caller::from_request_parts(&mut parts, &state).await {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let mtls_ok = state.config().tls.client_ca.is_none() || client_cert_verified(&parts);
+    if let Some(why) = refusal(access, &caller, mtls_ok) {
+        return ApiError::Forbidden(why).into_response();
+    }
+    if matches!(access, Access::Roles(_)) {
+        parts.extensions.insert(Authorized);
+    }
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// Whether [`enforce`] passed this request for a role-gated route.
+pub fn authorized(parts: &Parts) -> bool {
+    parts.extensions.get::<Authorized>().is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caller(roles: &[Role]) -> Caller {
+        Caller::new("x".into(), roles.to_vec())
+    }
+
+    #[test]
+    fn the_table_has_one_entry_per_method_and_route() {
+        for (i, (m, r, _)) in ROUTES.iter().enumerate() {
+            assert!(
+                !ROUTES[..i].iter().any(|(m2, r2, _)| m2 == m && r2 == r),
+                "{m} {r} twice"
+            );
+        }
+        assert_eq!(access(&Method::HEAD, "/metrics"), Some(METRICS));
+        assert_eq!(access(&Method::PATCH, "/metrics"), None);
+    }
+
+    #[test]
+    fn content_is_closed_to_auditors_and_scrapers_and_roles_need_mtls_when_configured() {
+        let user = caller(&[]);
+        let auditor = caller(&[Role::Auditor]);
+        let scraper = caller(&[Role::Metrics]);
+        let ops_auditor = caller(&[Role::Operator, Role::Auditor]);
+        assert!(refusal(Access::Content, &user, false).is_none());
+        assert!(refusal(Access::Content, &auditor, true).is_some());
+        assert!(refusal(Access::Content, &ops_auditor, true).is_some());
+        assert!(refusal(Access::Signed, &scraper, true).is_some());
+        assert!(refusal(METRICS, &scraper, true).is_none());
+        assert_eq!(
+            refusal(METRICS, &scraper, false),
+            Some(CLIENT_CERT_REQUIRED)
+        );
+        assert!(refusal(OPERATOR, &caller(&[Role::Admin]), true).is_some());
+        assert!(refusal(ADMIN, &caller(&[Role::Operator]), true).is_some());
+    }
+}

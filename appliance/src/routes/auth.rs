@@ -1,0 +1,220 @@
+//! Directory sign-in: `POST /v1/auth/login` (LDAP / Active Directory) opens a session cookie,
+//! `POST /v1/auth/logout` ends it; `POST /v1/acl/sync/ldap` (admin) applies the directory's
+//! memberships now. See `crate::ldap` for the directory side and `crate::session` for the cookie,
+//! the CSRF header and the failure limits.
+
+use std::net::SocketAddr;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::auth::{Admin, Caller};
+use crate::error::ApiError;
+use crate::extract::{ApiJson, RequestId};
+use crate::ldap::{Directory, DirectoryError};
+use crate::routes::acl::{actor_of, blocking};
+use crate::session;
+use crate::state::AppState;
+
+/// The audit actor of directory sign-ins.
+pub const LOGIN_ACTOR: &str = "ldap-login";
+
+/// Body of `POST /v1/auth/login`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoginBody {
+    /// The directory username (`user_filter`'s `{username}`).
+    pub username: String,
+    /// The directory password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for LoginBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoginBody")
+            .field("username", &self.username)
+            .field("password", &"[redacted]")
+            .finish()
+    }
+}
+
+fn check_login(b: &LoginBody) -> Result<(), ApiError> {
+    let bad = |m: &str| Err(ApiError::InvalidRequest(m.into()));
+    if b.username.trim().is_empty() {
+        return bad("`username` must not be empty");
+    }
+    if b.username.len() > 256 || b.username.chars().any(char::is_control) {
+        return bad("`username` must be at most 256 bytes without control characters");
+    }
+    if b.password.is_empty() {
+        // An empty password is an anonymous bind to many directories: never sent.
+        return bad("`password` must not be empty");
+    }
+    if b.password.len() > 1024 {
+        return bad("`password` must be at most 1024 bytes");
+    }
+    Ok(())
+}
+
+/// `POST /v1/auth/login` `{"username", "password"}` → 200 `{"user", "groups", "expires_at",
+/// "csrf_token"}` with the session cookie.
+pub async fn login(
+    State(state): State<AppState>,
+    peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
+    RequestId(request_id): RequestId,
+    ApiJson(body): ApiJson<LoginBody>,
+) -> Result<Response, ApiError> {
+    let Some(cfg) = state.config().ldap.clone() else {
+        return Err(ApiError::NotFound(
+            "directory sign-in is not configured ([ldap])".into(),
+        ));
+    };
+    let services = state.services()?;
+    check_login(&body)?;
+    let address = peer.map_or_else(|| "unknown".to_string(), |c| c.0.0.ip().to_string());
+    let limits = (cfg.max_failures_per_user, cfg.max_failures_per_address);
+    let window = std::time::Duration::from_secs(cfg.failure_window_secs);
+    let limiter = state.logins();
+    limiter
+        .check(&body.username, &address, limits, window)
+        .map_err(|r| ApiError::LoginRateLimited {
+            retry_after: r.retry_after,
+        })?;
+    let outcome = Directory::new(cfg)
+        .login(&body.username, &body.password)
+        .await;
+    let user = match outcome {
+        Ok(u) => u,
+        Err(e) => {
+            if matches!(
+                e,
+                DirectoryError::InvalidCredentials | DirectoryError::Disabled
+            ) {
+                limiter.failed(&body.username, &address);
+            }
+            tracing::info!(request_id = %request_id, error = %e, "directory sign-in refused");
+            return Err(match e {
+                DirectoryError::InvalidCredentials => ApiError::InvalidCredentials,
+                DirectoryError::Disabled => ApiError::AccountDisabled,
+                DirectoryError::Unavailable(cause) => ApiError::DirectoryUnavailable(cause),
+                DirectoryError::BadEntry(cause) => ApiError::internal(cause),
+            });
+        }
+    };
+    let absolute = state.config().sessions().absolute();
+    let acl = services.acl.clone();
+    let (uid, groups) = (user.user_id.clone(), user.groups.clone());
+    let s = blocking(move || {
+        acl.sync_directory_user(
+            airlock_acl::Actor {
+                user_id: LOGIN_ACTOR,
+                request_id: Some(&request_id),
+            },
+            &uid,
+            &groups,
+        )?;
+        Ok(acl.create_session(&uid, absolute)?)
+    })
+    .await?;
+    let mut resp = Json(json!({
+        "user": user.user_id,
+        "groups": user.groups,
+        "expires_at": s.expires_at,
+        "csrf_token": s.csrf,
+    }))
+    .into_response();
+    let h = resp.headers_mut();
+    h.insert(header::SET_COOKIE, session::set_cookie(&s.token));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    Ok(resp)
+}
+
+/// `POST /v1/auth/logout` → 204: ends the request's session (cookie) and clears the cookie.
+/// A cookie-authenticated logout needs the CSRF header like every state-changing request.
+pub async fn logout(
+    State(state): State<AppState>,
+    _caller: Caller,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let services = state.services()?;
+    if let Some(secret) = session::cookie(&headers).map(str::to_owned) {
+        let acl = services.acl.clone();
+        blocking(move || Ok(acl.end_session(&secret)?)).await?;
+    }
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    resp.headers_mut()
+        .insert(header::SET_COOKIE, session::clear_cookie());
+    Ok(resp)
+}
+
+/// `POST /v1/acl/sync/ldap` (admin) → 200 with the sync counts: the memberships of every
+/// enabled directory user now (what `airlock acl sync --ldap` and the serve schedule do).
+pub async fn sync(
+    State(state): State<AppState>,
+    Admin(actor): Admin,
+    RequestId(request_id): RequestId,
+) -> Result<Response, ApiError> {
+    let Some(cfg) = state.config().ldap.clone() else {
+        return Err(ApiError::NotFound(
+            "directory sync is not configured ([ldap])".into(),
+        ));
+    };
+    let services = state.services()?;
+    let users = Directory::new(cfg).all_users().await.map_err(|e| match e {
+        DirectoryError::Unavailable(c) => ApiError::DirectoryUnavailable(c),
+        other => ApiError::internal(other),
+    })?;
+    let acl = services.acl.clone();
+    let counts = blocking(move || {
+        let list = crate::ldap::membership_list(users);
+        Ok(acl.sync_directory(actor_of(&actor, &request_id), &list)?)
+    })
+    .await?;
+    Ok(Json(counts).into_response())
+}
+
+/// `[ldap] sync_interval_secs`: applies the directory's memberships on that schedule for the
+/// daemon's life (a failed round is logged and retried at the next tick; nothing is changed).
+pub async fn sync_schedule(state: AppState) {
+    let Some(cfg) = state.config().ldap.clone() else {
+        return;
+    };
+    let Some(every) = cfg.sync_interval_secs else {
+        return;
+    };
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(every));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let Ok(services) = state.services() else {
+            return;
+        };
+        let users = match Directory::new(cfg.clone()).all_users().await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(error = %e, "scheduled directory sync failed");
+                continue;
+            }
+        };
+        let acl = services.acl.clone();
+        let done = blocking(move || {
+            let list = crate::ldap::membership_list(users);
+            Ok(acl.sync_directory("ldap-schedule", &list)?)
+        })
+        .await;
+        match done {
+            Ok(c) => tracing::info!(
+                users_added = c.users_added,
+                users_removed = c.users_removed,
+                memberships_changed = c.memberships_changed,
+                users_access_changed = c.users_access_changed,
+                "scheduled directory sync applied"
+            ),
+            Err(e) => tracing::warn!(error = %e, "scheduled directory sync failed"),
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! Roles (issue 22 point 7): every route × every role → the expected status, refusals change
+//! nothing, `/metrics` with a metrics-role token, the last admin over HTTP and the CLI.
+
+use std::process::Command;
+
+use airlock::roles::ROUTES;
+use airlock_acl::{AuditQuery, Role};
+use axum::http::Method;
+use serde_json::{Value, json};
+
+use crate::support::TestApp;
+
+const BIN: &str = env!("CARGO_BIN_EXE_airlock");
+
+/// Who calls, in the column order of [`MATRIX`].
+const WHO: [&str; 6] = [
+    "anonymous",
+    "user",
+    "admin",
+    "operator",
+    "auditor",
+    "metrics",
+];
+
+/// Expected outcome per principal: `o` served (neither 401 nor 403), `u` 401, `f` 403. Written
+/// out by hand (not derived from the role table) so that a change of the table must change
+/// this test too.
+const MATRIX: &[(&str, &str, &str)] = &[
+    ("GET", "/healthz", "oooooo"),
+    ("GET", "/readyz", "oooooo"),
+    ("GET", "/", "oooooo"),
+    ("GET", "/index.html", "oooooo"),
+    ("GET", "/app.css", "oooooo"),
+    ("GET", "/js/{file}", "oooooo"),
+    ("GET", "/metrics", "ufofoo"),
+    ("GET", "/v1/audit", "ufofof"),
+    ("GET", "/v1/models", "uoooof"),
+    ("GET", "/v1/info", "uoooof"),
+    ("POST", "/v1/embeddings", "uooosf"),
+    ("POST", "/v1/chat/completions", "uooosf"),
+    ("POST", "/v1/retrieve", "uooosf"),
+    ("POST", "/v1/feedback", "uooosf"),
+    ("GET", "/v1/conversations", "uooosf"),
+    ("POST", "/v1/conversations", "uooosf"),
+    ("GET", "/v1/conversations/{id}", "uooosf"),
+    ("DELETE", "/v1/conversations/{id}", "uooosf"),
+    ("PUT", "/v1/documents/{doc_id}", "uffoff"),
+    ("GET", "/v1/documents/{doc_id}", "uffoff"),
+    ("DELETE", "/v1/documents/{doc_id}", "uffoff"),
+    ("POST", "/v1/reconcile", "uffoff"),
+    ("POST", "/v1/purge", "uffoff"),
+    ("PUT", "/v1/acl/documents/{doc_id}", "uffoff"),
+    ("POST", "/v1/acl/sync", "uffoff"),
+    ("POST", "/v1/acl/sync/ldap", "uffoff"),
+    ("POST", "/v1/auth/login", "oooooo"),
+    ("POST", "/v1/auth/logout", "uoooof"),
+    ("PUT", "/v1/acl/users/{user_id}", "ufofff"),
+    ("POST", "/v1/acl/users/{user_id}/token", "ufofff"),
+];
+
+/// A concrete request for a route: a path and a body that would change state if accepted.
+fn request(method: &str, route: &str) -> (String, Option<Value>) {
+    match (method, route) {
+        ("GET", "/js/{file}") => ("/js/app.js".into(), None),
+        ("POST", "/v1/embeddings") => ("/v1/embeddings".into(), Some(json!({"input": "hi"}))),
+        // Invalid on purpose (400 once authorised): a generation would take minutes here.
+        ("POST", "/v1/chat/completions") => {
+            (route.into(), Some(json!({"messages": [], "max_tokens": 1})))
+        }
+        ("POST", "/v1/retrieve") => (route.into(), Some(json!({"query": "cheques", "top_k": 1}))),
+        ("POST", "/v1/feedback") => (route.into(), Some(json!({}))),
+        ("POST", "/v1/conversations") => (route.into(), Some(json!({"title": "t"}))),
+        (_, "/v1/conversations/{id}") => ("/v1/conversations/nope".into(), None),
+        ("PUT", "/v1/documents/{doc_id}") => (
+            "/v1/documents/new-doc".into(),
+            Some(
+                json!({"title": "New", "text": "New text.", "acl": {"users": [], "groups": ["g1"]}}),
+            ),
+        ),
+        (_, "/v1/documents/{doc_id}") => ("/v1/documents/doc1".into(), None),
+        ("POST", "/v1/reconcile") => (route.into(), Some(json!({"source_ids": ["other"]}))),
+        ("POST", "/v1/purge") => (route.into(), Some(json!({}))),
+        ("PUT", "/v1/acl/documents/{doc_id}") => (
+            "/v1/acl/documents/doc1".into(),
+            Some(json!({"users": ["mallory"], "groups": []})),
+        ),
+        ("POST", "/v1/acl/sync") => (
+            route.into(),
+            Some(json!({"user": "mallory", "groups": ["g1"]})),
+        ),
+        ("PUT", "/v1/acl/users/{user_id}") => (
+            "/v1/acl/users/mallory".into(),
+            Some(json!({"groups": ["g1"], "roles": ["admin"]})),
+        ),
+        // Another user's token: rotating u1's would end u1's later requests.
+        ("POST", "/v1/acl/users/{user_id}/token") => ("/v1/acl/users/mallory/token".into(), None),
+        ("POST", _) | ("PUT", _) => (route.into(), Some(json!({}))),
+        _ => (route.into(), None),
+    }
+}
+
+/// A local user (an IAM sync keeps it) with `roles`; returns the token.
+fn local(app: &TestApp, id: &str, groups: &[&str], roles: &[Role]) -> String {
+    let new = airlock_acl::NewUser {
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+        roles: roles.to_vec(),
+        local: true,
+    };
+    let acl = &app.state.services().unwrap().acl;
+    acl.add_user("test", id, &new).unwrap()
+}
+
+/// What a refusal must not change.
+fn state_of(app: &TestApp) -> Value {
+    let s = app.state.services().unwrap();
+    let audit = s
+        .acl
+        .audit_query(&AuditQuery {
+            user: None,
+            since: None,
+            until: None,
+            kind: None,
+            limit: Some(100_000),
+        })
+        .unwrap()
+        .len();
+    json!({
+        "audit": audit,
+        "mallory": s.acl.user("mallory").is_some(),
+        "u1": s.acl.user("u1"),
+        "doc1": s.acl.document_grants("doc1").unwrap(),
+        "new-doc": s.acl.ordinal("new-doc").unwrap(),
+        "doc1-deleted": s.retrieval.document("doc1").unwrap().map(|d| d.deleted_at_ms),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_answers_every_role_as_the_matrix_says_and_refusals_change_nothing() {
+    let app = TestApp::new();
+    let tokens: Vec<Option<String>> = vec![
+        None,
+        Some(local(&app, "u1", &["g1"], &[])),
+        Some(local(&app, "adm", &[], &[Role::Admin])),
+        Some(local(&app, "ops", &["g1"], &[Role::Operator])),
+        Some(local(&app, "aud", &["g1"], &[Role::Auditor])),
+        Some(local(&app, "prom", &[], &[Role::Metrics])),
+    ];
+    let put = app
+        .call(
+            Method::PUT,
+            "/v1/documents/doc1",
+            Some(&app.admin),
+            Some(
+                json!({"title": "Cheques", "text": "Cheques clear in two days.",
+                        "acl": {"users": [], "groups": ["g1"]}}),
+            ),
+        )
+        .await;
+    assert!(put.status.is_success(), "{}", put.text);
+
+    // Every route of the table is in the matrix and the other way round.
+    let mut table: Vec<(&str, &str)> = ROUTES.iter().map(|(m, r, _)| (*m, *r)).collect();
+    let mut matrix: Vec<(&str, &str)> = MATRIX.iter().map(|(m, r, _)| (*m, *r)).collect();
+    table.sort();
+    matrix.sort();
+    assert_eq!(
+        table, matrix,
+        "the role table and this matrix list different routes"
+    );
+
+    // Pass 1: every refusal; then nothing has changed.
+    let before = state_of(&app);
+    let mut checked = 0;
+    for refusals in [true, false] {
+        for (method, route, expect) in MATRIX {
+            for (who, (token, want)) in WHO.iter().zip(tokens.iter().zip(expect.chars())) {
+                let refused = matches!(want, 'u' | 'f' | 's');
+                if refused != refusals {
+                    continue;
+                }
+                let (path, body) = request(method, route);
+                let m = Method::from_bytes(method.as_bytes()).unwrap();
+                let r = app.call(m, &path, token.as_deref(), body).await;
+                let status = r.status.as_u16();
+                let ok = match want {
+                    'u' => status == 401,
+                    'f' | 's' => status == 403,
+                    _ => status != 401 && status != 403,
+                };
+                assert!(ok, "{method} {path} as {who}: {status} {}", r.text);
+                if want == 's' {
+                    assert!(r.text.contains("document content"), "{}", r.text);
+                }
+                checked += 1;
+            }
+        }
+        if refusals {
+            assert_eq!(
+                state_of(&app),
+                before,
+                "a refused request changed the state"
+            );
+        }
+    }
+    assert_eq!(checked, MATRIX.len() * WHO.len());
+    // The allowed pass did change things (so the refusal check above could have failed).
+    let s = app.state.services().unwrap();
+    assert!(s.acl.user("mallory").is_some());
+    assert!(s.acl.ordinal("new-doc").unwrap().is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_token_scrapes_metrics_and_nothing_else() {
+    let app = TestApp::new();
+    let prom = app.add_user("prometheus", &[], vec![Role::Metrics]);
+    let r = app.call(Method::GET, "/metrics", Some(&prom), None).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.contains("airlock_"), "{}", r.text);
+    for (m, path) in [
+        (Method::GET, "/v1/info"),
+        (Method::GET, "/v1/audit"),
+        (Method::GET, "/v1/conversations"),
+        (Method::GET, "/v1/documents/x"),
+    ] {
+        let r = app.call(m, path, Some(&prom), None).await;
+        assert_eq!(r.status, 403, "{path}: {}", r.text);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_auditor_reads_the_audit_log_and_the_last_admin_stays() {
+    let app = TestApp::new();
+    let aud = app.add_user("aud", &[], vec![Role::Auditor]);
+    let adm = app.add_user("adm", &[], vec![Role::Admin]);
+    let r = app
+        .call(Method::GET, "/v1/audit?user=aud&limit=10", Some(&aud), None)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let entries = r.json["entries"].as_array().unwrap();
+    assert!(!entries.is_empty(), "{}", r.text);
+    assert!(
+        entries
+            .iter()
+            .all(|e| e["user_id"] == "aud" || e["actor"] == "aud")
+    );
+    let bad = app
+        .call(Method::GET, "/v1/audit?kind=everything", Some(&aud), None)
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+
+    // Two admins: the test's admin may be demoted; then the last one may not demote itself.
+    let demote = |who: &str| {
+        (
+            format!("/v1/acl/users/{who}"),
+            json!({"groups": [], "roles": ["operator"]}),
+        )
+    };
+    let (path, body) = demote("admin");
+    let r = app.call(Method::PUT, &path, Some(&adm), Some(body)).await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let (path, body) = demote("adm");
+    let r = app.call(Method::PUT, &path, Some(&adm), Some(body)).await;
+    assert_eq!(r.status, 409, "{}", r.text);
+    assert_eq!(r.json["type"], "https://airlock.local/problems/conflict");
+    assert!(
+        app.state.services().unwrap().acl.user("adm").unwrap().roles == [Role::Admin],
+        "the refused demotion changed nothing"
+    );
+}
+
+#[test]
+fn the_cli_adds_role_users_and_keeps_the_last_admin() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .args(args)
+            .env_remove("AIRLOCK_DATA")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.success(), err)
+    };
+    assert!(run(&["user", "add", "root", "--data", data, "--role", "admin"]).0);
+    assert!(run(&["user", "add", "prom", "--data", data, "--role", "metrics"]).0);
+    let (ok, err) = run(&["user", "add", "x", "--data", data, "--role", "root"]);
+    assert!(!ok && err.contains("unknown role"), "{err}");
+    let (ok, err) = run(&["user", "remove", "root", "--data", data]);
+    assert!(
+        !ok && err.contains("last user with the admin role"),
+        "{err}"
+    );
+    // The metrics user is local (an IAM sync keeps it) and holds only its role.
+    let acl = airlock_acl::Acl::open(dir.path().join("airlock.db")).unwrap();
+    let prom = acl.user("prom").unwrap();
+    assert_eq!(prom.roles, [Role::Metrics]);
+    assert!(prom.local);
+    assert!(acl.user("root").is_some());
+}
