@@ -159,10 +159,17 @@ pub async fn completions(
         facets: state.config().facet_retrieval(),
     };
     let follow_ups = state.config().follow_up_query();
-    let rewrite = if ext.retrieval {
-        crate::rewrite::rewritten(follow_ups, &generator, &conversation, priority).await?
-    } else {
-        None
+    // The rewrite runs on the request's model when it is local, else on the default local one
+    // (a rack alias's retrieval query is still made on the appliance).
+    let rewriter = match &target {
+        Target::Local(g) => Some(g.clone()),
+        Target::Remote(_) => services.default_generator().cloned(),
+    };
+    let rewrite = match (&rewriter, ext.retrieval) {
+        (Some(g), true) => {
+            crate::rewrite::rewritten(follow_ups, g, &conversation, priority).await?
+        }
+        _ => None,
     };
     let rewrite_ms = rewrite.as_ref().map(|(_, ms)| *ms);
     let include_usage = req.stream_options.as_ref().is_some_and(|o| o.include_usage);
