@@ -15,7 +15,7 @@ SAMPLE="${AIRLOCK_SAMPLE_DATA:-$ROOT/../shared/datasets}"
 
 
 # --rack: also start a local llama.cpp server (llama-cpp-python[server], docs/OPERATIONS.md
-# section 14) serving the demo's SmolLM2 as the bank's "inference rack", offered to clients as
+# section 18) serving the demo's SmolLM2 as the bank's "inference rack", offered to clients as
 # the model `airlock-rack` (citations, ACL and the ladder unchanged). It stops with this script.
 RACK=0
 ARGS=()
