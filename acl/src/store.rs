@@ -441,9 +441,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut c = connect(&dir.path().join("a.db")).unwrap();
         migrate(&mut c).unwrap();
-        // A database as version 3 left it: `admin` was the only role.
+        // A database as version 3 left it: `admin` was the only role (and no sessions yet).
         c.execute_batch(
-            "DELETE FROM acl_schema_migrations WHERE version = 4;
+            "DELETE FROM acl_schema_migrations WHERE version >= 4;
+             DROP TABLE acl_sessions;
+             ALTER TABLE acl_tokens DROP COLUMN expires_us;
+             ALTER TABLE acl_tokens DROP COLUMN last_used_us;
              INSERT INTO acl_users VALUES ('root', 1, 0), ('u1', 0, 0);
              INSERT INTO acl_user_roles VALUES ('root', 'admin');",
         )
@@ -469,7 +472,7 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(versions, [1, 2, 3, 4]);
+        assert_eq!(versions, [1, 2, 3, 4, 5]);
         let mode: String = c
             .query_row("PRAGMA journal_mode", [], |r| r.get(0))
             .unwrap();

@@ -151,7 +151,10 @@ pub fn export(a: ExportArgs) -> anyhow::Result<bool> {
     }
     for (who, p) in [("requester", &requester), ("approver", &approver)] {
         if !may_approve(p) {
-            bail!("the {who} {} holds neither the operator nor the admin role", p.user_id);
+            bail!(
+                "the {who} {} holds neither the operator nor the admin role",
+                p.user_id
+            );
         }
     }
     let gate = match &a.baseline {
