@@ -25,6 +25,7 @@ pub mod metrics;
 pub mod models;
 pub mod openai;
 pub mod quota;
+pub mod rack_metrics;
 pub mod remote;
 pub mod rewrite;
 pub mod roles;

@@ -150,7 +150,7 @@ pub struct Metrics {
     /// `airlock_connections_refused_total{limit}`: connections refused at a connection limit.
     pub connections_refused: Family<LimitLabel, Counter>,
     /// The inference rack's metrics (remote generators, tokens by backend, fallbacks).
-    pub rack: crate::remote::RackMetrics,
+    pub rack: crate::rack_metrics::RackMetrics,
 }
 
 /// The stages reported in `airlock_retrieval_stage_seconds` (created at start so every scrape
@@ -219,7 +219,7 @@ impl Metrics {
             feedback_total: Family::default(),
             connections_open: Gauge::default(),
             connections_refused: Family::default(),
-            rack: crate::remote::RackMetrics::new(),
+            rack: crate::rack_metrics::RackMetrics::new(),
         };
         m.rack.register(&mut r);
         r.register(
