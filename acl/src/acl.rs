@@ -188,6 +188,105 @@ impl std::fmt::Debug for Acl {
     }
 }
 
+/// The user changes that make each listed user's groups what a sync says (an IAM snapshot's
+/// users, or the directory's): users to add, memberships to replace and, with
+/// `remove_unlisted`, the non-local users it does not list (never the last admin). Both syncs
+/// diff, write and apply users through this one piece.
+pub(crate) struct Memberships {
+    removed: Vec<Name>,
+    added: Vec<Name>,
+    regrouped: Vec<(Name, BTreeSet<Name>)>,
+}
+
+impl Memberships {
+    /// Diffs `users` (id, groups) against the model; fills the user counts of `counts`.
+    pub(crate) fn diff<U, G, S>(
+        m: &mut Model,
+        users: U,
+        remove_unlisted: bool,
+        counts: &mut SyncCounts,
+    ) -> Result<Self, Error>
+    where
+        U: IntoIterator<Item = (S, G)>,
+        G: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut desired: Vec<(Name, BTreeSet<Name>)> = Vec::new();
+        for (u, gs) in users {
+            let u = m.intern(u.as_ref());
+            let gs = gs.into_iter().map(|g| m.intern(g.as_ref())).collect();
+            desired.push((u, gs));
+        }
+        let removed: Vec<Name> = if remove_unlisted {
+            let named: HashSet<&Name> = desired.iter().map(|(u, _)| u).collect();
+            m.users
+                .iter()
+                .filter(|(u, r)| !r.local && !named.contains(u))
+                .map(|(u, _)| u.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        keep_an_admin(m, &removed.iter().map(|u| &**u).collect::<Vec<_>>())?;
+        let mut added = Vec::new();
+        let mut regrouped = Vec::new();
+        for (u, gs) in desired {
+            match m.users.get(&u) {
+                None => {
+                    counts.memberships_changed += gs.len();
+                    added.push(u.clone());
+                    regrouped.push((u, gs));
+                }
+                Some(rec) if rec.groups != gs => {
+                    counts.memberships_changed += rec.groups.symmetric_difference(&gs).count();
+                    regrouped.push((u, gs));
+                }
+                Some(_) => {}
+            }
+        }
+        for u in &removed {
+            counts.memberships_changed += m.users.get(u).map_or(0, |r| r.groups.len());
+        }
+        counts.users_added = added.len();
+        counts.users_removed = removed.len();
+        Ok(Memberships {
+            removed,
+            added,
+            regrouped,
+        })
+    }
+
+    /// Writes the rows (inside the sync's transaction).
+    pub(crate) fn write(&self, tx: &Transaction<'_>, context: &'static str) -> Result<(), Error> {
+        for u in &self.removed {
+            store::delete_user(tx, u).map_err(Error::db(context))?;
+        }
+        for u in &self.added {
+            store::insert_user(tx, u, false).map_err(Error::db(context))?;
+        }
+        for (u, gs) in &self.regrouped {
+            store::write_memberships(tx, u, gs).map_err(Error::db(context))?;
+        }
+        Ok(())
+    }
+
+    /// Applies the changes to the model once the rows are written.
+    pub(crate) fn apply(self, m: &mut Model, p: &mut Pending) {
+        for u in self.removed {
+            m.remove_user(&u);
+            p.touched.users.insert(u);
+            p.tokens_changed = true;
+        }
+        for u in self.added {
+            m.insert_user(u, false);
+        }
+        for (u, gs) in self.regrouped {
+            m.set_user_groups(&u, gs);
+            p.touched.users.insert(u);
+        }
+    }
+}
+
 /// Refuses a change that would leave no user with the `admin` role: `losing` are the admins it
 /// removes or demotes.
 fn keep_an_admin(m: &Model, losing: &[&str]) -> Result<(), Error> {
@@ -906,41 +1005,11 @@ fn apply_snapshot(
     let mut counts = SyncCounts::default();
 
     // Users.
-    let mut desired: Vec<(Name, BTreeSet<Name>)> = Vec::with_capacity(snap.users.len());
-    for (u, gs) in &snap.users {
-        let u = m.intern(u);
-        let gs = gs.iter().map(|g| m.intern(g)).collect();
-        desired.push((u, gs));
-    }
-    let named: HashSet<&Name> = desired.iter().map(|(u, _)| u).collect();
-    let removed: Vec<Name> = m
+    let listed = snap
         .users
         .iter()
-        .filter(|(u, r)| !r.local && !named.contains(u))
-        .map(|(u, _)| u.clone())
-        .collect();
-    keep_an_admin(m, &removed.iter().map(|u| &**u).collect::<Vec<_>>())?;
-    let mut added = Vec::new();
-    let mut regrouped = Vec::new();
-    for (u, gs) in &desired {
-        match m.users.get(u) {
-            None => {
-                counts.memberships_changed += gs.len();
-                added.push(u.clone());
-                regrouped.push((u.clone(), gs.clone()));
-            }
-            Some(rec) if rec.groups != *gs => {
-                counts.memberships_changed += rec.groups.symmetric_difference(gs).count();
-                regrouped.push((u.clone(), gs.clone()));
-            }
-            Some(_) => {}
-        }
-    }
-    for u in &removed {
-        counts.memberships_changed += m.users.get(u).map_or(0, |r| r.groups.len());
-    }
-    counts.users_added = added.len();
-    counts.users_removed = removed.len();
+        .map(|(u, gs)| (&**u, gs.iter().map(|g| &**g)));
+    let users = Memberships::diff(m, listed, true, &mut counts)?;
 
     // Documents: resolve ordinals (cache first, then the table, assigning new ones).
     let mut ords = Vec::with_capacity(snap.docs.len());
@@ -993,15 +1062,7 @@ fn apply_snapshot(
 
     // Rows.
     let e = || Error::db("applying an IAM snapshot");
-    for u in &removed {
-        store::delete_user(tx, u).map_err(e())?;
-    }
-    for u in &added {
-        store::insert_user(tx, u, false).map_err(e())?;
-    }
-    for (u, gs) in &regrouped {
-        store::write_memberships(tx, u, gs).map_err(e())?;
-    }
+    users.write(tx, "applying an IAM snapshot")?;
     let empty = Grant::default();
     for (o, g) in &changed_grants {
         let old = m.grants.get(o).unwrap_or(&empty);
@@ -1014,18 +1075,7 @@ fn apply_snapshot(
         let id = m.intern(&snap.docs[i].0);
         m.ordinals.insert(id, o);
     }
-    for u in removed {
-        m.remove_user(&u);
-        p.touched.users.insert(u);
-        p.tokens_changed = true;
-    }
-    for u in added {
-        m.insert_user(u, false);
-    }
-    for (u, gs) in regrouped {
-        m.set_user_groups(&u, gs);
-        p.touched.users.insert(u);
-    }
+    users.apply(m, p);
     for (o, g) in changed_grants {
         m.set_grant(o, g, &mut p.touched);
     }

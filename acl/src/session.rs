@@ -19,11 +19,11 @@ use rusqlite::{Connection, params};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::acl::{Acl, Actor};
+use crate::acl::{Acl, Actor, Memberships};
 use crate::audit::{AuditKind, Record};
 use crate::error::{Error, IdKind, check_id};
 use crate::model::{Model, Name};
-use crate::store::{self, now_us};
+use crate::store::now_us;
 use crate::view::Principal;
 use crate::{SyncCounts, token};
 
@@ -498,65 +498,12 @@ fn apply_directory(
     full: bool,
 ) -> Result<SyncCounts, Error> {
     let mut counts = SyncCounts::default();
-    let mut desired: Vec<(Name, BTreeSet<Name>)> = Vec::with_capacity(users.len());
-    for (u, gs) in users {
-        let u = m.intern(u);
-        let gs = gs.iter().map(|g| m.intern(g)).collect();
-        desired.push((u, gs));
-    }
-    let removed: Vec<Name> = if full {
-        let named: std::collections::HashSet<&Name> = desired.iter().map(|(u, _)| u).collect();
-        m.users
-            .iter()
-            .filter(|(u, r)| !r.local && !named.contains(u))
-            .map(|(u, _)| u.clone())
-            .collect()
-    } else {
-        Vec::new()
-    };
-    let mut added = Vec::new();
-    let mut regrouped = Vec::new();
-    for (u, gs) in desired {
-        match m.users.get(&u) {
-            None => {
-                counts.memberships_changed += gs.len();
-                added.push(u.clone());
-                regrouped.push((u, gs));
-            }
-            Some(rec) if rec.groups != gs => {
-                counts.memberships_changed += rec.groups.symmetric_difference(&gs).count();
-                regrouped.push((u, gs));
-            }
-            Some(_) => {}
-        }
-    }
-    for u in &removed {
-        counts.memberships_changed += m.users.get(u).map_or(0, |r| r.groups.len());
-    }
-    counts.users_added = added.len();
-    counts.users_removed = removed.len();
-    let e = || Error::db("applying directory memberships");
-    for u in &removed {
-        store::delete_user(tx, u).map_err(e())?;
-    }
-    for u in &added {
-        store::insert_user(tx, u, false).map_err(e())?;
-    }
-    for (u, gs) in &regrouped {
-        store::write_memberships(tx, u, gs).map_err(e())?;
-    }
-    for u in removed {
-        m.remove_user(&u);
-        p.touched.users.insert(u);
-        p.tokens_changed = true;
-    }
-    for u in added {
-        m.insert_user(u, false);
-    }
-    for (u, gs) in regrouped {
-        m.set_user_groups(&u, gs);
-        p.touched.users.insert(u);
-    }
+    let listed = users
+        .iter()
+        .map(|(u, gs)| (u.as_str(), gs.iter().map(String::as_str)));
+    let changes = Memberships::diff(m, listed, full, &mut counts)?;
+    changes.write(tx, "applying directory memberships")?;
+    changes.apply(m, p);
     Ok(counts)
 }
 
@@ -582,7 +529,7 @@ mod tests {
         assert!(c.csrf_matches(&s.csrf));
         assert!(!c.csrf_matches(&s.token));
         // Only digests are stored.
-        let conn = store::connect(&dir.path().join("a.db")).unwrap();
+        let conn = crate::store::connect(&dir.path().join("a.db")).unwrap();
         let stored: String = conn
             .query_row(
                 "SELECT session_sha256 || csrf_sha256 FROM acl_sessions",
