@@ -86,6 +86,77 @@ fn jsonl<T: serde::Serialize>(items: &[T]) -> String {
         .collect()
 }
 
+/// The fixed key the `eval_export` target verifies against.
+pub fn export_key() -> airlock_signing::KeyPair {
+    airlock_signing::KeyPair::from_seed([0x42; 32])
+}
+
+/// Target `eval_export`: `data` is read as an export file (`airlock eval verify-export`, the
+/// file an auditor receives). Invariant: a file that verifies is exactly what signing its
+/// summary again writes (canonical form, deterministic Ed25519), so no other byte string can
+/// pass for it; anything else is refused with an error, never a panic.
+pub fn eval_export(data: &[u8]) {
+    let key = export_key();
+    if let Ok(summary) = crate::export::verify(data, &key.public()) {
+        assert_eq!(
+            crate::export::sign(&summary, &key),
+            data,
+            "a verified export is canonical"
+        );
+    }
+}
+
+/// A valid export signed by [`export_key`] (the generated seed of `eval_export`).
+pub fn export_seed() -> Vec<u8> {
+    use crate::export::{Approval, ExportContext, ExportSummary};
+    let key = export_key();
+    let case = |id: &str, kind: &str, hit: Option<bool>| crate::metrics::CaseScore {
+        id: id.into(),
+        kind: kind.into(),
+        phase: "v1".into(),
+        ndcg_10: Some(0.5),
+        recall_10: Some(1.0),
+        recall_100: None,
+        mrr_10: Some(0.5),
+        answer_hit: hit,
+        citation_precision: Some(1.0),
+        citation_recall: Some(0.5),
+        abstained: hit.is_none().then_some(true),
+        leaks: Vec::new(),
+        error: None,
+        retrieved: Vec::new(),
+        cited: Vec::new(),
+        answer: None,
+    };
+    let mut lat = std::collections::BTreeMap::new();
+    lat.insert("chat".to_string(), vec![120.0, 340.0]);
+    let report = crate::gate::Report::new(
+        "seed",
+        Some("0.1.0".into()),
+        Some(0),
+        vec![
+            case("a", "answerable", Some(true)),
+            case("b", "acl_denied", None),
+        ],
+        &lat,
+    );
+    let summary = ExportSummary::of(
+        &report,
+        ExportContext {
+            appliance_id: key.key_id().as_str().to_string(),
+            created_at: "2026-12-01T00:00:00Z".into(),
+            set_digest: "sha256:00".into(),
+            manifest_digest: None,
+            gate: None,
+            approval: Approval {
+                requested_by: "olga".into(),
+                approved_by: "adam".into(),
+            },
+        },
+    );
+    crate::export::sign(&summary, &key)
+}
+
 #[cfg(test)]
 #[path = "../../fuzz/replay.rs"]
 mod replay;
@@ -97,5 +168,13 @@ mod tests {
     #[test]
     fn golden_jsonl_corpus_and_mutations() {
         replay::run("golden_jsonl", &[], 3000, golden_jsonl);
+    }
+
+    #[test]
+    fn eval_export_seed_and_mutations() {
+        let seed = export_seed();
+        eval_export(&seed);
+        assert!(crate::export::verify(&seed, &export_key().public()).is_ok());
+        replay::run("eval_export", &[seed], 1000, eval_export);
     }
 }
