@@ -98,6 +98,27 @@ pub fn chat_body(data: &[u8]) {
     assert!(!built.is_empty());
 }
 
+/// Target `rack_stream`: `data` is what an upstream engine (the bank's inference rack) sent on
+/// a chat stream. It is cut into SSE events as the remote generator cuts it and each event is
+/// parsed. Invariants: each event ends inside the buffer and after its start; a parsed chunk's
+/// text piece is never empty; nothing panics on any byte string (the rack is outside data).
+pub fn rack_stream(data: &[u8]) {
+    use crate::remote::stream::{Parsed, event_end, parse_event};
+    let mut rest = data;
+    while let Some(end) = event_end(rest) {
+        assert!(
+            end > 0 && end <= rest.len(),
+            "event end {end} of {}",
+            rest.len()
+        );
+        if let Parsed::Chunk { piece: Some(p), .. } = parse_event(&rest[..end]) {
+            assert!(!p.is_empty());
+        }
+        rest = &rest[end..];
+    }
+    let _ = parse_event(rest);
+}
+
 #[cfg(test)]
 #[path = "../../fuzz/replay.rs"]
 mod replay;
@@ -109,5 +130,14 @@ mod tests {
     #[test]
     fn chat_body_corpus_and_mutations() {
         replay::run("chat_body", &[], 3000, chat_body);
+    }
+
+    #[test]
+    fn rack_stream_seeds_and_mutations() {
+        let seed = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n\
+: ping\r\n\r\ndata: {\"error\":{\"message\":\"x\"}}\n\n\
+data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3}}\n\n\
+data: [DONE]\n\n";
+        replay::run("rack_stream", &[seed.to_vec()], 2000, rack_stream);
     }
 }

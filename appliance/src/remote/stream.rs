@@ -228,7 +228,7 @@ impl RemoteStream {
 
 /// What one SSE event of an OpenAI-compatible chat stream says.
 #[derive(Debug, PartialEq)]
-enum Parsed {
+pub(crate) enum Parsed {
     /// A comment (ping) or an event without data.
     Nothing,
     /// `data: [DONE]`.
@@ -243,7 +243,7 @@ enum Parsed {
     },
 }
 
-fn parse_event(raw: &[u8]) -> Parsed {
+pub(crate) fn parse_event(raw: &[u8]) -> Parsed {
     let text = String::from_utf8_lossy(raw);
     // One JSON object per event; multi-line data is joined as the SSE spec says.
     let data: Vec<&str> = text
@@ -291,7 +291,7 @@ fn parse_event(raw: &[u8]) -> Parsed {
 }
 
 /// The end (after the blank line) of the first complete SSE event in `buf`.
-fn event_end(buf: &[u8]) -> Option<usize> {
+pub(crate) fn event_end(buf: &[u8]) -> Option<usize> {
     let lf = buf.windows(2).position(|w| w == b"\n\n").map(|p| p + 2);
     let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4);
     match (lf, crlf) {
