@@ -126,6 +126,12 @@ pub struct Ask<'a> {
 pub struct Shown {
     /// The retrieval query built from the conversation.
     pub query: String,
+    /// A follow-up resolved into a stand-alone question by [`FollowUps::Carry`]: the prompt
+    /// asks it instead of the elliptical last message, without the earlier turns (the
+    /// "condensed question" design: the small generator otherwise answers the previous turn's
+    /// question again, or copies its figure from the earlier answer). `None` when the last
+    /// message stood alone.
+    pub stand_alone: Option<String>,
     /// The chunks shown (retrieve: best first; chat: the prompt sources in prompt order,
     /// source `n` is `chunks[n - 1]`). Each passed the re-check and is audited as shown.
     pub chunks: Vec<SearchResult>,
@@ -143,6 +149,19 @@ pub struct Shown {
 impl Shown {
     /// The prompt for `conversation` with these chunks as its sources.
     pub fn prompt(&self, conversation: &[(Role, String)]) -> Vec<(Role, String)> {
+        let condensed: Vec<(Role, String)>;
+        let conversation = match &self.stand_alone {
+            Some(q) => {
+                condensed = conversation
+                    .iter()
+                    .filter(|(r, _)| *r == Role::System)
+                    .cloned()
+                    .chain(std::iter::once((Role::User, q.clone())))
+                    .collect();
+                &condensed[..]
+            }
+            None => conversation,
+        };
         let sources: Vec<Source<'_>> = self
             .chunks
             .iter()
@@ -236,11 +255,15 @@ impl AnswerPath {
     /// show and audits it. Blocking.
     pub fn run(&self, ask: &Ask<'_>, meter: &dyn Meter) -> Result<Shown, Error> {
         let query = query::retrieval_query(ask.conversation, ask.follow_ups);
+        let stand_alone = (ask.follow_ups == FollowUps::Carry
+            && prompt::last_user_text(ask.conversation).is_some_and(|last| last != query))
+        .then(|| query.clone());
         let mut shown = match ask.purpose {
             Purpose::Retrieve => {
                 let r = self.retrieve(ask, &query, meter)?;
                 Shown {
                     query,
+                    stand_alone: None,
                     chunks: r.chunks,
                     dropped: r.dropped,
                     timings: r.timings,
@@ -250,6 +273,7 @@ impl AnswerPath {
             }
             Purpose::Chat(sel) => self.chat_sources(ask, query, sel, meter)?,
         };
+        shown.stand_alone = stand_alone;
         if !shown.chunks.is_empty() {
             let mut ids: Vec<&str> = shown.chunks.iter().map(|c| c.doc_id.as_str()).collect();
             ids.sort_unstable();
@@ -325,11 +349,63 @@ impl AnswerPath {
         let chunks = select::interleave(per_question, ask.k);
         Ok(Shown {
             query,
+            stand_alone: None,
             chunks,
             dropped,
             timings: timings.unwrap_or_default(),
             selection_ms,
             anchors: Default::default(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shown(query: &str, stand_alone: Option<&str>) -> Shown {
+        Shown {
+            query: query.to_string(),
+            stand_alone: stand_alone.map(str::to_string),
+            chunks: Vec::new(),
+            dropped: 0,
+            timings: StageTimings::default(),
+            selection_ms: 0.0,
+            anchors: Default::default(),
+        }
+    }
+
+    fn conversation() -> Vec<(Role, String)> {
+        vec![
+            (Role::System, "Answer in English.".to_string()),
+            (
+                Role::User,
+                "What is the break fee in Project Fomalhaut?".to_string(),
+            ),
+            (
+                Role::Assistant,
+                "The break fee is USD 2,350,000 [1].".to_string(),
+            ),
+            (Role::User, "And the exclusivity period?".to_string()),
+        ]
+    }
+
+    #[test]
+    fn a_resolved_follow_up_is_asked_stand_alone_without_the_earlier_turns() {
+        let q = "And the exclusivity period? Project Fomalhaut";
+        let p = shown(q, Some(q)).prompt(&conversation());
+        assert_eq!(p.len(), 2, "system and one user turn: {p:?}");
+        assert_eq!(p[0].0, Role::System);
+        assert!(p[0].1.ends_with("Answer in English."), "client system kept");
+        assert_eq!(p[1].0, Role::User);
+        assert!(p[1].1.ends_with(&format!("Question: {q}")), "{}", p[1].1);
+        assert!(!p.iter().any(|(_, t)| t.contains("2,350,000")));
+    }
+
+    #[test]
+    fn a_question_that_stood_alone_keeps_the_conversation() {
+        let p = shown("And the exclusivity period?", None).prompt(&conversation());
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(p[3].1.ends_with("Question: And the exclusivity period?"));
     }
 }
