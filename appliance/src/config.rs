@@ -335,6 +335,10 @@ pub struct Config {
     #[arg(skip)]
     pub ldap: Option<crate::ldap::LdapConfig>,
 
+    /// `[oidc]`: OIDC sign-in (`GET /v1/auth/oidc/login`); TOML only.
+    #[arg(skip)]
+    pub oidc: Option<crate::oidc::OidcConfig>,
+
     /// `[sessions]`: sign-in session lifetimes; TOML only.
     #[arg(skip)]
     pub sessions: Option<crate::session::SessionConfig>,
@@ -438,6 +442,7 @@ impl fmt::Debug for Config {
             .field("log_format", &self.log_format)
             .field("remote_generators", &self.remote_generators)
             .field("ldap", &self.ldap)
+            .field("oidc", &self.oidc)
             .field("sessions", &self.sessions)
             .field("allow_plain_http", &self.allow_plain_http)
             .field("tls", &self.tls)
@@ -557,6 +562,7 @@ impl Config {
             trusted_header: self.trusted_header.or(lower.trusted_header),
             trusted_header_secret: self.trusted_header_secret.or(lower.trusted_header_secret),
             ldap: self.ldap.or(lower.ldap),
+            oidc: self.oidc.or(lower.oidc),
             sessions: self.sessions.or(lower.sessions),
             log_format: self.log_format.or(lower.log_format),
             remote_generators: if self.remote_generators.is_empty() {
@@ -664,6 +670,9 @@ impl Config {
         }
         if let Some(l) = &self.ldap {
             l.validate().map_err(|(f, r)| invalid(f, r))?;
+        }
+        if let Some(o) = &self.oidc {
+            o.validate().map_err(|(f, r)| invalid(f, r))?;
         }
         self.sessions().validate().map_err(|(f, r)| invalid(f, r))?;
         if self.ladder_step_down.as_ref().is_some_and(|v| v.len() != 5) {

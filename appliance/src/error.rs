@@ -126,6 +126,12 @@ pub enum ApiError {
         "a state-changing request with a session cookie needs the session's X-Airlock-CSRF header"
     )]
     CsrfRequired,
+    /// OIDC sign-in: a check of the callback failed (state, code, ID token); nothing changed.
+    #[error("the OIDC sign-in was refused: {0}")]
+    OidcRefused(String),
+    /// OIDC sign-in: the identity provider cannot be reached or failed; the cause is logged.
+    #[error("the identity provider is unavailable: {0}")]
+    IdpUnavailable(String),
 }
 
 impl ApiError {
@@ -171,6 +177,8 @@ impl ApiError {
                 ("login-rate-limited", StatusCode::TOO_MANY_REQUESTS)
             }
             ApiError::CsrfRequired => ("csrf-failed", StatusCode::FORBIDDEN),
+            ApiError::OidcRefused(_) => ("oidc-refused", StatusCode::UNAUTHORIZED),
+            ApiError::IdpUnavailable(_) => ("idp-unavailable", StatusCode::SERVICE_UNAVAILABLE),
         }
     }
 
@@ -214,6 +222,9 @@ impl ApiError {
                 | ApiError::TooManyConnections => self.to_string(),
                 ApiError::DirectoryUnavailable(_) => {
                     "the directory is unavailable; retry later".to_string()
+                }
+                ApiError::IdpUnavailable(_) => {
+                    "the identity provider is unavailable; retry later".to_string()
                 }
                 _ => "the request could not be completed; the cause is logged under its request id"
                     .to_string(),

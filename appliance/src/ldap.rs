@@ -236,7 +236,7 @@ fn url_host(url: &str) -> Option<&str> {
 }
 
 /// Reads the bind password: the file must be readable by its owner only.
-fn read_secret(path: &Path) -> Result<String, String> {
+pub(crate) fn read_secret(path: &Path) -> Result<String, String> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if meta.mode() & 0o077 != 0 {
@@ -255,7 +255,7 @@ fn read_secret(path: &Path) -> Result<String, String> {
 }
 
 /// A rustls client configuration trusting only the certificates in `ca_file`.
-fn tls_config(ca_file: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
+pub(crate) fn tls_config(ca_file: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();

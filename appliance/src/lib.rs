@@ -23,6 +23,7 @@ pub mod ladder;
 pub mod ldap;
 pub mod metrics;
 pub mod models;
+pub mod oidc;
 pub mod openai;
 pub mod quota;
 pub mod rack_metrics;

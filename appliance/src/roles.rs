@@ -77,6 +77,8 @@ pub const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/v1/acl/sync/ldap", OPERATOR),
     ("POST", "/v1/auth/login", Access::Public),
     ("POST", "/v1/auth/logout", Access::Signed),
+    ("GET", "/v1/auth/oidc/login", Access::Public),
+    ("GET", "/v1/auth/oidc/callback", Access::Public),
     ("PUT", "/v1/acl/users/{user_id}", ADMIN),
     ("POST", "/v1/acl/users/{user_id}/token", ADMIN),
 ];

@@ -17,6 +17,7 @@ struct Inner {
     admission: Admission,
     services: ArcSwapOption<Services>,
     logins: crate::session::LoginLimiter,
+    oidc: std::sync::OnceLock<Arc<crate::oidc::Oidc>>,
 }
 
 /// Cheap-to-clone handle on everything a handler needs.
@@ -38,6 +39,7 @@ impl AppState {
                 admission,
                 services: ArcSwapOption::empty(),
                 logins: crate::session::LoginLimiter::default(),
+                oidc: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -79,6 +81,17 @@ impl AppState {
     /// The failed sign-in counters (in memory).
     pub fn logins(&self) -> &crate::session::LoginLimiter {
         &self.inner.logins
+    }
+
+    /// Installs the discovered OIDC provider (`[oidc]`); a second call changes nothing.
+    pub fn set_oidc(&self, oidc: Arc<crate::oidc::Oidc>) {
+        let _ = self.inner.oidc.set(oidc);
+    }
+
+    /// The OIDC provider when `[oidc]` is configured and discovered (`display_name()` and
+    /// `login_url()` are what `GET /v1/auth/methods` reports).
+    pub fn oidc(&self) -> Option<&Arc<crate::oidc::Oidc>> {
+        self.inner.oidc.get()
     }
 
     /// Whether start-up has completed.

@@ -79,7 +79,9 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
     // The set-up never dials the rack (the `airlock serve` exec'd afterwards checks it, with
     // the same AIRLOCK_CONFIG), but Landlock domains survive exec: the set-up's must already
     // allow the rack's ports, or the daemon's could not.
-    let rack_ports = super::serve::rack_ports(&config);
+    // The same for the OIDC provider's endpoints (discovered here, before the lockdown).
+    let oidc = super::serve::discover_oidc(&config)?;
+    let rack_ports = super::serve::egress_ports(&config, oidc.as_deref());
     config.remote_generators.clear();
     lock_down_setup(&data, &rack_ports, config.require_sandbox())?;
 

@@ -36,15 +36,44 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config.load()?;
     init_tracing(config.json_logs());
     tracing::info!(config = ?config, "starting");
+    // OIDC discovery first (it names the token and JWKS endpoints the lockdown must allow),
+    // still on this one thread.
+    let oidc = discover_oidc(&config)?;
     // Egress lockdown while the process is still single-threaded: the runtime, the engine
     // threads and the ladder thread created below inherit it.
-    lock_down(&config)?;
+    lock_down_with(&config, &egress_ports(&config, oidc.as_deref()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("airlock-http")
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(serve(config))
+    runtime.block_on(serve(config, oidc))
+}
+
+/// `[oidc]`: discovery and the JWKS, fetched on the calling thread without starting one (so
+/// before the egress lockdown); a provider that cannot be discovered stops the start.
+pub(crate) fn discover_oidc(
+    config: &Config,
+) -> anyhow::Result<Option<std::sync::Arc<crate::oidc::Oidc>>> {
+    let Some(cfg) = config.oidc.clone() else {
+        return Ok(None);
+    };
+    let issuer = cfg.issuer.clone();
+    let oidc = crate::oidc::Oidc::discover_blocking(cfg)
+        .with_context(|| format!("refusing to start: OIDC discovery at {issuer} failed"))?;
+    Ok(Some(std::sync::Arc::new(oidc)))
+}
+
+/// The ports outbound TCP stays allowed to: the rack's replicas and the OIDC provider's
+/// issuer, token and JWKS endpoints.
+pub(crate) fn egress_ports(config: &Config, oidc: Option<&crate::oidc::Oidc>) -> Vec<u16> {
+    let mut ports = rack_ports(config);
+    if let Some(o) = oidc {
+        ports.extend(o.endpoints().into_iter().map(|(_, port)| port));
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
 }
 
 /// Applies the egress lockdown to the calling thread and every thread it starts afterwards, as
@@ -53,9 +82,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 pub(crate) fn lock_down(config: &Config) -> anyhow::Result<()> {
     // Outbound TCP only to the inference rack's ports (its host:port pairs are the only
     // addresses the daemon dials).
+    lock_down_with(config, &rack_ports(config))
+}
+
+/// [`lock_down`] with outbound TCP allowed to `ports`.
+fn lock_down_with(config: &Config, ports: &[u16]) -> anyhow::Result<()> {
     match crate::sandbox::lock_down_daemon_allowing(
         &config.data_dir(),
-        &rack_ports(config),
+        ports,
         config.require_sandbox(),
     ) {
         Ok(_) => Ok(()),
@@ -86,7 +120,10 @@ pub(crate) fn rack_ports(config: &Config) -> Vec<u16> {
     ports
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+async fn serve(
+    config: Config,
+    oidc: Option<std::sync::Arc<crate::oidc::Oidc>>,
+) -> anyhow::Result<()> {
     let addr = config.addr();
     let grace = config.shutdown_grace();
     let tls = if config.tls.enabled() {
@@ -104,6 +141,9 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!(%addr, scheme, "listening (not ready until start-up completes)");
     let state = AppState::starting(config.clone());
+    if let Some(o) = oidc {
+        state.set_oidc(o);
+    }
 
     // Start-up runs beside the listener so /healthz answers while models load.
     let loader_state = state.clone();

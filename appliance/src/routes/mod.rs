@@ -29,6 +29,7 @@ pub mod documents;
 pub mod feedback;
 pub mod health;
 pub mod models;
+pub mod oidc;
 pub mod retrieve;
 pub mod ui;
 
@@ -72,6 +73,8 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/acl/sync/ldap", post(auth::sync))
         .route("/v1/auth/login", post(auth::login))
         .route("/v1/auth/logout", post(auth::logout))
+        .route("/v1/auth/oidc/login", get(oidc::login))
+        .route("/v1/auth/oidc/callback", get(oidc::callback))
         .merge(ui::routes())
         // Who may call what (crate::roles::ROUTES), before any handler and its body extractor.
         .route_layer(middleware::from_fn_with_state(

@@ -15,6 +15,7 @@ mod ingest_crash;
 mod ladder;
 mod ldap;
 mod llama_server;
+mod oidc;
 mod purge;
 mod rack;
 mod refusals;

@@ -54,6 +54,8 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("POST", "/v1/acl/sync/ldap", "uffoff"),
     ("POST", "/v1/auth/login", "oooooo"),
     ("POST", "/v1/auth/logout", "uoooof"),
+    ("GET", "/v1/auth/oidc/login", "oooooo"),
+    ("GET", "/v1/auth/oidc/callback", "oooooo"),
     ("PUT", "/v1/acl/users/{user_id}", "ufofff"),
     ("POST", "/v1/acl/users/{user_id}/token", "ufofff"),
 ];

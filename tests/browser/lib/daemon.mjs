@@ -74,10 +74,10 @@ export function tail(file, lines = 40) {
  * A running daemon.
  * @param {string} bin path to the `airlock` binary
  */
-export async function startDaemon(bin) {
+export async function startDaemon(bin, opts = {}) {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'airlock-ui-test-'));
   const log = path.join(dataDir, 'daemon.log');
-  const port = await freePort();
+  const port = opts.port ?? (await freePort());
   // Short prompts and answers keep the small model quick on 2 cores; a long idle timeout keeps
   // a slow prefill on a loaded machine from ending the stream before its first token.
   const env = {
