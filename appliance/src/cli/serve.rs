@@ -51,11 +51,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// configured: refuses to start when `require_sandbox` is set and the kernel cannot enforce it,
 /// otherwise warns and goes on.
 pub(crate) fn lock_down(config: &Config) -> anyhow::Result<()> {
-    // Outbound TCP only to the inference rack's ports (its host:port pairs are the only
-    // addresses the daemon dials).
+    // Outbound TCP only to the inference rack's and the directory's ports (their host:port
+    // pairs are the only addresses the daemon dials).
     match crate::sandbox::lock_down_daemon_allowing(
         &config.data_dir(),
-        &rack_ports(config),
+        &egress_ports(config),
         config.require_sandbox(),
     ) {
         Ok(_) => Ok(()),
@@ -81,6 +81,22 @@ pub(crate) fn rack_ports(config: &Config) -> Vec<u16> {
         .flat_map(crate::remote::RemoteGenerator::endpoints)
         .map(|(_, port)| port)
         .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// Every TCP port the daemon dials: the rack's ([`rack_ports`]) and the `[ldap]` directory's
+/// (the lockdown's allowlist; docs/OPERATIONS.md "What the box talks to").
+pub(crate) fn egress_ports(config: &Config) -> Vec<u16> {
+    let mut ports = rack_ports(config);
+    ports.extend(
+        config
+            .ldap
+            .as_ref()
+            .and_then(crate::ldap::LdapConfig::endpoint)
+            .map(|(_, port)| port),
+    );
     ports.sort_unstable();
     ports.dedup();
     ports
