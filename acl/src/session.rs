@@ -674,6 +674,45 @@ mod tests {
     }
 
     #[test]
+    fn sessions_a_change_ends_are_audited_with_it() {
+        use crate::{AuditKind, AuditQuery};
+        let (_dir, acl) = acl();
+        for u in ["u1", "u2"] {
+            acl.add_user("t", u, &NewUser::default()).unwrap();
+        }
+        for u in ["u1", "u1", "u2"] {
+            acl.create_session(u, Duration::from_secs(60)).unwrap();
+        }
+        let sign_ins = || {
+            acl.audit_query(&AuditQuery {
+                kind: Some(AuditKind::SignIn),
+                ..AuditQuery::default()
+            })
+            .unwrap()
+        };
+        acl.remove_user("t", "u2").unwrap();
+        let e = sign_ins();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].user_id.as_deref(), Some("u2"));
+        assert_eq!(
+            e[0].detail,
+            json!({"method": "session", "outcome": "sessions_ended", "ended_by": "user_remove",
+                   "sessions": 1})
+        );
+        // An IAM snapshot that no longer lists u1 ends both of u1's sessions.
+        acl.sync_snapshot("t", &b"{\"user\": \"u3\", \"groups\": []}\n"[..])
+            .unwrap();
+        let e = sign_ins();
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[1].user_id.as_deref(), Some("u1"));
+        assert_eq!(e[1].detail["ended_by"], "iam_sync");
+        assert_eq!(e[1].detail["sessions"], 2);
+        // A change that removes nobody with a session writes no sign-in entry.
+        acl.remove_user("t", "u3").unwrap();
+        assert_eq!(sign_ins().len(), 2);
+    }
+
+    #[test]
     fn tokens_expire_are_listed_and_revoked() {
         let (_dir, acl) = acl();
         acl.add_user("t", "u1", &NewUser::default()).unwrap();
