@@ -910,7 +910,19 @@ impl Acl {
         let prepared = prepare(&w.model, &self.view.load(), pending);
         let recompute_ms = t.elapsed().as_millis() as u64;
         let rec = record(&value, prepared.access_changed);
+        // Sessions of users this change removes end with it: one sign-in entry per user, in the
+        // change's transaction.
+        let ended = if users_may_be_gone {
+            self.sessions.lock().ending(&w.model)
+        } else {
+            Vec::new()
+        };
         let committed = audit::append(&tx, &rec)
+            .and_then(|()| {
+                ended
+                    .iter()
+                    .try_for_each(|(u, n)| audit::append(&tx, &sessions_ended(&rec, u, *n)))
+            })
             .and_then(|()| tx.commit().map_err(Error::db("committing a change")));
         if let Err(e) = committed {
             w.stale = true;
@@ -942,6 +954,31 @@ impl Acl {
             tokens: prepared.tokens.unwrap_or_else(|| old.tokens.clone()),
         }));
         Ok((value, prepared.access_changed))
+    }
+}
+
+/// The audit entry of `n` sessions of `user` ended by the change `cause` (a sync that no longer
+/// lists the user, `user remove`).
+fn sessions_ended<'r>(cause: &Record<'r>, user: &'r str, n: usize) -> Record<'r> {
+    let by = match cause.kind {
+        AuditKind::Sync => match cause.detail.get("source").and_then(|s| s.as_str()) {
+            Some(source) => format!("{source}_sync"),
+            None => "iam_sync".to_owned(),
+        },
+        _ => cause
+            .detail
+            .get("action")
+            .and_then(|a| a.as_str())
+            .unwrap_or(cause.kind.as_str())
+            .to_owned(),
+    };
+    Record {
+        kind: AuditKind::SignIn,
+        actor: cause.actor,
+        user_id: Some(user),
+        request_id: cause.request_id,
+        detail: json!({"method": "session", "outcome": "sessions_ended", "ended_by": by,
+                       "sessions": n}),
     }
 }
 

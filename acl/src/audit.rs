@@ -1,5 +1,5 @@
 //! The append-only audit log of access decisions that matter: documents shown to a user for a
-//! request, re-check drops, IAM syncs with their counts, and admin changes. Ids only, never
+//! request, re-check drops, IAM syncs with their counts, admin changes, and sign-ins. Ids only, never
 //! content. Triggers in the schema refuse `UPDATE` and `DELETE` on the table.
 
 use rusqlite::{Connection, params, types::Value};
@@ -21,6 +21,9 @@ pub enum AuditKind {
     Sync,
     /// An admin change: users, roles, tokens, document grants.
     Admin,
+    /// A sign-in, a refused sign-in, a logout, or sessions ended because their user was removed
+    /// (`{"method", "outcome", ...}`; never a password, cookie or token).
+    SignIn,
 }
 
 impl AuditKind {
@@ -31,6 +34,7 @@ impl AuditKind {
             AuditKind::RecheckDrop => "recheck_drop",
             AuditKind::Sync => "sync",
             AuditKind::Admin => "admin",
+            AuditKind::SignIn => "sign_in",
         }
     }
 
@@ -40,6 +44,7 @@ impl AuditKind {
             "recheck_drop" => AuditKind::RecheckDrop,
             "sync" => AuditKind::Sync,
             "admin" => AuditKind::Admin,
+            "sign_in" => AuditKind::SignIn,
             other => {
                 return Err(Error::Corrupt {
                     detail: format!("unknown audit kind {other:?}"),

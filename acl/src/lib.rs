@@ -42,7 +42,7 @@ pub use allow::AllowSet;
 pub use audit::{AuditEntry, AuditKind, AuditQuery};
 pub use error::{Error, IdKind, LineError, MAX_ID_BYTES};
 pub use model::{Role, materialise};
-pub use session::{NewSession, SessionCaller, TokenInfo};
+pub use session::{NewSession, SessionCaller, SignIn, TokenInfo};
 pub use snapshot::MAX_REPORTED_LINE_ERRORS;
 pub use store::SCHEMA_VERSION;
 pub use view::{AclSnapshot, Principal, UserInfo};

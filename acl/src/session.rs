@@ -94,6 +94,21 @@ impl Sessions {
         Ok(out)
     }
 
+    /// Open sessions (not past their absolute end) per user that no longer exists in `model`:
+    /// the sessions a change is about to end ([`Sessions::retain_users`]).
+    pub(crate) fn ending(&self, model: &Model) -> Vec<(Name, usize)> {
+        let now = now_us();
+        let mut n: HashMap<&Name, usize> = HashMap::new();
+        for s in self.by_digest.values() {
+            if s.expires_us > now && !model.users.contains_key(&s.user) {
+                *n.entry(&s.user).or_default() += 1;
+            }
+        }
+        let mut out: Vec<(Name, usize)> = n.into_iter().map(|(u, c)| (u.clone(), c)).collect();
+        out.sort();
+        out
+    }
+
     /// Drops the sessions of users that no longer exist.
     pub(crate) fn retain_users(&mut self, model: &Model) {
         self.by_digest
@@ -169,7 +184,50 @@ pub struct TokenInfo {
     pub sessions: usize,
 }
 
+/// One sign-in event for the audit log ([`Acl::audit_sign_in`]): which method, what came of it,
+/// who (when known) and from where. Never a password, a cookie or a token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignIn<'a> {
+    /// `ldap`, `session` (logout), `oidc`, ...
+    pub method: &'a str,
+    /// `success`, `logout`, or the refusal (`wrong_password`, `unknown_user`, ...).
+    pub outcome: &'a str,
+    /// The Airlock user id, when known (never for an unknown user).
+    pub user_id: Option<&'a str>,
+    /// The username as typed, when it did not resolve to a user id.
+    pub username: Option<&'a str>,
+    /// The client address.
+    pub client: Option<&'a str>,
+}
+
 impl Acl {
+    /// Appends a [`SignIn`] entry (kind `sign_in`) to the audit log (blocking I/O). Nothing else
+    /// is written: a refused sign-in audited here changes no other row.
+    pub fn audit_sign_in<'a>(
+        &self,
+        actor: impl Into<Actor<'a>>,
+        event: &SignIn<'_>,
+    ) -> Result<(), Error> {
+        let actor = actor.into();
+        let mut detail = json!({"method": event.method, "outcome": event.outcome});
+        if let Some(u) = event.username {
+            detail["username"] = json!(u);
+        }
+        if let Some(c) = event.client {
+            detail["client"] = json!(c);
+        }
+        crate::audit::append(
+            &self.side.lock(),
+            &Record {
+                kind: AuditKind::SignIn,
+                actor: Some(actor.user_id),
+                user_id: event.user_id,
+                request_id: actor.request_id,
+                detail,
+            },
+        )
+    }
+
     /// Opens a session for an existing user, ending at the latest after `absolute`. The user's
     /// sessions are not limited in number; each login makes a new one.
     /// Errors: [`Error::UnknownUser`].
@@ -613,6 +671,45 @@ mod tests {
             acl.sync_directory("t", &[]),
             Err(Error::EmptySnapshot)
         ));
+    }
+
+    #[test]
+    fn sessions_a_change_ends_are_audited_with_it() {
+        use crate::{AuditKind, AuditQuery};
+        let (_dir, acl) = acl();
+        for u in ["u1", "u2"] {
+            acl.add_user("t", u, &NewUser::default()).unwrap();
+        }
+        for u in ["u1", "u1", "u2"] {
+            acl.create_session(u, Duration::from_secs(60)).unwrap();
+        }
+        let sign_ins = || {
+            acl.audit_query(&AuditQuery {
+                kind: Some(AuditKind::SignIn),
+                ..AuditQuery::default()
+            })
+            .unwrap()
+        };
+        acl.remove_user("t", "u2").unwrap();
+        let e = sign_ins();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].user_id.as_deref(), Some("u2"));
+        assert_eq!(
+            e[0].detail,
+            json!({"method": "session", "outcome": "sessions_ended", "ended_by": "user_remove",
+                   "sessions": 1})
+        );
+        // An IAM snapshot that no longer lists u1 ends both of u1's sessions.
+        acl.sync_snapshot("t", &b"{\"user\": \"u3\", \"groups\": []}\n"[..])
+            .unwrap();
+        let e = sign_ins();
+        assert_eq!(e.len(), 2);
+        assert_eq!(e[1].user_id.as_deref(), Some("u1"));
+        assert_eq!(e[1].detail["ended_by"], "iam_sync");
+        assert_eq!(e[1].detail["sessions"], 2);
+        // A change that removes nobody with a session writes no sign-in entry.
+        acl.remove_user("t", "u3").unwrap();
+        assert_eq!(sign_ins().len(), 2);
     }
 
     #[test]

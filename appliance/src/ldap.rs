@@ -183,6 +183,8 @@ impl LdapConfig {
             ));
         }
         url_host(&self.url).ok_or_else(|| invalid("ldap.url", "has no host"))?;
+        self.endpoint()
+            .ok_or_else(|| invalid("ldap.url", "has no valid host[:port]"))?;
         tls_config(&self.ca_file).map_err(|e| invalid("ldap.ca_file", e))?;
         read_secret(&self.bind_password_file).map_err(|e| invalid("ldap.bind_password_file", e))?;
         for (field, v) in [
@@ -226,6 +228,40 @@ impl LdapConfig {
             return Err(invalid("ldap.sync_interval_secs", "must be at least 60"));
         }
         Ok(())
+    }
+}
+
+impl LdapConfig {
+    /// The directory's host and TCP port from `url` (default 636 for `ldaps://`, 389 for
+    /// `ldap://`): the one address the daemon dials for sign-ins and syncs, so the egress
+    /// lockdown allows connects to this port (`crate::cli::serve::egress_ports`).
+    pub fn endpoint(&self) -> Option<(String, u16)> {
+        let authority = url_host(&self.url)?;
+        let default = if self.url.starts_with("ldaps://") {
+            636
+        } else {
+            389
+        };
+        let (host, port) = match authority.strip_prefix('[') {
+            // [v6]:port or [v6]
+            Some(v6) => {
+                let (h, rest) = v6.split_once(']')?;
+                match rest.strip_prefix(':') {
+                    Some(p) => (h, Some(p)),
+                    None if rest.is_empty() => (h, None),
+                    None => return None,
+                }
+            }
+            None => match authority.rsplit_once(':') {
+                Some((h, p)) => (h, Some(p)),
+                None => (authority, None),
+            },
+        };
+        let port = match port {
+            Some(p) => p.parse::<u16>().ok().filter(|p| *p != 0)?,
+            None => default,
+        };
+        (!host.is_empty()).then(|| (host.to_owned(), port))
     }
 }
 
@@ -282,18 +318,42 @@ pub(crate) fn tls_config(ca_file: &Path) -> Result<Arc<rustls::ClientConfig>, St
 /// Why a directory operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DirectoryError {
-    /// Unknown user or wrong password (the same answer for both).
+    /// Unknown user or wrong password (the same answer for both; which one is for the audit
+    /// log only).
     #[error("the username or password is wrong")]
-    InvalidCredentials,
-    /// The password is right but the account is disabled or locked.
+    InvalidCredentials(Credentials),
+    /// The password is right but the account is disabled or locked (the user id when the entry
+    /// had one, for the audit log).
     #[error("the account is disabled")]
-    Disabled,
+    Disabled(Option<String>),
     /// The directory cannot be reached, refused the service account, or failed.
     #[error("the directory is unavailable: {0}")]
     Unavailable(String),
     /// A user or group id from the directory is not usable.
     #[error("the directory returned an unusable entry: {0}")]
     BadEntry(String),
+}
+
+/// Why the directory refused a user's credentials: told to the audit log, never to the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    /// No entry matched `user_filter`.
+    UnknownUser,
+    /// Several entries matched `user_filter` (none is picked).
+    AmbiguousUser,
+    /// The user exists and the password is wrong (their user id when the entry had one).
+    WrongPassword(Option<String>),
+}
+
+impl Credentials {
+    /// The audit outcome name.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Credentials::UnknownUser => "unknown_user",
+            Credentials::AmbiguousUser => "ambiguous_user",
+            Credentials::WrongPassword(_) => "wrong_password",
+        }
+    }
 }
 
 fn unavailable(what: &str, e: impl std::fmt::Display) -> DirectoryError {
@@ -461,15 +521,15 @@ impl Directory {
             .search(&mut ldap, &self.cfg.user_base, &filter, attrs)
             .await?;
         // Exactly one entry, or nobody (an ambiguous filter must not pick one).
-        let entry = match found.as_slice() {
-            [e] => Some(e.clone()),
-            [] => None,
+        let (entry, nobody) = match found.as_slice() {
+            [e] => (Some(e.clone()), Credentials::UnknownUser),
+            [] => (None, Credentials::UnknownUser),
             many => {
                 tracing::warn!(
                     entries = many.len(),
                     "ldap.user_filter matched several entries; sign-in refused"
                 );
-                None
+                (None, Credentials::AmbiguousUser)
             }
         };
         // The same work for an unknown user: a bind the directory refuses like a wrong password.
@@ -491,21 +551,28 @@ impl Directory {
             Ok(_) => {}
             Err(LdapError::LdapResult { result }) if is_credentials_refusal(result.rc) => {
                 let _ = ldap.unbind().await;
-                return Err(DirectoryError::InvalidCredentials);
+                return Err(DirectoryError::InvalidCredentials(match &entry {
+                    Some(e) => Credentials::WrongPassword(
+                        Self::attr(e, &self.cfg.user_id_attr).map(str::to_owned),
+                    ),
+                    None => nobody,
+                }));
             }
             Err(e) => return Err(unavailable("user bind", e)),
         }
         let Some(entry) = entry else {
             // The directory accepted a bind to a DN we made up: refuse, never sign in.
             tracing::error!("the directory accepted a bind to a non-existent DN");
-            return Err(DirectoryError::InvalidCredentials);
+            return Err(DirectoryError::InvalidCredentials(nobody));
         };
         let secret = read_secret(&self.cfg.bind_password_file)
             .map_err(|e| unavailable("bind password file", e))?;
         self.service_bind(&mut ldap, &secret).await?;
         if self.is_disabled(&mut ldap, &entry.dn).await? {
             let _ = ldap.unbind().await;
-            return Err(DirectoryError::Disabled);
+            return Err(DirectoryError::Disabled(
+                Self::attr(&entry, &self.cfg.user_id_attr).map(str::to_owned),
+            ));
         }
         let user = self.describe(&mut ldap, &entry).await?;
         let _ = ldap.unbind().await;
@@ -611,6 +678,29 @@ mod tests {
         assert!(check_filter("f", "(uid={username}))(", Some("{username}")).is_err());
         assert_eq!(url_host("ldaps://dc1.bank:636"), Some("dc1.bank:636"));
         assert_eq!(url_host("ldaps://"), None);
+    }
+
+    #[test]
+    fn the_endpoint_is_the_urls_host_and_port_with_ldap_defaults() {
+        let cfg = |url: &str| LdapConfig {
+            url: url.into(),
+            ..toml::from_str::<LdapConfig>(
+                "url = \"ldaps://x\"\nca_file = \"c\"\nbind_dn = \"b\"\n\
+                 bind_password_file = \"p\"\nuser_base = \"u\"\n\
+                 user_filter = \"(uid={username})\"\ngroup_base = \"g\"\n\
+                 group_filter = \"(member={user_dn})\"\n",
+            )
+            .unwrap()
+        };
+        let e = |url: &str| cfg(url).endpoint();
+        assert_eq!(e("ldaps://dc1.bank:3269"), Some(("dc1.bank".into(), 3269)));
+        assert_eq!(e("ldaps://dc1.bank"), Some(("dc1.bank".into(), 636)));
+        assert_eq!(e("ldap://dc1.bank/"), Some(("dc1.bank".into(), 389)));
+        assert_eq!(e("ldaps://[::1]:1636"), Some(("::1".into(), 1636)));
+        assert_eq!(e("ldaps://[::1]"), Some(("::1".into(), 636)));
+        assert_eq!(e("ldaps://dc1.bank:x"), None);
+        assert_eq!(e("ldaps://dc1.bank:0"), None);
+        assert_eq!(e("ldaps://:636"), None);
     }
 
     #[test]

@@ -75,6 +75,7 @@ pub const ROUTES: &[(&str, &str, Access)] = &[
     ("PUT", "/v1/acl/documents/{doc_id}", OPERATOR),
     ("POST", "/v1/acl/sync", OPERATOR),
     ("POST", "/v1/acl/sync/ldap", OPERATOR),
+    ("GET", "/v1/auth/methods", Access::Public),
     ("POST", "/v1/auth/login", Access::Public),
     ("POST", "/v1/auth/logout", Access::Signed),
     ("GET", "/v1/auth/oidc/login", Access::Public),

@@ -146,6 +146,12 @@ export async function startDevServer(opts = {}) {
       }
       if (!p.startsWith('/v1/') && p !== '/metrics') return serveStatic(p, res);
 
+      if (p === '/v1/auth/methods' && req.method === 'GET') {
+        // Token sign-in only (the directory and IdP sign-ins are tested against the real daemon).
+        res.writeHead(200, { 'Content-Type': 'application/json' });
+        res.end(JSON.stringify({ ldap: false, oidc: null, trusted_header: false, token: true }));
+        return;
+      }
       const auth = /^Bearer (.+)$/.exec(req.headers.authorization || '');
       const who = auth ? TOKENS[auth[1]] : undefined;
       if (!who) return problem(res, 401, 'unauthorized', 'Missing or unknown bearer token');

@@ -18,6 +18,7 @@ import { spawn } from 'node:child_process';
 
 import { browserMissing, launch, openPage } from './lib/browser.mjs';
 import { startDaemon, freePort, REPO } from './lib/daemon.mjs';
+import { ask, settled, sources, chooseModel } from './lib/ui.mjs';
 
 const BIN = process.env.AIRLOCK_BIN;
 const PROVIDER_DIR = path.join(REPO, 'tests', 'oidc');
@@ -109,25 +110,41 @@ scopes = ["openid", "profile", "groups"]
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  test('login → the provider\'s form → back at / signed in → a question over the allowed documents', async () => {
+  test('the UI\'s "Sign in with" button → the provider\'s form → back signed in → a question in the chat', async () => {
     const page = await openPage(browser, daemon.url);
-    await page.goto('/v1/auth/oidc/login');
+    await page.goto('/');
+    // /v1/auth/methods names the IdP: the sign-in page offers its button.
+    const button = page.getByRole('link', { name: 'Sign in with Bank SSO' });
+    await button.waitFor({ state: 'visible', timeout: 60_000 });
+    assert.equal(await button.getAttribute('href'), '/v1/auth/oidc/login');
+    await button.click();
     // The provider's own login page (another origin: the daemon's only foreign request).
     await page.waitForURL(`${provider.issuer}/interaction/**`);
     await page.locator('input[name="login"]').fill('oidc-analyst');
     await page.locator('input[name="password"]').fill('any');
     await page.locator('button[type="submit"]').click();
     await page.waitForURL(`${daemon.url}/**`);
+    // Back at the chat, signed in: the UI took the CSRF token from the fragment and removed it.
+    await page.getByLabel('Your question').waitFor({ state: 'visible', timeout: 60_000 });
+    assert.equal(await page.locator('#whoami-user').textContent(), 'oidc-analyst');
     const url = new URL(page.url());
     assert.equal(url.pathname, '/');
-    const csrf = new URLSearchParams(url.hash.slice(1)).get('csrf_token');
-    assert.match(csrf ?? '', /^alk_/, `the redirect carries the session's CSRF token: ${url.hash}`);
+    assert.equal(url.hash, '', 'the CSRF token left the address bar');
+    const csrf = await page.evaluate(() => Object.values(localStorage).find((v) => /^alk_/.test(v)) ?? '');
+    assert.match(csrf, /^alk_/, 'the UI keeps the session\'s CSRF token');
     const cookies = await page.context().cookies(daemon.url);
     const session = cookies.find((c) => c.name === 'airlock_session');
     assert.ok(session, `session cookie: ${JSON.stringify(cookies.map((c) => c.name))}`);
     assert.equal(session.httpOnly, true);
     assert.equal(session.sameSite, 'Strict');
     assert.equal(cookies.some((c) => c.name === 'airlock_oidc'), false, 'the pre-login cookie is cleared');
+    // A question through the chat UI: only the analysts' document can be a source.
+    await chooseModel(page, 'airlock-small');
+    const shown = await ask(page, 'What is the liquidity buffer?');
+    await settled(shown, 600_000);
+    const src = await sources(shown);
+    assert.ok(src.some((x) => x.doc === 'oidc-open'), `cites the analysts' document: ${JSON.stringify(src)}`);
+    assert.ok(src.every((x) => x.doc !== 'oidc-closed'), `never the board's: ${JSON.stringify(src)}`);
     // Signed in: the page's own requests are the OIDC user's (no token anywhere).
     const who = await page.evaluate(async () => (await (await fetch('/v1/info')).json()).user);
     assert.equal(who, 'oidc-analyst');

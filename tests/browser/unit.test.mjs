@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 
 import { SseEvent, SseParser } from '../../appliance/ui/js/sse.js';
 import { parseMarkdown, parseInline, inlineText } from '../../appliance/ui/js/markdown.js';
-import { parseRetryAfter, problemSlug, cleanCitations, cleanCited, rungOf, errorFromResponse } from '../../appliance/ui/js/api.js';
+import { parseRetryAfter, problemSlug, cleanCitations, cleanCited, rungOf, errorFromResponse, cleanMethods, Api } from '../../appliance/ui/js/api.js';
 import { fnv1a64 } from '../../appliance/ui/js/store.js';
 
 describe('SseParser', () => {
@@ -237,4 +237,33 @@ test('fnv1a64 matches the reference vectors', () => {
   assert.equal(fnv1a64(''), 'cbf29ce484222325');
   assert.equal(fnv1a64('a'), 'af63dc4c8601ec8c');
   assert.equal(fnv1a64('foobar'), '85944171f73967e8');
+});
+
+describe('sign-in methods and the session CSRF header', () => {
+  test('cleanMethods keeps well-formed fields and only same-origin OIDC links', () => {
+    assert.deepEqual(cleanMethods(null), { ldap: false, oidc: null, trusted_header: false, token: true });
+    assert.deepEqual(cleanMethods({ ldap: true, oidc: null, trusted_header: false, token: true }), {
+      ldap: true,
+      oidc: null,
+      trusted_header: false,
+      token: true,
+    });
+    assert.equal(cleanMethods({ ldap: 'yes' }).ldap, false);
+    const oidc = (login_url, display_name = 'Bank SSO') => cleanMethods({ oidc: { display_name, login_url } }).oidc;
+    assert.deepEqual(oidc('/v1/auth/oidc/login'), { display_name: 'Bank SSO', login_url: '/v1/auth/oidc/login' });
+    for (const bad of ['https://evil.example/login', '//evil.example/login', '/\\evil.example', 'javascript:alert(1)', '']) {
+      assert.equal(oidc(bad), null, bad);
+    }
+    assert.equal(oidc('/v1/auth/oidc/login', '   ').display_name, 'your identity provider');
+  });
+
+  test('writes of a session carry X-Airlock-CSRF; reads and bearer calls do not', () => {
+    const api = new Api('');
+    api.csrf = 'alk_csrf';
+    assert.equal(api.headers({}, true)['X-Airlock-CSRF'], 'alk_csrf');
+    assert.equal(api.headers({}, false)['X-Airlock-CSRF'], undefined);
+    const bearer = new Api('alt_token');
+    bearer.csrf = 'alk_csrf';
+    assert.deepEqual(bearer.headers({}, true), { Authorization: 'Bearer alt_token' });
+  });
 });

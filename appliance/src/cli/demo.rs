@@ -76,10 +76,10 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
     std::fs::create_dir_all(&demo).with_context(|| format!("creating {}", demo.display()))?;
     let mut config = demo_config(&data, args.port)?;
     init_tracing(config.json_logs());
-    // The set-up never dials the rack (the `airlock serve` exec'd afterwards checks it, with
-    // the same AIRLOCK_CONFIG), but Landlock domains survive exec: the set-up's must already
-    // allow the rack's ports, or the daemon's could not.
-    // The same for the OIDC provider's endpoints (discovered here, before the lockdown).
+    // The set-up never dials the rack or the directory (the `airlock serve` exec'd afterwards
+    // does, with the same AIRLOCK_CONFIG), but Landlock domains survive exec: the set-up's must
+    // already allow their ports, or the daemon's could not. The same for the OIDC provider's
+    // endpoints (discovered here, before the lockdown).
     let oidc = super::serve::discover_oidc(&config)?;
     let rack_ports = super::serve::egress_ports(&config, oidc.as_deref());
     config.remote_generators.clear();

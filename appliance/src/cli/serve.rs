@@ -64,10 +64,18 @@ pub(crate) fn discover_oidc(
     Ok(Some(std::sync::Arc::new(oidc)))
 }
 
-/// The ports outbound TCP stays allowed to: the rack's replicas and the OIDC provider's
-/// issuer, token and JWKS endpoints.
+/// Every TCP port the daemon dials (the lockdown's allowlist; docs/OPERATIONS.md "What the box
+/// talks to"): the rack's replicas ([`rack_ports`]), the `[ldap]` directory's, and the OIDC
+/// provider's issuer, token and JWKS endpoints.
 pub(crate) fn egress_ports(config: &Config, oidc: Option<&crate::oidc::Oidc>) -> Vec<u16> {
     let mut ports = rack_ports(config);
+    ports.extend(
+        config
+            .ldap
+            .as_ref()
+            .and_then(crate::ldap::LdapConfig::endpoint)
+            .map(|(_, port)| port),
+    );
     if let Some(o) = oidc {
         ports.extend(o.endpoints().into_iter().map(|(_, port)| port));
     }
@@ -80,9 +88,9 @@ pub(crate) fn egress_ports(config: &Config, oidc: Option<&crate::oidc::Oidc>) ->
 /// configured: refuses to start when `require_sandbox` is set and the kernel cannot enforce it,
 /// otherwise warns and goes on.
 pub(crate) fn lock_down(config: &Config) -> anyhow::Result<()> {
-    // Outbound TCP only to the inference rack's ports (its host:port pairs are the only
-    // addresses the daemon dials).
-    lock_down_with(config, &rack_ports(config))
+    // Outbound TCP only to the inference rack's and the directory's ports (their host:port
+    // pairs are the only addresses the daemon dials; OIDC is discovered in `run`).
+    lock_down_with(config, &egress_ports(config, None))
 }
 
 /// [`lock_down`] with outbound TCP allowed to `ports`.

@@ -1,5 +1,5 @@
 //! `GET /v1/audit`: the audit log for the `auditor` (and `admin`) role: who was shown which
-//! documents, syncs and admin changes. Entries name document ids, never document content.
+//! documents, syncs, admin changes and sign-ins. Entries name document ids, never document content.
 
 use axum::Json;
 use axum::extract::{Query, State};
@@ -24,7 +24,7 @@ pub struct AuditParams {
     pub since: Option<String>,
     /// Entries before this instant (RFC 3339).
     pub until: Option<String>,
-    /// Only this kind: `shown`, `recheck_drop`, `sync` or `admin`.
+    /// Only this kind: `shown`, `recheck_drop`, `sync`, `admin` or `sign_in`.
     pub kind: Option<String>,
     /// At most this many entries, oldest first [default 1000, at most 10000].
     pub limit: Option<usize>,
@@ -48,12 +48,12 @@ pub async fn list(
     let kind = match p.kind.as_deref() {
         None => None,
         Some(k) => Some(
-            [K::Shown, K::RecheckDrop, K::Sync, K::Admin]
+            [K::Shown, K::RecheckDrop, K::Sync, K::Admin, K::SignIn]
                 .into_iter()
                 .find(|x| x.as_str() == k)
                 .ok_or_else(|| {
                     ApiError::InvalidRequest(format!(
-                        "`kind` {k:?} is not shown, recheck_drop, sync or admin"
+                        "`kind` {k:?} is not shown, recheck_drop, sync, admin or sign_in"
                     ))
                 })?,
         ),

@@ -15,13 +15,48 @@ use serde_json::json;
 use crate::auth::{Admin, Caller};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
-use crate::ldap::{Directory, DirectoryError};
+use crate::ldap::{Credentials, Directory, DirectoryError};
 use crate::routes::acl::{actor_of, blocking};
 use crate::session;
 use crate::state::AppState;
 
 /// The audit actor of directory sign-ins.
 pub const LOGIN_ACTOR: &str = "ldap-login";
+
+/// The OIDC entry of `GET /v1/auth/methods`: what the web UI's "Sign in with …" button shows and
+/// where it goes.
+#[derive(Debug, Clone, serde::Serialize, PartialEq, Eq)]
+pub struct OidcMethod {
+    /// The identity provider's name for the button ("Sign in with <display_name>").
+    pub display_name: String,
+    /// The route that starts the authorization-code flow.
+    pub login_url: String,
+}
+
+/// The configured OIDC sign-in, if any (`[oidc]`, discovered at start).
+pub fn oidc_method(state: &AppState) -> Option<OidcMethod> {
+    state.oidc().map(|o| OidcMethod {
+        display_name: o.display_name().to_string(),
+        login_url: o.login_url().to_string(),
+    })
+}
+
+/// `GET /v1/auth/methods` (no authentication) → which sign-ins the web UI offers:
+/// `{"ldap": bool, "oidc": null | {"display_name", "login_url"}, "trusted_header": bool,
+/// "token": true}`. Names only: no URL of the directory, no secret, no user.
+pub async fn methods(State(state): State<AppState>) -> Response {
+    let cfg = state.config();
+    let mut resp = Json(json!({
+        "ldap": cfg.ldap.is_some(),
+        "oidc": oidc_method(&state),
+        "trusted_header": cfg.trusted_header.is_some() && cfg.trusted_header_secret.is_some(),
+        "token": true,
+    }))
+    .into_response();
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
 
 /// Body of `POST /v1/auth/login`.
 #[derive(Deserialize)]
@@ -60,8 +95,55 @@ fn check_login(b: &LoginBody) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// Writes a sign-in audit entry; a failure is logged, not answered (the refusal it records
+/// stands either way).
+async fn audit(acl: &std::sync::Arc<airlock_acl::Acl>, request_id: &str, event: Owned) -> bool {
+    let acl = acl.clone();
+    let request_id = request_id.to_owned();
+    let done = blocking(move || {
+        Ok(acl.audit_sign_in(
+            airlock_acl::Actor {
+                user_id: LOGIN_ACTOR,
+                request_id: Some(&request_id),
+            },
+            &event.borrowed(),
+        )?)
+    })
+    .await;
+    match done {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = ?e, "writing a sign-in audit entry failed");
+            false
+        }
+    }
+}
+
+/// An owned [`airlock_acl::SignIn`] (it crosses into a blocking task).
+struct Owned {
+    method: &'static str,
+    outcome: &'static str,
+    user_id: Option<String>,
+    username: Option<String>,
+    client: String,
+}
+
+impl Owned {
+    fn borrowed(&self) -> airlock_acl::SignIn<'_> {
+        airlock_acl::SignIn {
+            method: self.method,
+            outcome: self.outcome,
+            user_id: self.user_id.as_deref(),
+            username: self.username.as_deref(),
+            client: Some(&self.client),
+        }
+    }
+}
+
 /// `POST /v1/auth/login` `{"username", "password"}` → 200 `{"user", "groups", "expires_at",
-/// "csrf_token"}` with the session cookie.
+/// "csrf_token"}` with the session cookie. Every attempt that reaches the limits (a success and
+/// each refusal: rate limit, wrong password, unknown user, disabled, directory unavailable) is
+/// audited (`sign_in`); nothing else changes for a refusal.
 pub async fn login(
     State(state): State<AppState>,
     peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
@@ -76,14 +158,22 @@ pub async fn login(
     let services = state.services()?;
     check_login(&body)?;
     let address = peer.map_or_else(|| "unknown".to_string(), |c| c.0.0.ip().to_string());
+    let event = |outcome, user_id: Option<String>| Owned {
+        method: "ldap",
+        outcome,
+        username: user_id.is_none().then(|| body.username.clone()),
+        user_id,
+        client: address.clone(),
+    };
     let limits = (cfg.max_failures_per_user, cfg.max_failures_per_address);
     let window = std::time::Duration::from_secs(cfg.failure_window_secs);
     let limiter = state.logins();
-    limiter
-        .check(&body.username, &address, limits, window)
-        .map_err(|r| ApiError::LoginRateLimited {
+    if let Err(r) = limiter.check(&body.username, &address, limits, window) {
+        audit(&services.acl, &request_id, event("rate_limited", None)).await;
+        return Err(ApiError::LoginRateLimited {
             retry_after: r.retry_after,
-        })?;
+        });
+    }
     let outcome = Directory::new(cfg)
         .login(&body.username, &body.password)
         .await;
@@ -92,27 +182,45 @@ pub async fn login(
         Err(e) => {
             if matches!(
                 e,
-                DirectoryError::InvalidCredentials | DirectoryError::Disabled
+                DirectoryError::InvalidCredentials(_) | DirectoryError::Disabled(_)
             ) {
                 limiter.failed(&body.username, &address);
             }
             tracing::info!(request_id = %request_id, error = %e, "directory sign-in refused");
-            return Err(match e {
-                DirectoryError::InvalidCredentials => ApiError::InvalidCredentials,
-                DirectoryError::Disabled => ApiError::AccountDisabled,
-                DirectoryError::Unavailable(cause) => ApiError::DirectoryUnavailable(cause),
-                DirectoryError::BadEntry(cause) => ApiError::internal(cause),
-            });
+            // Unknown user and wrong password differ only here (the same audit write for both:
+            // the client sees the same body after the same work).
+            let (what, err) = match e {
+                DirectoryError::InvalidCredentials(c) => {
+                    let uid = match &c {
+                        Credentials::WrongPassword(uid) => uid.clone(),
+                        _ => None,
+                    };
+                    (event(c.outcome(), uid), ApiError::InvalidCredentials)
+                }
+                DirectoryError::Disabled(uid) => {
+                    (event("disabled", uid), ApiError::AccountDisabled)
+                }
+                DirectoryError::Unavailable(cause) => (
+                    event("directory_unavailable", None),
+                    ApiError::DirectoryUnavailable(cause),
+                ),
+                DirectoryError::BadEntry(cause) => {
+                    (event("bad_entry", None), ApiError::internal(cause))
+                }
+            };
+            audit(&services.acl, &request_id, what).await;
+            return Err(err);
         }
     };
     let absolute = state.config().sessions().absolute();
     let acl = services.acl.clone();
     let (uid, groups) = (user.user_id.clone(), user.groups.clone());
+    let rid = request_id.clone();
     let s = blocking(move || {
         acl.sync_directory_user(
             airlock_acl::Actor {
                 user_id: LOGIN_ACTOR,
-                request_id: Some(&request_id),
+                request_id: Some(&rid),
             },
             &uid,
             &groups,
@@ -120,6 +228,19 @@ pub async fn login(
         Ok(acl.create_session(&uid, absolute)?)
     })
     .await?;
+    // A sign-in the audit log does not show is not handed out.
+    if !audit(
+        &services.acl,
+        &request_id,
+        event("success", Some(user.user_id.clone())),
+    )
+    .await
+    {
+        let acl = services.acl.clone();
+        let secret = s.token.clone();
+        blocking(move || Ok(acl.end_session(&secret)?)).await?;
+        return Err(ApiError::internal("the sign-in could not be audited"));
+    }
     let mut resp = Json(json!({
         "user": user.user_id,
         "groups": user.groups,
@@ -135,15 +256,29 @@ pub async fn login(
 
 /// `POST /v1/auth/logout` → 204: ends the request's session (cookie) and clears the cookie.
 /// A cookie-authenticated logout needs the CSRF header like every state-changing request.
+/// Ending a session is audited (`sign_in`, outcome `logout`).
 pub async fn logout(
     State(state): State<AppState>,
-    _caller: Caller,
+    caller: Caller,
+    peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,
+    RequestId(request_id): RequestId,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let services = state.services()?;
     if let Some(secret) = session::cookie(&headers).map(str::to_owned) {
         let acl = services.acl.clone();
-        blocking(move || Ok(acl.end_session(&secret)?)).await?;
+        let ended = blocking(move || Ok(acl.end_session(&secret)?)).await?;
+        if ended {
+            let client = peer.map_or_else(|| "unknown".to_string(), |c| c.0.0.ip().to_string());
+            let event = Owned {
+                method: "session",
+                outcome: "logout",
+                user_id: Some(caller.user_id.clone()),
+                username: None,
+                client,
+            };
+            audit(&services.acl, &request_id, event).await;
+        }
     }
     let mut resp = StatusCode::NO_CONTENT.into_response();
     resp.headers_mut()

@@ -71,6 +71,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/acl/documents/{doc_id}", put(acl::put_document))
         .route("/v1/acl/sync", post(acl::sync))
         .route("/v1/acl/sync/ldap", post(auth::sync))
+        .route("/v1/auth/methods", get(auth::methods))
         .route("/v1/auth/login", post(auth::login))
         .route("/v1/auth/logout", post(auth::logout))
         .route("/v1/auth/oidc/login", get(oidc::login))

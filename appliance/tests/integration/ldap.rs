@@ -21,7 +21,7 @@ use crate::support::{Resp, TestApp, problem_json, test_config};
 const BIN: &str = env!("CARGO_BIN_EXE_airlock");
 
 /// The `[ldap]` table as an operator writes it (the shape, OpenLDAP flavour).
-fn ldap_toml(s: &Slapd, ldaps: bool, extra: &str) -> String {
+pub(crate) fn ldap_toml(s: &Slapd, ldaps: bool, extra: &str) -> String {
     let (url, start_tls) = if ldaps {
         (s.ldaps_url.as_str(), false)
     } else {
@@ -39,7 +39,7 @@ fn ldap_toml(s: &Slapd, ldaps: bool, extra: &str) -> String {
     )
 }
 
-fn ldap_config(s: &Slapd, ldaps: bool, extra: &str) -> LdapConfig {
+pub(crate) fn ldap_config(s: &Slapd, ldaps: bool, extra: &str) -> LdapConfig {
     #[derive(serde::Deserialize)]
     struct T {
         ldap: LdapConfig,
@@ -49,7 +49,7 @@ fn ldap_config(s: &Slapd, ldaps: bool, extra: &str) -> LdapConfig {
         .ldap
 }
 
-fn app(s: &Slapd, ldaps: bool, extra: &str, sessions: SessionConfig) -> TestApp {
+pub(crate) fn app(s: &Slapd, ldaps: bool, extra: &str, sessions: SessionConfig) -> TestApp {
     TestApp::with_config(Config {
         ldap: Some(ldap_config(s, ldaps, extra)),
         sessions: Some(sessions),
@@ -57,11 +57,11 @@ fn app(s: &Slapd, ldaps: bool, extra: &str, sessions: SessionConfig) -> TestApp 
     })
 }
 
-fn peer(ip: &str) -> SocketAddr {
+pub(crate) fn peer(ip: &str) -> SocketAddr {
     format!("{ip}:40000").parse().unwrap()
 }
 
-async fn login_from(t: &TestApp, user: &str, pw: &str, from: &str) -> Resp {
+pub(crate) async fn login_from(t: &TestApp, user: &str, pw: &str, from: &str) -> Resp {
     let mut req = Request::post("/v1/auth/login")
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(
@@ -72,19 +72,19 @@ async fn login_from(t: &TestApp, user: &str, pw: &str, from: &str) -> Resp {
     t.send(req).await
 }
 
-async fn login(t: &TestApp, user: &str, pw: &str) -> Resp {
+pub(crate) async fn login(t: &TestApp, user: &str, pw: &str) -> Resp {
     login_from(t, user, pw, "127.0.0.1").await
 }
 
 /// The session secret of a login's `Set-Cookie`.
-fn cookie_of(r: &Resp) -> String {
+pub(crate) fn cookie_of(r: &Resp) -> String {
     let c = r.headers.get(header::SET_COOKIE).unwrap().to_str().unwrap();
     let (kv, _) = c.split_once(';').unwrap();
     kv.strip_prefix("airlock_session=").unwrap().to_string()
 }
 
 /// A request authenticated by the cookie (and the CSRF header when given).
-async fn with_cookie(
+pub(crate) async fn with_cookie(
     t: &TestApp,
     method: Method,
     uri: &str,
@@ -109,7 +109,7 @@ async fn with_cookie(
     t.send(req).await
 }
 
-fn bad_credentials() -> Value {
+pub(crate) fn bad_credentials() -> Value {
     problem_json(
         401,
         "invalid-credentials",

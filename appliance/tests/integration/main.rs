@@ -21,6 +21,7 @@ mod rack;
 mod refusals;
 mod roles;
 mod sandbox;
+mod signin;
 mod slapd;
 mod sso_proxy;
 mod startup;

@@ -14,7 +14,7 @@ use crate::support::TestApp;
 
 /// Every row of every table of `airlock.db` except the append-only audit and served-answer
 /// logs, in a stable order, plus the engine's counters: the state a refusal must not change.
-fn state_digest(t: &TestApp) -> String {
+pub(crate) fn state_digest(t: &TestApp) -> String {
     let services = t.state.services().unwrap();
     let conn = rusqlite::Connection::open(services.acl.path()).unwrap();
     let mut tables: Vec<String> = conn

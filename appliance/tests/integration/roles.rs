@@ -52,6 +52,7 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("PUT", "/v1/acl/documents/{doc_id}", "uffoff"),
     ("POST", "/v1/acl/sync", "uffoff"),
     ("POST", "/v1/acl/sync/ldap", "uffoff"),
+    ("GET", "/v1/auth/methods", "oooooo"),
     ("POST", "/v1/auth/login", "oooooo"),
     ("POST", "/v1/auth/logout", "uoooof"),
     ("GET", "/v1/auth/oidc/login", "oooooo"),

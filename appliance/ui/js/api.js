@@ -1,5 +1,6 @@
 // The only code that talks to the daemon. Every call goes to the page's own origin (the CSP
-// allows `connect-src 'self'` only) with `Authorization: Bearer <token>`, and every error is
+// allows `connect-src 'self'` only) with `Authorization: Bearer <token>` or the sign-in
+// session's cookie (plus its `X-Airlock-CSRF` header on writes), and every error is
 // turned into an ApiError from the RFC 9457 problem body the daemon sends (API.md).
 
 import { SseParser } from './sse.js';
@@ -126,9 +127,30 @@ export function cleanCited(list) {
   return [...new Set(ns)].sort((a, b) => a - b);
 }
 
+/** What `GET /v1/auth/methods` says when the daemon has no such route: tokens only. */
+export const TOKEN_ONLY = Object.freeze({ ldap: false, oidc: null, trusted_header: false, token: true });
+
 /**
- * A client bound to one bearer token; with an empty token it sends none (behind an SSO proxy in
- * trusted-header mode, the proxy authenticates every request).
+ * Keeps the well-formed parts of a `GET /v1/auth/methods` body. The OIDC link must be a path on
+ * this origin (`/…`, not `//host`): the page never sends anyone elsewhere.
+ * @param {unknown} m
+ * @returns {{ldap: boolean, oidc: {display_name: string, login_url: string} | null, trusted_header: boolean, token: boolean}}
+ */
+export function cleanMethods(m) {
+  if (!m || typeof m !== 'object') return { ...TOKEN_ONLY };
+  const o = m.oidc;
+  const oidc =
+    o && typeof o === 'object' && typeof o.login_url === 'string' && /^\/(?![/\\])/.test(o.login_url)
+      ? { display_name: typeof o.display_name === 'string' && o.display_name.trim() ? o.display_name.trim().slice(0, 80) : 'your identity provider', login_url: o.login_url }
+      : null;
+  return { ldap: m.ldap === true, oidc, trusted_header: m.trusted_header === true, token: m.token !== false };
+}
+
+/**
+ * A client bound to one bearer token; with an empty token it sends none: a sign-in session's
+ * cookie (directory or IdP sign-in) or, behind an SSO proxy in trusted-header mode, the proxy
+ * authenticates every request. With a session, `csrf` is its CSRF token, sent in
+ * `X-Airlock-CSRF` on every state-changing request.
  */
 export class Api {
   /**
@@ -138,10 +160,63 @@ export class Api {
   constructor(token, fetchImpl = (...a) => fetch(...a)) {
     this.token = token;
     this.fetch = fetchImpl;
+    this.csrf = '';
   }
 
-  headers(extra = {}) {
-    return this.token ? { Authorization: `Bearer ${this.token}`, ...extra } : { ...extra };
+  /**
+   * @param {Record<string, string>} [extra]
+   * @param {boolean} [write] a state-changing request (gets the CSRF header of a session)
+   */
+  headers(extra = {}, write = false) {
+    const h = this.token ? { Authorization: `Bearer ${this.token}`, ...extra } : { ...extra };
+    if (write && !this.token && this.csrf) h['X-Airlock-CSRF'] = this.csrf;
+    return h;
+  }
+
+  /** `GET /v1/auth/methods` (no authentication): the sign-ins to offer; tokens only without it. */
+  async methods() {
+    try {
+      return cleanMethods(await this.getJson('/v1/auth/methods'));
+    } catch {
+      return { ...TOKEN_ONLY };
+    }
+  }
+
+  /**
+   * `POST /v1/auth/login`: directory sign-in. Resolves to `{user, groups, expires_at,
+   * csrf_token}` (the session cookie is set by the response); throws ApiError.
+   * @param {string} username
+   * @param {string} password
+   */
+  async login(username, password) {
+    let res;
+    try {
+      res = await this.fetch('/v1/auth/login', {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', Accept: 'application/json' },
+        body: JSON.stringify({ username, password }),
+        cache: 'no-store',
+      });
+    } catch {
+      throw new ApiError({ status: 0, title: 'Network error' });
+    }
+    if (!res.ok) throw await errorFromResponse(res);
+    try {
+      return await res.json();
+    } catch {
+      throw new ApiError({ status: res.status, title: 'Unreadable response' });
+    }
+  }
+
+  /** `POST /v1/auth/logout`: ends the session of the cookie (with its CSRF header); throws ApiError. */
+  async logout() {
+    let res;
+    try {
+      res = await this.fetch('/v1/auth/logout', { method: 'POST', headers: this.headers({}, true), cache: 'no-store' });
+    } catch {
+      throw new ApiError({ status: 0, title: 'Network error' });
+    }
+    if (!res.ok) throw await errorFromResponse(res);
   }
 
   /**
@@ -203,7 +278,7 @@ export class Api {
     try {
       res = await this.fetch('/v1/conversations', {
         method: 'POST',
-        headers: this.headers({ 'Content-Type': 'application/json', Accept: 'application/json' }),
+        headers: this.headers({ 'Content-Type': 'application/json', Accept: 'application/json' }, true),
         body: JSON.stringify({ title }),
       });
     } catch (e) {
@@ -222,7 +297,7 @@ export class Api {
     try {
       res = await this.fetch('/v1/feedback', {
         method: 'POST',
-        headers: this.headers({ 'Content-Type': 'application/json', Accept: 'application/json' }),
+        headers: this.headers({ 'Content-Type': 'application/json', Accept: 'application/json' }, true),
         body: JSON.stringify(body),
       });
     } catch (e) {
@@ -251,7 +326,7 @@ export class Api {
     try {
       res = await this.fetch('/v1/chat/completions', {
         method: 'POST',
-        headers: this.headers({ 'Content-Type': 'application/json', Accept: 'text/event-stream' }),
+        headers: this.headers({ 'Content-Type': 'application/json', Accept: 'text/event-stream' }, true),
         body: JSON.stringify(body),
         signal,
         cache: 'no-store',

@@ -1,7 +1,7 @@
 // The Airlock chat page: sign-in, the conversation, streaming, stop/retry/copy, feedback and
 // the footer. Talks to the daemon only through api.js (the public API in API.md).
 
-import { Api, ApiError, cleanCitations, cleanCited, isAbort, rungOf } from './api.js';
+import { Api, ApiError, TOKEN_ONLY, cleanCitations, cleanCited, isAbort, rungOf } from './api.js';
 import * as store from './store.js';
 import { TurnView } from './view.js';
 
@@ -27,6 +27,20 @@ const ui = {
   tokenShow: $('token-show'),
   signinError: $('signin-error'),
   signinSubmit: /** @type {HTMLButtonElement} */ ($('signin-submit')),
+  tokenSignin: $('token-signin'),
+  ldapForm: /** @type {HTMLFormElement} */ ($('ldap-form')),
+  username: /** @type {HTMLInputElement} */ ($('username')),
+  password: /** @type {HTMLInputElement} */ ($('password')),
+  ldapError: $('ldap-error'),
+  ldapSubmit: /** @type {HTMLButtonElement} */ ($('ldap-submit')),
+  oidcRow: $('oidc-row'),
+  oidcLink: /** @type {HTMLAnchorElement} */ ($('oidc-link')),
+  useTokenRow: $('use-token-row'),
+  useToken: $('use-token'),
+  usePasswordRow: $('use-password-row'),
+  usePassword: $('use-password'),
+  whoami: $('whoami'),
+  whoamiUser: $('whoami-user'),
   chat: $('chat'),
   empty: $('empty'),
   log: $('log'),
@@ -42,8 +56,13 @@ const ui = {
   bundleItem: $('bundle-item'),
 };
 
-/** Session state: null while signed out. */
+/** Session state: null while signed out. `kind`: `token` (bearer), `session` (a sign-in
+ * session's cookie + CSRF token) or `proxy` (an SSO proxy signs every request). */
 let session = null;
+/** The sign-ins the daemon offers (`GET /v1/auth/methods`). */
+let methods = { ...TOKEN_ONLY };
+/** A question typed before the session ended, put back once signed in again. */
+let restoreQuestion = '';
 /** The answer being streamed: {turn, view, controller, stoppedByUser}. */
 let current = null;
 
@@ -86,33 +105,68 @@ function announce(text) {
 
 // ---------------------------------------------------------------- screens
 
-function showSignIn({ reason = 'start', message = '' } = {}) {
+/**
+ * Shows the sign-in screen. `mode`: `ldap` (username and password, when the daemon offers it) or
+ * `token`; `kind`: how the session that just ended was signed in (for the message).
+ */
+function showSignIn({ reason = 'start', message = '', mode, kind = 'token' } = {}) {
   ui.account.hidden = true;
   ui.chat.hidden = true;
   ui.signin.hidden = false;
   ui.signinError.textContent = '';
+  ui.ldapError.textContent = '';
   ui.signinSubmit.disabled = false;
   ui.signinSubmit.textContent = 'Sign in';
+  ui.ldapSubmit.disabled = false;
+  ui.ldapSubmit.textContent = 'Sign in';
   ui.token.value = '';
-  if (reason === 'unauthorized') {
+  ui.password.value = '';
+  ui.oidcRow.hidden = !methods.oidc;
+  if (methods.oidc) {
+    ui.oidcLink.href = methods.oidc.login_url;
+    ui.oidcLink.textContent = `Sign in with ${methods.oidc.display_name}`;
+  }
+  const kept = restoreQuestion ? ' Your question is kept: it will be back in the question box.' : '';
+  if (reason === 'unauthorized' && kind !== 'token') {
+    ui.signinTitle.textContent = 'Your session has ended';
+    ui.signinAlert.hidden = false;
+    ui.signinAlert.replaceChildren(
+      textP('alert-title', 'Airlock ended your sign-in session (401 Unauthorized).'),
+      textP('', `Sessions end after a while without use, at their time limit, or when your access changes in the directory. Sign in again to continue.${kept}`),
+    );
+  } else if (reason === 'unauthorized') {
     ui.signinTitle.textContent = 'Your session has ended';
     ui.signinAlert.hidden = false;
     ui.signinAlert.replaceChildren(
       textP('alert-title', 'Airlock did not accept your access token (401 Unauthorized).'),
-      textP('', 'It may have been revoked or replaced by a newer one, or your access may have been removed. Sign in again with a current token, or ask your Airlock administrator for a new one.'),
+      textP('', `It may have been revoked or replaced by a newer one, or your access may have been removed. Sign in again with a current token, or ask your Airlock administrator for a new one.${kept}`),
     );
   } else if (reason === 'signedout') {
     ui.signinTitle.textContent = 'Signed out';
     ui.signinAlert.hidden = false;
-    ui.signinAlert.replaceChildren(textP('', 'You have signed out. Your token was removed from this tab.'));
+    ui.signinAlert.replaceChildren(
+      textP('', kind === 'token' ? 'You have signed out. Your token was removed from this tab.' : 'You have signed out. Your session has ended on the appliance.'),
+    );
   } else {
     ui.signinTitle.textContent = 'Sign in';
     ui.signinAlert.hidden = true;
     ui.signinAlert.replaceChildren();
   }
-  if (message) ui.signinError.textContent = message;
+  setSignInMode(mode ?? (methods.ldap ? 'ldap' : 'token'));
+  if (message) (methods.ldap && !ui.ldapForm.hidden ? ui.ldapError : ui.signinError).textContent = message;
   document.title = 'Sign in · Airlock';
-  ui.token.focus();
+}
+
+/** Shows the username/password form or the token form (and the link to the other). */
+function setSignInMode(mode) {
+  const ldap = mode === 'ldap' && methods.ldap;
+  ui.ldapForm.hidden = !ldap;
+  ui.tokenSignin.hidden = ldap;
+  ui.useTokenRow.hidden = !ldap || !methods.token;
+  ui.usePasswordRow.hidden = ldap || !methods.ldap;
+  if (!ldap) ui.token.focus();
+  else if (ui.username.value) ui.password.focus();
+  else ui.username.focus();
 }
 
 function textP(className, text) {
@@ -128,17 +182,24 @@ function showChat() {
   ui.chat.hidden = false;
   document.title = 'Airlock';
   syncComposer();
+  if (restoreQuestion) {
+    ui.question.value = restoreQuestion;
+    restoreQuestion = '';
+  }
   ui.question.focus();
 }
 
 // ---------------------------------------------------------------- session
 
 /**
- * Checks a token and opens the chat. Returns an error message for the sign-in form, or ''.
+ * Checks a token (or, with '', the session cookie or the SSO proxy) and opens the chat. Returns
+ * an error message for the sign-in form, or ''.
  * @param {string} token
+ * @param {{kind?: 'token' | 'session' | 'proxy', csrf?: string}} [how]
  */
-async function startSession(token) {
+async function startSession(token, how = {}) {
   const api = new Api(token);
+  if (how.csrf) api.csrf = how.csrf;
   let models;
   try {
     models = await api.models();
@@ -159,7 +220,10 @@ async function startSession(token) {
   const key = await store.userKey({ user, token });
   // Threads are kept by the server only where it says so (`GET /v1/info`: conversations).
   const threadless = !(info && info.conversations === true);
-  session = { api, key, user, turns: [], views: new Map(), threadId: null, threadless };
+  const kind = how.kind ?? (token ? 'token' : 'proxy');
+  session = { api, key, user, kind, turns: [], views: new Map(), threadId: null, threadless };
+  ui.whoamiUser.textContent = user ?? '';
+  ui.whoami.hidden = !user;
   ui.threadsMenu.hidden = threadless;
   setBundleVersion(bundleVersionFrom(info, models));
   fillModels(models);
@@ -179,6 +243,9 @@ function endSession() {
   if (session) for (const v of session.views.values()) v.dispose();
   session = null;
   store.clearToken();
+  store.clearCsrf();
+  ui.whoami.hidden = true;
+  ui.whoamiUser.textContent = '';
   ui.log.replaceChildren();
   ui.question.value = '';
   ui.menu.open = false;
@@ -186,10 +253,48 @@ function endSession() {
   setBundleVersion(null);
 }
 
-/** A 401 from any call: the token is no longer valid. */
-function handleUnauthorized() {
+/**
+ * A 401 from any call (or a refused CSRF token): the token or session is no longer valid. The
+ * question being written, else `lost` (the one whose answer failed), comes back after sign-in.
+ * @param {string} [lost]
+ */
+function handleUnauthorized(lost = '') {
+  const typed = ui.question.value.trim() ? ui.question.value : lost;
+  if (typed) restoreQuestion = typed;
+  const kind = session?.kind ?? 'token';
   endSession();
-  showSignIn({ reason: 'unauthorized' });
+  showSignIn({ reason: 'unauthorized', kind, mode: kind === 'token' ? 'token' : undefined });
+}
+
+/** Whether an error means the caller must sign in again. */
+function signedOut(e) {
+  return e instanceof ApiError && (e.status === 401 || (e.status === 403 && e.slug === 'csrf-failed'));
+}
+
+/** What the sign-in form says for a refused `POST /v1/auth/login` (from the problem body). */
+export function describeLoginError(e) {
+  switch (e.status) {
+    case 0:
+      return 'Airlock cannot be reached. Check your connection to the appliance and try again.';
+    case 400:
+      return `Airlock could not accept this sign-in: ${e.detail || e.title}.`;
+    case 401:
+      return 'The username or password is wrong. Check both and try again.';
+    case 403:
+      if (e.slug === 'account-disabled') return 'Your directory account is disabled or locked, so Airlock cannot sign you in. Contact your IT service desk.';
+      return `Airlock refused this sign-in: ${e.detail || e.title}.`;
+    case 404:
+      return 'Signing in with a username and password is not set up on this appliance. Use an API token.';
+    case 429: {
+      const wait = e.retryAfter ? (e.retryAfter >= 120 ? `about ${Math.ceil(e.retryAfter / 60)} minutes` : `${e.retryAfter} seconds`) : 'a few minutes';
+      return `Too many failed sign-ins for this username or from this computer. Wait ${wait}, then try again.`;
+    }
+    case 503:
+      if (e.slug === 'directory-unavailable') return 'Airlock cannot reach the bank directory right now, so it cannot check your password. Try again in a few minutes.';
+      return 'Airlock is starting or busy. Try again in a moment.';
+    default:
+      return 'Sign-in failed on the appliance. Try again in a moment; if it keeps happening, tell your administrator.';
+  }
 }
 
 /**
@@ -423,7 +528,7 @@ async function run(turn, view) {
       try {
         session.threadId = (await session.api.createThread(turn.question)).id || null;
       } catch (e) {
-        if (e instanceof ApiError && e.status === 401) throw e;
+        if (signedOut(e)) throw e;
         session.threadless = true; // the daemon keeps no threads: history from the page
       }
     }
@@ -460,10 +565,10 @@ async function run(turn, view) {
     if (isAbort(e)) {
       turn.answer.status = 'stopped';
       if (mine.stoppedByUser && session) announce('Stopped.');
-    } else if (e instanceof ApiError && e.status === 401) {
+    } else if (signedOut(e)) {
       if (current === mine) current = null;
       if (frame) cancelAnimationFrame(frame);
-      handleUnauthorized();
+      handleUnauthorized(turn.question);
       return;
     } else {
       turn.answer.status = 'error';
@@ -502,7 +607,7 @@ async function listThreads() {
   try {
     threads = await session.api.threads();
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) return handleUnauthorized();
+    if (signedOut(e)) return handleUnauthorized();
     ui.threads.replaceChildren(textP('hint', 'Your conversations could not be loaded.'));
     return;
   }
@@ -543,7 +648,7 @@ async function openThread(id) {
   try {
     thread = await session.api.thread(id);
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) return handleUnauthorized();
+    if (signedOut(e)) return handleUnauthorized();
     announce('That conversation could not be opened.');
     return;
   }
@@ -640,7 +745,7 @@ async function sendFeedback(turn, rating, comment) {
     await session.api.feedback(body);
     turn.answer.feedback = { rating, comment, state: 'sent' };
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) {
+    if (signedOut(e)) {
       handleUnauthorized();
       return;
     }
@@ -693,10 +798,62 @@ ui.tokenShow.addEventListener('click', () => {
   ui.tokenShow.setAttribute('aria-pressed', String(show));
 });
 
-ui.signout.addEventListener('click', () => {
+ui.signout.addEventListener('click', async () => {
+  const s = session;
   endSession();
-  showSignIn({ reason: 'signedout' });
+  // A sign-in session ends on the appliance too (behind an SSO proxy this changes nothing).
+  if (s && s.kind !== 'token') {
+    ui.signout.disabled = true;
+    try {
+      await s.api.logout();
+    } catch {
+      // already ended, or unreachable: the cookie expires on its own
+    }
+    ui.signout.disabled = false;
+  }
+  showSignIn({ reason: 'signedout', kind: s?.kind ?? 'token' });
 });
+
+ui.ldapForm.addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const username = ui.username.value.trim();
+  const password = ui.password.value;
+  ui.username.removeAttribute('aria-invalid');
+  ui.password.removeAttribute('aria-invalid');
+  if (!username || !password) {
+    const field = username ? ui.password : ui.username;
+    ui.ldapError.textContent = username ? 'Enter your password.' : 'Enter your username.';
+    field.setAttribute('aria-invalid', 'true');
+    field.focus();
+    return;
+  }
+  ui.ldapSubmit.disabled = true;
+  ui.ldapSubmit.textContent = 'Signing in…';
+  ui.ldapError.textContent = '';
+  let err = '';
+  try {
+    const body = await new Api('').login(username, password);
+    const csrf = typeof body?.csrf_token === 'string' ? body.csrf_token : '';
+    // The password is gone from the page before anything else happens.
+    ui.password.value = '';
+    store.saveCsrf(csrf);
+    err = await startSession('', { kind: 'session', csrf });
+    if (err) store.clearCsrf();
+  } catch (x) {
+    err = describeLoginError(x instanceof ApiError ? x : new ApiError({ status: -1 }));
+  }
+  ui.password.value = '';
+  ui.ldapSubmit.disabled = false;
+  ui.ldapSubmit.textContent = 'Sign in';
+  if (err) {
+    ui.ldapError.textContent = err;
+    ui.password.setAttribute('aria-invalid', 'true');
+    ui.password.focus();
+  }
+});
+
+ui.useToken.addEventListener('click', () => setSignInMode('token'));
+ui.usePassword.addEventListener('click', () => setSignInMode('ldap'));
 
 ui.composer.addEventListener('submit', (e) => {
   e.preventDefault();
@@ -770,11 +927,14 @@ ui.clear.addEventListener('click', () => {
 });
 
 /**
- * Behind an SSO proxy (trusted-header mode) the proxy has signed the user in already: a
- * `GET /v1/info` without a token answers 200, and the chat opens without the token prompt.
+ * Without a token the page may already be signed in: behind an SSO proxy (trusted-header mode)
+ * the proxy signs every request, and a sign-in session's cookie (directory or IdP) authenticates
+ * like a token. Then `GET /v1/info` without a token answers 200 and no prompt is shown. The
+ * probe is made only where it can succeed (a proxy is configured, or this browser holds a
+ * session's CSRF token), so a signed-out page logs no 401.
  */
-async function ssoSignedIn() {
-  if (document.querySelector('meta[name="airlock-sign-in"]')?.content !== 'proxy') return false;
+async function alreadySignedIn() {
+  if (!methods.trusted_header && !store.loadCsrf()) return false;
   try {
     const info = await new Api('').info();
     return !!(info && typeof info.user === 'string');
@@ -784,16 +944,29 @@ async function ssoSignedIn() {
 }
 
 async function boot() {
+  // An IdP sign-in may hand the session's CSRF token over in the fragment, which no server sees.
+  const handover = /^#csrf_token=([A-Za-z0-9_-]{1,200})$/.exec(location.hash);
+  if (handover) {
+    store.saveCsrf(handover[1]);
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+  methods = await new Api('').methods();
+  // Older daemons mark trusted-header mode in the page only.
+  if (document.querySelector('meta[name="airlock-sign-in"]')?.content === 'proxy') methods.trusted_header = true;
   const token = store.loadToken();
   if (!token) {
-    if (await ssoSignedIn() && !(await startSession(''))) return;
+    if (await alreadySignedIn()) {
+      const csrf = store.loadCsrf() || '';
+      if (!(await startSession('', { kind: csrf ? 'session' : 'proxy', csrf }))) return;
+    }
+    store.clearCsrf();
     showSignIn();
     return;
   }
   const err = await startSession(token);
   if (err) {
     store.clearToken();
-    showSignIn({ reason: /not accepted/.test(err) ? 'unauthorized' : 'start', message: /not accepted/.test(err) ? '' : err });
+    showSignIn({ reason: /not accepted/.test(err) ? 'unauthorized' : 'start', message: /not accepted/.test(err) ? '' : err, mode: 'token' });
   }
 }
 

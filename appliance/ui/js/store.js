@@ -1,5 +1,6 @@
 // Browser storage. The bearer token lives in sessionStorage (gone when the tab closes, removed
-// at sign-out). A conversation is written to localStorage only when its user opted in on this
+// at sign-out); a sign-in session's CSRF token in localStorage (removed at sign-out). A
+// conversation is written to localStorage only when its user opted in on this
 // device ("Keep conversation on this device"), under a key derived from the user (or, when the
 // daemon does not say who the user is, from a hash of the token, never the token itself), and
 // is removed by "Clear conversation". Storage that throws (disabled, full, private mode) falls
@@ -7,6 +8,7 @@
 
 const TOKEN_KEY = 'airlock.token';
 const PREFS_KEY = 'airlock.prefs';
+const CSRF_KEY = 'airlock.csrf';
 const CONV_PREFIX = 'airlock.conversation.';
 const KEEP_PREFIX = 'airlock.keep.';
 
@@ -58,6 +60,17 @@ export const loadToken = () => get('session', TOKEN_KEY);
 /** @param {string} token */
 export const saveToken = (token) => set('session', TOKEN_KEY, token);
 export const clearToken = () => remove('session', TOKEN_KEY);
+
+/**
+ * The CSRF token of a sign-in session (the session itself is an HttpOnly cookie the page never
+ * sees). Kept in localStorage so that other tabs of the same session can write too; useless
+ * without the cookie, removed at sign-out and when the session ends.
+ * @returns {string | null}
+ */
+export const loadCsrf = () => get('local', CSRF_KEY);
+/** @param {string} csrf */
+export const saveCsrf = (csrf) => set('local', CSRF_KEY, csrf);
+export const clearCsrf = () => remove('local', CSRF_KEY);
 
 /** Device-wide preferences (the chosen model). @returns {{model?: string}} */
 export function loadPrefs() {
