@@ -1,5 +1,6 @@
-// Directory sign-in in the real browser (issue 22): the test starts a real OpenLDAP slapd with a
-// generated directory (lib/slapd.mjs) and the real daemon with `[ldap]` pointing at it, then, as
+// Directory sign-in in the real browser over HTTPS (issue 22): the test starts a real OpenLDAP slapd with a
+// generated directory (lib/slapd.mjs) and the real daemon with `[ldap]` pointing at it and `[tls]`
+// (a test CA's certificate that Chromium trusts by its key, nothing else), then, as
 // an employee would: the sign-in form → a wrong password is refused with a clear message → the
 // right one opens the chat → a question is answered from the documents alice's directory groups
 // allow, and never from another group's → "Sign out" ends the session (a call with the old
@@ -57,10 +58,13 @@ describe('web UI with directory (LDAP) sign-in', { skip, timeout: 30 * 60_000 },
   before(async () => {
     slapd = await startSlapd();
     const toml = path.join(slapd.dir, 'airlock.toml');
-    fs.writeFileSync(toml, slapd.toml());
+    // Over HTTPS, as a bank runs it: the daemon's certificate is the test CA's one for
+    // 127.0.0.1 (the same CA as the directory's).
+    const tls = `\n[tls]\ncert = "${path.join(slapd.dir, 'server.pem')}"\nkey = "${path.join(slapd.dir, 'server.key')}"\n`;
+    fs.writeFileSync(toml, slapd.toml() + tls);
     process.env.AIRLOCK_CONFIG = toml;
     try {
-      daemon = await startDaemon(BIN);
+      daemon = await startDaemon(BIN, { ca: path.join(slapd.dir, 'ca.pem') });
     } finally {
       delete process.env.AIRLOCK_CONFIG;
     }
@@ -77,7 +81,7 @@ describe('web UI with directory (LDAP) sign-in', { skip, timeout: 30 * 60_000 },
     } catch (e) {
       throw new Error(`${e.message}\ndaemon log tail:\n${tail(daemon.log)}`);
     }
-    browser = await launch();
+    browser = await launch({ trustCertOf: path.join(slapd.dir, 'server.pem') });
   });
 
   after(async () => {
@@ -93,7 +97,7 @@ describe('web UI with directory (LDAP) sign-in', { skip, timeout: 30 * 60_000 },
   }
 
   test('the methods route offers the directory sign-in and names no secret', async () => {
-    const r = await fetch(`${daemon.url}/v1/auth/methods`);
+    const r = await daemon.fetch(`${daemon.url}/v1/auth/methods`);
     assert.equal(r.status, 200);
     const text = await r.text();
     assert.deepEqual(JSON.parse(text), { ldap: true, oidc: null, trusted_header: false, token: true });
@@ -130,6 +134,11 @@ describe('web UI with directory (LDAP) sign-in', { skip, timeout: 30 * 60_000 },
     const cookies = await page.context().cookies();
     const session = cookies.find((c) => c.name === 'airlock_session');
     assert.ok(session && session.httpOnly && session.sameSite === 'Strict', JSON.stringify(cookies));
+    // Over HTTPS: the cookie is Secure and the daemon asks for HSTS.
+    assert.ok(page.url().startsWith('https://127.0.0.1:'), page.url());
+    assert.equal(session.secure, true, 'the session cookie is Secure');
+    const hsts = (await daemon.fetch(`${daemon.url}/`)).headers.get('strict-transport-security');
+    assert.match(hsts ?? '', /max-age=\d+/, `HSTS: ${hsts}`);
     assert.ok(!(await everythingInDom(page)).includes(session.value), 'the page never sees the session cookie');
 
     // A question: the answer cites the analysts' document only.
@@ -147,7 +156,7 @@ describe('web UI with directory (LDAP) sign-in', { skip, timeout: 30 * 60_000 },
     await page.getByRole('button', { name: 'Sign out' }).click();
     await page.getByLabel('Username').waitFor({ state: 'visible', timeout: 30_000 });
     assert.equal(await page.locator('#signin-title').textContent(), 'Signed out');
-    const after = await fetch(`${daemon.url}/v1/info`, { headers: { Cookie: `airlock_session=${session.value}` } });
+    const after = await daemon.fetch(`${daemon.url}/v1/info`, { headers: { Cookie: `airlock_session=${session.value}` } });
     assert.equal(after.status, 401, 'the session ended on the daemon, not just in the page');
     assert.equal(await page.evaluate(async () => (await fetch('/v1/info')).status), 401);
     assert.equal(await page.evaluate(() => localStorage.getItem('airlock.csrf')), null, 'the CSRF token is gone');
@@ -170,7 +179,7 @@ describe('web UI with directory (LDAP) sign-in', { skip, timeout: 30 * 60_000 },
     // The session ends on the daemon (as at its idle limit or a directory sync).
     const cookie = (await page.context().cookies()).find((c) => c.name === 'airlock_session').value;
     const csrf = await page.evaluate(() => localStorage.getItem('airlock.csrf'));
-    const ended = await fetch(`${daemon.url}/v1/auth/logout`, { method: 'POST', headers: { Cookie: `airlock_session=${cookie}`, 'X-Airlock-CSRF': csrf } });
+    const ended = await daemon.fetch(`${daemon.url}/v1/auth/logout`, { method: 'POST', headers: { Cookie: `airlock_session=${cookie}`, 'X-Airlock-CSRF': csrf } });
     assert.equal(ended.status, 204);
     const typed = 'Which teams rerun the stress scenario each quarter?';
     await page.getByLabel('Your question').fill(typed);

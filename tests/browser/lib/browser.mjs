@@ -2,6 +2,7 @@
 // tests must see fail: uncaught errors, console errors, CSP violations, dialogs and requests
 // that leave the page's origin.
 
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import { chromium } from 'playwright-core';
 
@@ -12,11 +13,23 @@ export function browserMissing() {
   return fs.existsSync(CHROMIUM) ? '' : `Chromium not found at ${CHROMIUM} (apt-get install chromium, or set CHROMIUM_PATH)`;
 }
 
-export async function launch() {
+/**
+ * Launches headless Chromium. `opts.trustCertOf` (a PEM certificate file): Chromium accepts that
+ * one server certificate (by its public key's SPKI hash, `--ignore-certificate-errors-spki-list`)
+ * and no other untrusted one, so an HTTPS daemon with a test CA's certificate can be opened
+ * without turning certificate checks off.
+ */
+export async function launch(opts = {}) {
+  const extra = [];
+  if (opts.trustCertOf) {
+    const spki = crypto.createPublicKey(fs.readFileSync(opts.trustCertOf)).export({ type: 'spki', format: 'der' });
+    extra.push(`--ignore-certificate-errors-spki-list=${crypto.createHash('sha256').update(spki).digest('base64')}`);
+  }
   return chromium.launch({
     executablePath: CHROMIUM,
     headless: true,
     args: [
+      ...extra,
       '--no-sandbox',
       '--disable-gpu',
       '--disable-background-networking',

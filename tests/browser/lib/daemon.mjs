@@ -10,6 +10,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import https from 'node:https';
 
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 export const REPO = path.resolve(HERE, '../../..');
@@ -74,7 +75,46 @@ export function tail(file, lines = 40) {
  * A running daemon.
  * @param {string} bin path to the `airlock` binary
  */
+/**
+ * `fetch` over HTTPS trusting only the CA in `ca` (PEM bytes): node's own fetch cannot be given
+ * a CA per call. Returns what the tests read of a fetch Response (status, ok, headers.get, text,
+ * json).
+ */
+export function fetchTrusting(ca) {
+  return (u, { method = 'GET', headers = {}, body } = {}) =>
+    new Promise((resolve, reject) => {
+      const req = https.request(u, { method, headers, ca }, (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          const get = (k) => {
+            const v = res.headers[k.toLowerCase()];
+            return Array.isArray(v) ? v.join(', ') : (v ?? null);
+          };
+          resolve({
+            status: res.statusCode,
+            ok: res.statusCode >= 200 && res.statusCode < 300,
+            headers: { get },
+            text: async () => text,
+            json: async () => JSON.parse(text),
+          });
+        });
+      });
+      req.on('error', reject);
+      if (body !== undefined) req.write(body);
+      req.end();
+    });
+}
+
+/**
+ * Sets up a demo data dir and starts `airlock serve` on loopback. `opts.port` picks the port;
+ * `opts.ca` (a PEM file) means the configuration (AIRLOCK_CONFIG) has a `[tls]` table whose
+ * certificate that CA issued for 127.0.0.1: the daemon is then reached over https:// and every
+ * call here verifies it against that CA only.
+ */
 export async function startDaemon(bin, opts = {}) {
+  const fetch = opts.ca ? fetchTrusting(fs.readFileSync(opts.ca)) : globalThis.fetch;
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'airlock-ui-test-'));
   const log = path.join(dataDir, 'daemon.log');
   const port = opts.port ?? (await freePort());
@@ -106,7 +146,7 @@ export async function startDaemon(bin, opts = {}) {
   child.on('exit', (code, signal) => {
     exited = { code, signal };
   });
-  const url = `http://127.0.0.1:${port}`;
+  const url = `${opts.ca ? 'https' : 'http'}://127.0.0.1:${port}`;
   const deadline = Date.now() + 5 * 60_000;
   for (;;) {
     if (exited) throw new Error(`airlock serve exited early (${JSON.stringify(exited)}); log tail:\n${tail(log)}`);
@@ -159,6 +199,8 @@ export async function startDaemon(bin, opts = {}) {
 
   return {
     url,
+    /** `fetch` for this daemon (over HTTPS: verified against `opts.ca`). */
+    fetch,
     dataDir,
     admitted,
     log,
