@@ -66,12 +66,37 @@ pub fn cited(answer: &str, question: &str, sources: &[&str]) -> Cited {
         };
     }
     let (sources, has_content) = support(answer, question, sources);
-    let by = if sources.is_empty() && has_content {
+    let by = if sources.is_empty() && (has_content || restates(answer, question)) {
         CitedBy::Unsupported
     } else {
         CitedBy::Support
     };
     Cited { sources, by }
+}
+
+/// Question words an answer must repeat, with nothing of its own, to be a restatement.
+const RESTATED_WORDS: usize = 3;
+
+/// Whether `answer` only restates `question` ("The relocation allowance is paid to colleagues
+/// relocating to Singapore."): no content word of its own, at least [`RESTATED_WORDS`] of the
+/// question's, and no yes, no or negation (which is what a yes/no answer adds). It tells the
+/// user nothing, and a small model writes it when no source answers.
+fn restates(answer: &str, question: &str) -> bool {
+    let answer_words: HashSet<String> = words(&comparable(&strip_markers(answer))).collect();
+    if ["yes", "no", "not", "never", "none", "nor"]
+        .iter()
+        .any(|w| answer_words.contains(*w))
+    {
+        return false;
+    }
+    let question: HashSet<String> = words(&comparable(question))
+        .filter(|w| !is_noise(w))
+        .collect();
+    answer_words
+        .iter()
+        .filter(|w| question.contains(*w))
+        .count()
+        >= RESTATED_WORDS
 }
 
 /// Valid `[n]` / `[n, m]` markers in `answer`, ascending and unique.
@@ -124,19 +149,9 @@ fn support(answer: &str, question: &str, sources: &[&str]) -> (Vec<usize>, bool)
     let n = sources.len() as f64;
     let weight = |w: &str| -> f64 {
         let idf = (1.0 + n / df[w] as f64).ln();
-        if w.bytes().all(|b| b.is_ascii_digit()) {
-            2.0 * idf
-        } else {
-            idf
-        }
+        if is_figure(w) { 2.0 * idf } else { idf }
     };
-    let count = |w: &str| -> f64 {
-        if w.bytes().all(|b| b.is_ascii_digit()) {
-            2.0
-        } else {
-            1.0
-        }
-    };
+    let count = |w: &str| -> f64 { if is_figure(w) { 2.0 } else { 1.0 } };
     let supported: f64 = df.keys().map(|w| weight(w)).sum();
     let mut covered: HashSet<&str> = HashSet::new();
     let mut picked = Vec::new();
@@ -204,7 +219,7 @@ fn strip_markers(answer: &str) -> String {
 /// source dated 14 July, and "2025-11-24" is not supported by a source that has 2025 and 24 in
 /// other places.
 fn comparable(text: &str) -> String {
-    let text = airlock_text::normalize(&without_list_numbers(text));
+    let text = airlock_text::normalize(&without_version_numbers(&without_list_numbers(text)));
     let b = text.as_bytes();
     let digits =
         |r: std::ops::Range<usize>| b.get(r).is_some_and(|s| s.iter().all(u8::is_ascii_digit));
@@ -227,10 +242,96 @@ fn comparable(text: &str) -> String {
             i += 10;
             continue;
         }
+        // A decimal is one figure ("3.8" is not "3" and "8"): its point becomes a letter.
+        if b[i] == b'.'
+            && i > 0
+            && b[i - 1].is_ascii_digit()
+            && b.get(i + 1).is_some_and(u8::is_ascii_digit)
+        {
+            out.push('p');
+            i += 1;
+            continue;
+        }
         let c = text[i..].chars().next().unwrap_or(' ');
         out.push(c);
         i += c.len_utf8();
     }
+    out
+}
+
+/// A figure: a word that starts with a digit (`49600`, `20260714`, `3p8` for 3.8).
+fn is_figure(w: &str) -> bool {
+    w.as_bytes().first().is_some_and(u8::is_ascii_digit)
+}
+
+/// `text` without its documents' version numbers: the value after "Version" ("**Version:**
+/// 3.8", "Version 2.7") and the version column of a revision-history table (a table whose
+/// header has a "Version" cell). They are document control, not figures an answer could take
+/// from the source, and a small model asked for a number it cannot find copies them.
+fn without_version_numbers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut version_column: Option<usize> = None;
+    for line in text.split_inclusive('\n') {
+        let row = line.trim();
+        if !row.starts_with('|') {
+            version_column = None;
+        } else {
+            let cells: Vec<&str> = row.trim_matches('|').split('|').collect();
+            let is_version = |c: &str| {
+                c.trim()
+                    .trim_matches('*')
+                    .trim()
+                    .eq_ignore_ascii_case("version")
+            };
+            if let Some(col) = cells.iter().position(|c| is_version(c)) {
+                version_column = Some(col);
+            } else if let Some(col) = version_column {
+                let kept: Vec<&str> = cells
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| if i == col { "" } else { *c })
+                    .collect();
+                out.push_str(&format!("|{}|\n", kept.join("|")));
+                continue;
+            }
+        }
+        out.push_str(&without_version_values(line));
+    }
+    out
+}
+
+/// `line` without the version number that follows a "version" word (with only `*`, `:` and
+/// spaces between).
+fn without_version_values(line: &str) -> String {
+    let lower = line.to_ascii_lowercase();
+    let mut out = String::with_capacity(line.len());
+    let mut from = 0;
+    while let Some(pos) = lower[from..].find("version") {
+        let start = from + pos;
+        let end = start + "version".len();
+        let word_start = start == 0 || !lower.as_bytes()[start - 1].is_ascii_alphanumeric();
+        let rest = &line[end..];
+        let gap = rest
+            .bytes()
+            .take_while(|b| matches!(b, b'*' | b':' | b' ' | b'\t'))
+            .count();
+        let value = rest[gap..]
+            .bytes()
+            .take_while(|b| b.is_ascii_digit() || *b == b'.')
+            .count();
+        let value_ends = rest[gap + value..]
+            .chars()
+            .next()
+            .is_none_or(|c| !c.is_alphanumeric());
+        out.push_str(&line[from..end]);
+        if word_start && value > 0 && value_ends && rest.as_bytes()[gap].is_ascii_digit() {
+            out.push_str(&rest[..gap]);
+            from = end + gap + value;
+        } else {
+            from = end;
+        }
+    }
+    out.push_str(&line[from..]);
     out
 }
 
@@ -399,13 +500,14 @@ mod tests {
                 by: CitedBy::Unsupported
             }
         );
-        // An answer that only repeats the question has nothing of its own to support.
+        // An answer that only repeats the question tells nothing: unsupported too (before
+        // 2026-12-01 it was shown; a small model writes it when no source answers).
         let c = cited(
             "The travel policy for flights.",
             "What is the travel policy for flights?",
             &sources,
         );
-        assert_eq!(c.by, CitedBy::Support, "{c:?}");
+        assert_eq!(c.by, CitedBy::Unsupported, "{c:?}");
         // A supported figure is cited, a valid marker counts as the model's own citation.
         let c = cited(
             "Within 60 days of the statement date.",
@@ -704,6 +806,98 @@ mod name_tests {
         );
         assert_eq!(cited("12", "How many accounts?", &[steps]).sources, [1]);
         assert_eq!(without_list_numbers("1. a\n2.5 b\n3.\tc"), " a\n2.5 b\n\tc");
+    }
+
+    #[test]
+    fn a_decimal_is_one_figure_and_version_numbers_support_nothing() {
+        // A decimal is not its two halves.
+        let split = "Tier 3 clients: 8 approvers.";
+        assert_eq!(
+            cited("The ratio is 3.8.", "What ratio?", &[split]).by,
+            CitedBy::Unsupported
+        );
+        let c = cited(
+            "The ratio is 3.8.",
+            "What ratio?",
+            &[split, "Ratio held: 3.8 on average."],
+        );
+        assert_eq!((c.sources, c.by), (vec![2], CitedBy::Support));
+        assert_eq!(comparable("7.02% and 3.8. Then"), "7p02% and 3p8. then");
+        // A document's version is document control, in a field or a revision table.
+        let bulletin = "**Issued:** 17 February 2025\n**Version:** 3.8\n**Classification:** Staff";
+        assert_eq!(
+            cited(
+                "The incident number is 3.8.",
+                "What incident number?",
+                &[bulletin]
+            )
+            .by,
+            CitedBy::Unsupported
+        );
+        let history = "| Version | Date | Author |\n|---|---|---|\n| 1.3 | 6 November 2020 | R. Joshi |\n\
+                       Rates after the table: 1.3% for staff.";
+        assert!(
+            !comparable(history).contains("1p3 |"),
+            "{}",
+            comparable(history)
+        );
+        assert_eq!(
+            cited(
+                "An increase of 1.3%.",
+                "What increase?",
+                &[&history[..history.find("Rates").unwrap()]]
+            )
+            .by,
+            CitedBy::Unsupported
+        );
+        assert_eq!(
+            cited("An increase of 1.3%.", "What increase?", &[history]).sources,
+            [1]
+        );
+        // Only the value right after the word goes: other figures on the line stay.
+        assert_eq!(
+            without_version_values("Version: 2.7 | limit 2.7 | versions 4 | Version 5a"),
+            "Version:  | limit 2.7 | versions 4 | Version 5a"
+        );
+    }
+
+    #[test]
+    fn an_answer_that_only_restates_the_question_is_unsupported() {
+        let q = "What relocation allowance is paid to colleagues relocating to Singapore?";
+        let src =
+            "Relocation to Singapore: colleagues are paid an allowance; amounts are restricted.";
+        assert_eq!(
+            cited(
+                "The relocation allowance is paid to colleagues relocating to Singapore.",
+                q,
+                &[src]
+            )
+            .by,
+            CitedBy::Unsupported
+        );
+        // A yes/no answer adds its yes or no; an abstention repeats nothing.
+        let yn = "Is a second approver required for wire transfers?";
+        assert!(!restates(
+            "Yes, a second approver is required for wire transfers.",
+            yn
+        ));
+        assert!(!restates(
+            "No, a second approver is not required for wire transfers.",
+            yn
+        ));
+        assert!(restates(
+            "A second approver is required for wire transfers.",
+            yn
+        ));
+        assert_eq!(
+            cited(
+                "I cannot find this information in the documents available to you.",
+                q,
+                &[src]
+            )
+            .by,
+            CitedBy::Support
+        );
     }
 
     #[test]
