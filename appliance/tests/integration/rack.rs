@@ -849,3 +849,147 @@ fn the_daemon_connects_only_to_the_configured_rack() {
     eprintln!("{} connects, all to 127.0.0.1:{}", inet.len(), server.port);
     drop(server);
 }
+
+/// `openssl s_server` on a free loopback port with `pair`: a real TLS endpoint, stopped on drop.
+struct SServer(std::process::Child, u16);
+
+impl SServer {
+    fn start(pair: &crate::tls::Pair) -> Self {
+        let port = free_port();
+        let child = std::process::Command::new("openssl")
+            .args(["s_server", "-quiet", "-www", "-accept"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("-cert")
+            .arg(&pair.cert)
+            .arg("-key")
+            .arg(&pair.key)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("openssl s_server");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "openssl s_server did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        SServer(child, port)
+    }
+}
+
+impl Drop for SServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An https rack (`ca_file`): the real llama.cpp server behind TLS (uvicorn's own, with a
+/// certificate from a test "bank CA" made by openssl) serves a chat through Airlock, streaming
+/// and not; the same server is refused at start-up when `ca_file` is another CA, and a bank-CA
+/// certificate for another host name is refused too (no system roots, no bypass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_rack_is_verified_against_the_bank_ca_only() {
+    use crate::tls::{KeyForm, Pki};
+    if !LlamaServer::available("an_https_rack_is_verified_against_the_bank_ca_only") {
+        return;
+    }
+    let pki = Pki::new();
+    let bank_ca = pki.ca("bank-ca");
+    let other_ca = pki.ca("other-ca");
+    let leaf = pki.leaf(&bank_ca, "rack", KeyForm::EcPkcs8, false);
+    let server = LlamaServer::start_tls(&leaf);
+    let mut c = rack_config(vec![server.base_url()]);
+    assert!(c.base_urls[0].starts_with("https://127.0.0.1:"));
+    c.ca_file = Some(bank_ca.cert.clone());
+
+    let t = app_with(vec![c.clone()]).await;
+    let (rita, _) = seed(&t).await;
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(question(json!({}))),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["model"], ALIAS, "{}", r.text);
+    assert_eq!(
+        r.json["airlock"]["citations"][0]["doc_id"], "doc-risk",
+        "{}",
+        r.text
+    );
+    assert!(
+        !r.json["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .is_empty()
+    );
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(question(json!({"stream": true}))),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.text.trim_end().ends_with("data: [DONE]"), "{}", r.text);
+    assert!(!r.text.contains("event: error"), "{}", r.text);
+
+    // By DNS name (sent as SNI): the certificate names localhost too.
+    let mut by_name = c.clone();
+    by_name.base_urls = vec![format!("https://localhost:{}/v1", server.port)];
+    RemoteGenerator::connect(by_name)
+        .await
+        .expect("https://localhost is in the certificate");
+
+    // The same server, trusted through another CA: refused at start-up, saying why.
+    let mut wrong_ca = c.clone();
+    wrong_ca.ca_file = Some(other_ca.cert.clone());
+    let config = airlock::Config {
+        remote_generators: vec![wrong_ca],
+        ..test_config()
+    };
+    config.validate().unwrap();
+    let err = tokio::task::spawn_blocking(move || airlock::startup::connect_remotes(&config))
+        .await
+        .unwrap()
+        .expect_err("a certificate from another CA was accepted");
+    let msg = format!("{err:#}");
+    eprintln!("another CA: {msg}");
+    assert!(
+        msg.contains("remote generator `airlock-rack`")
+            && msg.contains("invalid peer certificate")
+            && msg.contains("UnknownIssuer")
+            && msg.contains(&other_ca.cert.display().to_string()),
+        "{msg}"
+    );
+
+    // A bank-CA certificate for another host: refused for the name, by IP and by DNS name.
+    let elsewhere = pki.server_leaf_for(&bank_ca, "elsewhere", "DNS:rack.bank.internal");
+    let s = SServer::start(&elsewhere);
+    for host in ["127.0.0.1", "localhost"] {
+        let mut wrong_host = c.clone();
+        wrong_host.base_urls = vec![format!("https://{host}:{}/v1", s.1)];
+        let err = RemoteGenerator::connect(wrong_host)
+            .await
+            .expect_err("a certificate for another host name was accepted");
+        let msg = err.to_string();
+        eprintln!("wrong host {host}: {msg}");
+        assert!(
+            msg.contains("invalid peer certificate")
+                && msg.contains("not valid for name")
+                && msg.contains(&format!("name `{host}`")),
+            "{msg}"
+        );
+    }
+    // Plain http to the https port gets no answer: nothing is sent in clear.
+    let mut plain = c.clone();
+    plain.base_urls = vec![format!("http://127.0.0.1:{}/v1", server.port)];
+    plain.ca_file = None;
+    plain.first_token_timeout_ms = Some(5000);
+    assert!(RemoteGenerator::connect(plain).await.is_err());
+    drop(server);
+}
