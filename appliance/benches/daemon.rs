@@ -76,6 +76,7 @@ fn main() {
     let n_docs = env_usize("AIRLOCK_BENCH_DOCS", 600);
     let n_queries = env_usize("AIRLOCK_BENCH_QUERIES", 200);
     let n_chats = env_usize("AIRLOCK_BENCH_CHATS", 20);
+    println!("{}", bank::cpu_line());
     let bank = Bank::load(n_docs);
     let (cases, tokens) = (&bank.cases, &bank.tokens);
     // Stage latency at rung 0: the load-driven ladder is off (it is measured by the `load`

@@ -30,6 +30,19 @@
 //! `appliance/benches/load-2core.toml`; the off mode sets `ladder = false` over it; `engine_*`
 //! settings are refused: the bench loads its generator once, with the engine defaults),
 //! `AIRLOCK_LOAD_SEED` (7, + the multiple's index); `AIRLOCK_MODELS_DIR`, `AIRLOCK_SHARED_DIR`.
+//!
+//! **The rack** (issue 25), `AIRLOCK_LOAD_RACK=1`: the same phases against a remote generator.
+//! The bench starts a real llama.cpp server (`python3 -m llama_cpp.server`, PyPI
+//! `llama-cpp-python[server]`) serving SmolLM2's GGUF on a free loopback port with
+//! `AIRLOCK_LOAD_RACK_THREADS` threads (default 1), points the first `[[remote_generators]]`
+//! entry of the config file (default `appliance/benches/load-rack.toml`) at it, and every chat
+//! names that alias. Each phase connects a fresh remote generator (idle replica, closed breaker).
+//! Ladder off also lifts the rack's own admission (`max_inflight_per_replica` 4096,
+//! `queue_capacity` 0: every request goes to the engine, whose queue then grows); after each
+//! phase the bench waits until the engine has drained (its `/v1/models` waits behind every
+//! queued generation). Extra columns: 503s from the rack's admission, answers that fell back to
+//! the local model (`X-Airlock-Model-Fallback`), the most requests Airlock had in flight to the
+//! replica and waiting for it.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -39,13 +52,14 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use airlock::admission::MAX_RUNG;
+use airlock::remote::{BackendLabel, FallbackLabel, RemoteGenerator};
 use airlock::{AppState, Config};
 use serde_json::{Value, json};
 
 #[path = "support/bank.rs"]
 mod bank;
 
-use bank::{Bank, env_usize, pct};
+use bank::{Bank, cpu_line, env_usize, pct};
 
 fn env_f64(key: &str) -> Option<f64> {
     std::env::var(key).ok().and_then(|v| v.parse().ok())
@@ -74,11 +88,22 @@ struct Knobs {
     modes: Vec<bool>,
     config: Config,
     seed: u64,
+    /// The rack alias every chat names (rack mode).
+    rack: Option<String>,
+    rack_threads: usize,
 }
 
 impl Knobs {
     fn from_env() -> Knobs {
-        let config = match std::env::var_os("AIRLOCK_LOAD_CONFIG") {
+        let rack = std::env::var("AIRLOCK_LOAD_RACK").is_ok_and(|v| v == "1");
+        let file = std::env::var_os("AIRLOCK_LOAD_CONFIG").or_else(|| {
+            rack.then(|| {
+                Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("benches/load-rack.toml")
+                    .into_os_string()
+            })
+        });
+        let config = match file {
             Some(p) => {
                 let path = Path::new(&p);
                 let text = std::fs::read_to_string(path).expect("read AIRLOCK_LOAD_CONFIG");
@@ -109,8 +134,17 @@ impl Knobs {
             ),
             multiples: env_list("AIRLOCK_LOAD_MULTIPLES", "0.5,1,2,4"),
             modes,
+            rack: rack.then(|| {
+                config
+                    .remote_generators
+                    .first()
+                    .expect("AIRLOCK_LOAD_RACK=1 needs a [[remote_generators]] entry in the config")
+                    .alias
+                    .clone()
+            }),
             config,
             seed: env_usize("AIRLOCK_LOAD_SEED", 7) as u64,
+            rack_threads: env_usize("AIRLOCK_LOAD_RACK_THREADS", 1),
         }
     }
 
@@ -123,12 +157,19 @@ impl Knobs {
             airlock_inference::generate::EngineConfig::default(),
             "AIRLOCK_LOAD_CONFIG sets engine_* settings, which this bench does not apply"
         );
-        let c = Config {
+        let mut c = Config {
             ladder: Some(ladder),
             // Quotas stay off (the default, 0 = unlimited) unless the TOML file sets them: this
             // bench measures the ladder, not the per-user buckets.
             ..self.config.clone()
         };
+        if !ladder {
+            // No admission on the rack either: every request goes to the engine at once.
+            for r in &mut c.remote_generators {
+                r.max_inflight_per_replica = Some(4096);
+                r.queue_capacity = Some(0);
+            }
+        }
         c.validate().expect("valid daemon config");
         c
     }
@@ -151,12 +192,14 @@ enum Outcome {
 struct Sample {
     outcome: Outcome,
     rung: Option<u8>,
+    /// Answered by the local model instead of the rack (`X-Airlock-Model-Fallback`).
+    fallback: bool,
 }
 
 /// One streaming chat completion over the socket, timed from the client's side.
 fn chat(agent: &ureq::Agent, base: &str, token: &str, query: &str, k: &Knobs) -> Sample {
     let (max_tokens, timeout) = (k.max_tokens, k.client_timeout);
-    let body = json!({
+    let mut body = json!({
         "messages": [{"role": "user", "content": query}],
         "max_tokens": max_tokens,
         "stream": true,
@@ -167,8 +210,11 @@ fn chat(agent: &ureq::Agent, base: &str, token: &str, query: &str, k: &Knobs) ->
         } else {
             json!({"top_k": k.top_k})
         },
-    })
-    .to_string();
+    });
+    if let Some(alias) = &k.rack {
+        body["model"] = alias.as_str().into();
+    }
+    let body = body.to_string();
     let t0 = Instant::now();
     let failed = |t0: Instant, why: &dyn std::fmt::Display| {
         // The first few failures are shown (a bench that only counts them hides bugs).
@@ -197,6 +243,7 @@ fn chat(agent: &ureq::Agent, base: &str, token: &str, query: &str, k: &Knobs) ->
             return Sample {
                 outcome: failed(t0, &e),
                 rung: None,
+                fallback: false,
             };
         }
     };
@@ -205,6 +252,7 @@ fn chat(agent: &ureq::Agent, base: &str, token: &str, query: &str, k: &Knobs) ->
         .get("x-airlock-rung")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok());
+    let fallback = resp.headers().contains_key("x-airlock-model-fallback");
     let code = resp.status().as_u16();
     if code != 200 {
         let ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -215,6 +263,7 @@ fn chat(agent: &ureq::Agent, base: &str, token: &str, query: &str, k: &Knobs) ->
         return Sample {
             outcome: Outcome::Status { code, ms },
             rung,
+            fallback,
         };
     }
     let (mut first, mut last, mut tokens) = (None::<Instant>, None::<Instant>, None::<u64>);
@@ -226,6 +275,7 @@ fn chat(agent: &ureq::Agent, base: &str, token: &str, query: &str, k: &Knobs) ->
                 return Sample {
                     outcome: failed(t0, &e),
                     rung,
+                    fallback,
                 };
             }
         };
@@ -264,6 +314,7 @@ fn chat(agent: &ureq::Agent, base: &str, token: &str, query: &str, k: &Knobs) ->
         return Sample {
             outcome: failed(t0, &why),
             rung,
+            fallback,
         };
     }
     let end = Instant::now();
@@ -280,6 +331,7 @@ fn chat(agent: &ureq::Agent, base: &str, token: &str, query: &str, k: &Knobs) ->
             tpot_ms,
         },
         rung,
+        fallback,
     }
 }
 
@@ -294,7 +346,15 @@ struct Daemon {
 impl Daemon {
     fn start(rt: &tokio::runtime::Runtime, config: Config, bank: &Bank) -> Daemon {
         let grace = config.shutdown_grace();
-        let state = AppState::ready(config, bank.services());
+        // A fresh remote generator per phase: idle replica, closed breaker, no TTFT history.
+        let remotes = rt.block_on(async {
+            let mut out = Vec::new();
+            for c in &config.remote_generators {
+                out.push(RemoteGenerator::connect(c.clone()).await.expect("the rack"));
+            }
+            out
+        });
+        let state = AppState::ready(config, bank.services().with_remotes(remotes));
         let listener = rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
@@ -335,6 +395,101 @@ impl Daemon {
     }
 }
 
+/// The rack's engine (rack mode): `python3 -m llama_cpp.server` serving SmolLM2's GGUF on a
+/// free loopback port, as the rack tests start it; killed on drop.
+struct Upstream {
+    child: std::process::Child,
+    port: u16,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Upstream {
+    fn start(model_alias: &str, threads: usize) -> Upstream {
+        let gguf =
+            bank::dir("AIRLOCK_MODELS_DIR", "../models-cache/models").join("smollm2/model.gguf");
+        assert!(gguf.exists(), "{} is missing", gguf.display());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("llama-server.log");
+        let out = std::fs::File::create(&log).unwrap();
+        let child = std::process::Command::new("python3")
+            .args(["-m", "llama_cpp.server", "--model"])
+            .arg(&gguf)
+            .args(["--model_alias", model_alias])
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--n_ctx", "2048", "--n_threads", &threads.to_string()])
+            // As in the rack tests: interrupt_requests would end a running stream with [DONE]
+            // as soon as another request arrives.
+            .args(["--logits_all", "false", "--interrupt_requests", "false"])
+            .args(["--verbose", "false"])
+            .stdin(std::process::Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("python3 -m llama_cpp.server (pip install 'llama-cpp-python[server]')");
+        let mut u = Upstream {
+            child,
+            port,
+            log,
+            _dir: dir,
+        };
+        let t = Instant::now();
+        while !u.models_answer(Duration::from_secs(2)) {
+            if let Some(st) = u.child.try_wait().unwrap() {
+                panic!(
+                    "llama_cpp.server exited ({st}):\n{}",
+                    std::fs::read_to_string(&u.log).unwrap_or_default()
+                );
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(180),
+                "llama_cpp.server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        u
+    }
+
+    fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}/v1", self.port)
+    }
+
+    fn models_answer(&self, within: Duration) -> bool {
+        agent()
+            .get(format!("{}/models", self.base_url()))
+            .config()
+            .timeout_global(Some(within))
+            .build()
+            .call()
+            .is_ok_and(|r| r.status() == 200)
+    }
+
+    /// Waits until the engine has nothing queued or running: its `/v1/models` takes the same
+    /// lock as a generation, so it answers after every queued one.
+    fn wait_idle(&self) {
+        let t = Instant::now();
+        while !self.models_answer(Duration::from_secs(300)) {
+            assert!(
+                t.elapsed() < Duration::from_secs(600),
+                "the engine never drained"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn rss_kib(field: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -354,6 +509,12 @@ struct Observed {
     rung_ticks: [u64; MAX_RUNG as usize + 1],
     max_queued: usize,
     max_inflight: usize,
+    /// Rack mode: the most requests Airlock had in flight to the replicas, and waiting for one.
+    max_rack_inflight: usize,
+    max_rack_waiting: i64,
+    /// Rack mode: 503s of the rack's admission, and answers that fell back to the local model.
+    rack_shed: u64,
+    rack_fallbacks: u64,
 }
 
 /// Samples RSS and the controller every 100 ms until `stop` is set.
@@ -366,7 +527,34 @@ fn sampler(state: AppState, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Ob
             o.rung_ticks[usize::from(a.current_rung().min(MAX_RUNG))] += 1;
             o.max_queued = o.max_queued.max(a.queued());
             o.max_inflight = o.max_inflight.max(a.inflight());
+            if let Ok(services) = state.services() {
+                for r in &services.remotes {
+                    let n = r.replicas().iter().map(|p| p.inflight()).sum::<usize>();
+                    o.max_rack_inflight = o.max_rack_inflight.max(n);
+                    let label = BackendLabel {
+                        backend: r.alias.clone(),
+                    };
+                    let w = state.metrics().rack.waiting.get_or_create(&label).get();
+                    o.max_rack_waiting = o.max_rack_waiting.max(w);
+                }
+            }
             std::thread::sleep(Duration::from_millis(100));
+        }
+        if let Ok(services) = state.services() {
+            let rack = &state.metrics().rack;
+            for r in &services.remotes {
+                let label = BackendLabel {
+                    backend: r.alias.clone(),
+                };
+                o.rack_shed += rack.shed.get_or_create(&label).get();
+                for reason in ["saturated", "unhealthy", "failed"] {
+                    let label = FallbackLabel {
+                        from: r.alias.clone(),
+                        reason,
+                    };
+                    o.rack_fallbacks += rack.fallbacks.get_or_create(&label).get();
+                }
+            }
         }
         o
     })
@@ -471,6 +659,8 @@ struct Row {
     s429: usize,
     client_timeout: usize,
     other: usize,
+    /// Answers with `X-Airlock-Model-Fallback`.
+    fallbacks: usize,
     ttft: (f64, f64),
     tpot: (f64, f64),
     shed_p99: Option<f64>,
@@ -495,6 +685,7 @@ impl Row {
             s429: 0,
             client_timeout: 0,
             other: 0,
+            fallbacks: 0,
             ttft: (0.0, 0.0),
             tpot: (0.0, 0.0),
             shed_p99: None,
@@ -505,6 +696,7 @@ impl Row {
         for s in samples {
             let key = s.rung.map_or_else(|| "-".to_string(), |x| x.to_string());
             *r.rungs.entry(key).or_default() += 1;
+            r.fallbacks += usize::from(s.fallback);
             match s.outcome {
                 Outcome::Completed { ttft_ms, tpot_ms } => {
                     r.completed += 1;
@@ -537,10 +729,11 @@ impl Row {
         println!(
             "| phase | offered r/s | sent | ok | ok ≤ SLO | ok at rung 5 | goodput r/s | 503 | \
              504 | 429 | gave up | other | TTFT p50 / p99 ms | TPOT p50 / p99 ms | 503 p99 ms | \
-             X-Airlock-Rung | time at rung | max queued | peak RSS MiB |"
+             X-Airlock-Rung | time at rung | max queued | peak RSS MiB | rack 503 | fallback | \
+             max rack in flight / waiting |"
         );
         println!(
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|"
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|---:|---:|"
         );
     }
 
@@ -557,7 +750,7 @@ impl Row {
             .collect();
         println!(
             "| {} | {:.2} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {} | {:.0} / {:.0} | \
-             {:.1} / {:.1} | {} | {} | {} | {} | {:.0} |",
+             {:.1} / {:.1} | {} | {} | {} | {} | {:.0} | {} | {} ({}) | {} / {} |",
             self.label,
             self.offered,
             self.sent,
@@ -579,6 +772,11 @@ impl Row {
             time.join(" "),
             self.observed.max_queued,
             self.observed.peak_rss_kib as f64 / 1024.0,
+            self.observed.rack_shed,
+            self.fallbacks,
+            self.observed.rack_fallbacks,
+            self.observed.max_rack_inflight,
+            self.observed.max_rack_waiting,
         );
     }
 }
@@ -593,6 +791,7 @@ fn loadavg() -> String {
 fn phase<T>(
     rt: &tokio::runtime::Runtime,
     bank: &Bank,
+    upstream: Option<&Upstream>,
     config: Config,
     f: impl FnOnce(&str) -> T,
 ) -> (T, Observed, f64) {
@@ -605,6 +804,9 @@ fn phase<T>(
     stop.store(true, Ordering::Relaxed);
     let observed = s.join().unwrap();
     d.stop(rt, bank);
+    if let Some(u) = upstream {
+        u.wait_idle();
+    }
     (out, observed, wall)
 }
 
@@ -614,9 +816,25 @@ fn main() {
         .with_writer(std::io::stderr)
         .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
         .try_init();
-    let k = Arc::new(Knobs::from_env());
+    let mut k = Knobs::from_env();
     let started = Instant::now();
+    println!("{}", cpu_line());
     println!("load average at start: {}", loadavg());
+    let upstream = k.rack.as_ref().map(|alias| {
+        let r = k.config.remote_generators.first_mut().unwrap();
+        let u = Upstream::start(&r.model, k.rack_threads);
+        r.base_urls = vec![u.base_url()];
+        println!(
+            "rack: `{alias}` -> llama_cpp.server {} ({} thread(s)), model `{}`; ladder on: {:?}",
+            u.base_url(),
+            k.rack_threads,
+            r.model,
+            r
+        );
+        u
+    });
+    let upstream = upstream.as_ref();
+    let k = Arc::new(k);
     let bank = Bank::load(k.docs);
     println!(
         "{} cases, {} users; max_tokens {}, top_k {}, client timeout {} s, window {} s per phase",
@@ -640,7 +858,7 @@ fn main() {
         .unwrap();
 
     // Warm-up (first-use allocations, page cache), not recorded.
-    phase(&rt, &bank, k.daemon_config(false), |base| {
+    phase(&rt, &bank, upstream, k.daemon_config(false), |base| {
         let a = agent();
         for (u, q) in bank.cases.iter().take(3) {
             chat(&a, base, &bank.tokens[u], q, &k);
@@ -656,7 +874,7 @@ fn main() {
     println!("|---:|---:|---:|---:|---:|---:|");
     let mut cap_runs = Vec::new();
     for &c in &k.concurrency {
-        let ((samples, secs), _, _) = phase(&rt, &bank, k.daemon_config(false), |base| {
+        let ((samples, secs), _, _) = phase(&rt, &bank, upstream, k.daemon_config(false), |base| {
             closed_loop(base, &bank, &k, c)
         });
         let mut ttft = Vec::new();
@@ -713,9 +931,10 @@ fn main() {
         for &ladder in &k.modes {
             let rate = capacity * m;
             let seed = k.seed + i as u64;
-            let (samples, observed, wall) = phase(&rt, &bank, k.daemon_config(ladder), |base| {
-                open_loop(base, &bank, &k, rate, seed)
-            });
+            let (samples, observed, wall) =
+                phase(&rt, &bank, upstream, k.daemon_config(ladder), |base| {
+                    open_loop(base, &bank, &k, rate, seed)
+                });
             let label = format!("{m}× ladder {}", if ladder { "on" } else { "off" });
             let mut row = Row::new(label, rate, k.secs, &samples, slo);
             row.observed = observed;

@@ -119,6 +119,26 @@ pub fn rack_stream(data: &[u8]) {
     let _ = parse_event(rest);
 }
 
+/// Target `rack_metrics`: `data` is what an engine's Prometheus `/metrics` endpoint sent (the
+/// rack's vLLM or llama.cpp server), read as admission reads it for each engine kind.
+/// Invariants: no panic on any bytes; a load read is never negative or NaN; the same bytes give
+/// the same load, also with a comment line appended.
+pub fn rack_metrics(data: &[u8]) {
+    use crate::remote::engine_metrics::{EngineKind, parse};
+    for kind in [EngineKind::Vllm, EngineKind::LlamaCpp] {
+        for model in ["smollm2-upstream", ""] {
+            let load = parse(data, kind, model);
+            if let Some(l) = load {
+                assert!(l.waiting >= 0.0, "{l:?}");
+                assert!(l.running.is_none_or(|r| r >= 0.0), "{l:?}");
+            }
+            let mut more = data.to_vec();
+            more.extend_from_slice(b"\n# HELP vllm:num_requests_waiting x\n");
+            assert_eq!(parse(&more, kind, model), load);
+        }
+    }
+}
+
 #[cfg(test)]
 #[path = "../../fuzz/replay.rs"]
 mod replay;
@@ -139,5 +159,22 @@ mod tests {
 data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3}}\n\n\
 data: [DONE]\n\n";
         replay::run("rack_stream", &[seed.to_vec()], 2000, rack_stream);
+    }
+
+    #[test]
+    fn rack_metrics_seeds_and_mutations() {
+        let vllm = b"# HELP vllm:num_requests_waiting Number of requests waiting.\n\
+# TYPE vllm:num_requests_waiting gauge\n\
+vllm:num_requests_waiting{engine=\"0\",model_name=\"smollm2-upstream\"} 3.0\n\
+vllm:num_requests_running{engine=\"0\",model_name=\"smollm2-upstream\"} 12.0\n\
+vllm:time_to_first_token_seconds_bucket{le=\"+Inf\",model_name=\"x\\\"y\"} 7 1700000000\n";
+        let llamacpp = b"# TYPE llamacpp:requests_processing gauge\n\
+llamacpp:requests_processing 1\nllamacpp:requests_deferred 4\n";
+        replay::run(
+            "rack_metrics",
+            &[vllm.to_vec(), llamacpp.to_vec()],
+            2000,
+            rack_metrics,
+        );
     }
 }

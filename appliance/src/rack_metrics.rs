@@ -65,6 +65,11 @@ pub struct RackMetrics {
     pub retries: Family<BackendLabel, Counter>,
     /// `airlock_remote_ttft_seconds{backend}`: request sent → first token.
     pub ttft: Family<BackendLabel, Histogram>,
+    /// `airlock_remote_engine_waiting{backend,replica}`: the engine's own waiting count from
+    /// its metrics (-1: no fresh scrape).
+    pub engine_waiting: Family<ReplicaLabel, Gauge>,
+    /// `airlock_remote_engine_running{backend,replica}`: the engine's running count (-1: none).
+    pub engine_running: Family<ReplicaLabel, Gauge>,
 }
 
 fn ttft_histogram() -> Histogram {
@@ -91,6 +96,8 @@ impl RackMetrics {
             shed: Family::default(),
             retries: Family::default(),
             ttft: Family::new_with_constructor(ttft_histogram),
+            engine_waiting: Family::default(),
+            engine_running: Family::default(),
         }
     }
 
@@ -145,6 +152,16 @@ impl RackMetrics {
             "remote_ttft_seconds",
             "Upstream time to first token (request sent to first content delta)",
             self.ttft.clone(),
+        );
+        r.register(
+            "remote_engine_waiting",
+            "Requests waiting in each replica's engine, from its metrics (-1: no fresh scrape)",
+            self.engine_waiting.clone(),
+        );
+        r.register(
+            "remote_engine_running",
+            "Requests running in each replica's engine, from its metrics (-1: not reported)",
+            self.engine_running.clone(),
         );
     }
 

@@ -76,6 +76,24 @@ pub struct RemoteGeneratorConfig {
     /// [default: true].
     #[serde(default)]
     pub request_usage: Option<bool>,
+    /// The engine's own load from its Prometheus `/metrics`: `vllm`
+    /// (`vllm:num_requests_waiting`, `vllm:num_requests_running`), `llamacpp` (`llama-server
+    /// --metrics`: `llamacpp:requests_deferred`, `llamacpp:requests_processing`) or `none`
+    /// [default: none].
+    #[serde(default)]
+    pub engine_metrics: Option<String>,
+    /// One metrics URL per replica, in `base_urls` order [default: each base URL's
+    /// `scheme://host:port` + `/metrics`].
+    #[serde(default)]
+    pub metrics_urls: Option<Vec<String>>,
+    /// A replica whose engine reports more waiting requests than this counts as full
+    /// [default: 0].
+    #[serde(default)]
+    pub engine_waiting_full: Option<u64>,
+    /// Milliseconds between two scrapes of each replica's metrics [default: 1000]; a scrape
+    /// older than three intervals is ignored.
+    #[serde(default)]
+    pub engine_metrics_interval_ms: Option<u64>,
 }
 
 /// The one kind implemented.
@@ -151,9 +169,43 @@ impl RemoteGeneratorConfig {
         self.request_usage.unwrap_or(true)
     }
 
+    /// Which engine metrics are scraped (`None`: none).
+    pub fn engine_metrics(&self) -> Option<super::engine_metrics::EngineKind> {
+        self.engine_metrics
+            .as_deref()
+            .and_then(super::engine_metrics::EngineKind::parse)
+            .flatten()
+    }
+    /// The waiting count above which a replica is full.
+    pub fn engine_waiting_full(&self) -> u64 {
+        self.engine_waiting_full.unwrap_or(0)
+    }
+    /// Scrape interval.
+    pub fn engine_metrics_interval(&self) -> Duration {
+        Duration::from_millis(self.engine_metrics_interval_ms.unwrap_or(1000))
+    }
+
     /// The replicas' endpoints (validated).
     pub fn upstreams(&self) -> Result<Vec<Upstream>, String> {
         self.base_urls.iter().map(|u| Upstream::parse(u)).collect()
+    }
+
+    /// Each replica's metrics endpoint (validated), when engine metrics are scraped.
+    pub fn metrics_upstreams(&self) -> Result<Vec<Upstream>, String> {
+        if self.engine_metrics().is_none() {
+            return Ok(Vec::new());
+        }
+        match &self.metrics_urls {
+            Some(urls) => urls.iter().map(|u| Upstream::parse(u)).collect(),
+            None => self
+                .upstreams()?
+                .into_iter()
+                .map(|u| {
+                    let scheme = if u.tls { "https" } else { "http" };
+                    Upstream::parse(&format!("{scheme}://{}/metrics", u.authority()))
+                })
+                .collect(),
+        }
     }
 
     /// Checks every value; the error names the field.
@@ -237,6 +289,52 @@ impl RemoteGeneratorConfig {
         if self.breaker_window() > 10_000 {
             return bad("remote_generators.breaker_window", "must be at most 10000");
         }
+        if let Some(v) = &self.engine_metrics
+            && super::engine_metrics::EngineKind::parse(v).is_none()
+        {
+            return bad(
+                "remote_generators.engine_metrics",
+                "must be `vllm`, `llamacpp` or `none`",
+            );
+        }
+        if self.metrics_urls.is_some() && self.engine_metrics().is_none() {
+            return bad(
+                "remote_generators.metrics_urls",
+                "set engine_metrics (`vllm` or `llamacpp`) to scrape them",
+            );
+        }
+        if let Some(urls) = &self.metrics_urls
+            && urls.len() != self.base_urls.len()
+        {
+            return bad(
+                "remote_generators.metrics_urls",
+                "needs one URL per base_urls entry, in the same order",
+            );
+        }
+        let metrics = self.metrics_upstreams().map_err(|r| {
+            (
+                "remote_generators.metrics_urls",
+                format!("`{}`: {r}", self.alias),
+            )
+        })?;
+        if metrics.iter().any(|u| u.tls) && self.ca_file.is_none() {
+            return bad(
+                "remote_generators.ca_file",
+                "an https metrics URL needs the CA that signs its certificate",
+            );
+        }
+        if !(100..=600_000).contains(&self.engine_metrics_interval().as_millis()) {
+            return bad(
+                "remote_generators.engine_metrics_interval_ms",
+                "must be between 100 and 600000",
+            );
+        }
+        if self.engine_waiting_full() > 1 << 20 {
+            return bad(
+                "remote_generators.engine_waiting_full",
+                "must be at most 1048576",
+            );
+        }
         Ok(())
     }
 }
@@ -302,5 +400,40 @@ first_token_timeout_ms = 30000
         assert!(e.contains("remote_generators.base_urls"), "{e}");
         let e = refused(&format!("{ISSUE}routing = \"random\"\n"));
         assert!(e.contains("remote_generators.routing"), "{e}");
+        let e = refused(&format!("{ISSUE}engine_metrics = \"tgi\"\n"));
+        assert!(e.contains("remote_generators.engine_metrics"), "{e}");
+        let e = refused(&format!(
+            "{ISSUE}metrics_urls = [\"http://10.1.2.3:8000/metrics\"]\n"
+        ));
+        assert!(e.contains("set engine_metrics"), "{e}");
+        let e = refused(&format!(
+            "{ISSUE}engine_metrics = \"vllm\"\nmetrics_urls = [\"http://a:1/m\", \"http://b:1/m\"]\n"
+        ));
+        assert!(e.contains("one URL per base_urls entry"), "{e}");
+        let e = refused(&format!(
+            "{ISSUE}engine_metrics = \"vllm\"\nengine_metrics_interval_ms = 10\n"
+        ));
+        assert!(e.contains("engine_metrics_interval_ms"), "{e}");
+    }
+
+    #[test]
+    fn engine_metrics_default_to_each_replica_s_origin() {
+        let c = load(&format!(
+            "{}engine_metrics = \"vllm\"\n",
+            ISSUE.replace(
+                "[\"http://10.1.2.3:8000/v1\"]",
+                "[\"http://10.1.2.3:8000/v1\", \"http://10.1.2.4:8001/v1\"]"
+            )
+        ))
+        .unwrap();
+        let r = &c.remote_generators[0];
+        let m: Vec<String> = r
+            .metrics_upstreams()
+            .unwrap()
+            .iter()
+            .map(|u| format!("{}{}", u.authority(), u.root))
+            .collect();
+        assert_eq!(m, ["10.1.2.3:8000/metrics", "10.1.2.4:8001/metrics"]);
+        assert_eq!(r.engine_waiting_full(), 0);
     }
 }

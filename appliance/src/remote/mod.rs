@@ -27,6 +27,7 @@ use crate::metrics::Metrics;
 pub use crate::rack_metrics::{BackendLabel, FallbackLabel, RackMetrics, ReplicaLabel, TokenLabel};
 
 pub mod config;
+pub mod engine_metrics;
 pub mod http;
 pub mod replica;
 pub mod stream;
@@ -90,6 +91,8 @@ pub struct RemoteGenerator {
     api_key: Option<String>,
     tls: Option<tls::TlsConnector>,
     replicas: Vec<Arc<Replica>>,
+    /// Each replica's metrics endpoint (empty without `engine_metrics`).
+    metrics: Vec<http::Upstream>,
     pick: Mutex<()>,
     waiting: AtomicUsize,
     freed: tokio::sync::Notify,
@@ -130,7 +133,85 @@ impl RemoteGenerator {
             tracing::info!(backend = %g.alias, replica = %r.upstream.authority(),
                 model = %g.config.model, "remote generator replica checked");
         }
+        if let Some(kind) = g.config.engine_metrics() {
+            // The engine must expose what admission is told to read: a wrong kind or URL is a
+            // start-up error, not a signal silently missing.
+            for (r, m) in g.replicas.iter().zip(&g.metrics) {
+                let load = g.scrape(m, kind).await.map_err(|reason| ConnectError {
+                    alias: g.alias.clone(),
+                    reason: format!("engine_metrics = \"{}\": {reason}", kind.name()),
+                })?;
+                r.set_engine_load(load, Instant::now());
+                tracing::info!(backend = %g.alias, replica = %r.upstream.authority(),
+                    metrics = %m.url, waiting = load.waiting, "engine metrics checked");
+            }
+            // A thread of its own (not the caller's runtime, which may be a start-up one):
+            // it ends at the first round after the generator is dropped.
+            let weak = Arc::downgrade(&g);
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| ConnectError {
+                    alias: g.alias.clone(),
+                    reason: format!("starting the metrics scraper: {e}"),
+                })?;
+            std::thread::Builder::new()
+                .name("airlock-rack-metrics".into())
+                .spawn(move || runtime.block_on(scrape_loop(weak, kind)))
+                .map_err(|e| ConnectError {
+                    alias: g.alias.clone(),
+                    reason: format!("starting the metrics scraper: {e}"),
+                })?;
+        }
         Ok(g)
+    }
+
+    /// One scrape of an engine's metrics endpoint.
+    async fn scrape(
+        &self,
+        m: &http::Upstream,
+        kind: engine_metrics::EngineKind,
+    ) -> Result<engine_metrics::EngineLoad, String> {
+        let within = self
+            .config
+            .engine_metrics_interval()
+            .max(Duration::from_secs(1));
+        let open = Call {
+            upstream: m,
+            method: Method::GET,
+            path: "",
+            api_key: self.api_key.as_deref(),
+            body: None,
+            connect_timeout: self.config.connect_timeout(),
+            head_timeout: within,
+            tls: self.tls.as_ref(),
+        }
+        .send()
+        .await
+        .map_err(|e| format!("{}: {e}", m.url))?;
+        let status = open.response.status();
+        let body = http::read_body(open, 8 << 20, within)
+            .await
+            .map_err(|e| format!("{}: {e}", m.url))?;
+        if !status.is_success() {
+            return Err(format!("{} answered {status}", m.url));
+        }
+        engine_metrics::parse(&body, kind, &self.config.model).ok_or_else(|| {
+            format!(
+                "{} has no `{}` series (for model `{}`)",
+                m.url,
+                kind.waiting_metric(),
+                self.config.model
+            )
+        })
+    }
+
+    /// Whether the engine behind `r` reports more waiting requests than the bound (a scrape
+    /// older than three intervals says nothing).
+    fn engine_full(&self, r: &Replica, now: Instant) -> bool {
+        let max_age = self.config.engine_metrics_interval() * 3;
+        r.engine_load(now, max_age)
+            .is_some_and(|l| l.waiting > self.config.engine_waiting_full() as f64)
     }
 
     /// Builds the generator from its settings (reads the key and CA files; no network).
@@ -142,6 +223,7 @@ impl RemoteGenerator {
         };
         config.check().map_err(|(_, r)| err(r))?;
         let upstreams = config.upstreams().map_err(err)?;
+        let metrics = config.metrics_upstreams().map_err(err)?;
         let api_key = match &config.api_key_file {
             Some(p) => {
                 let k = std::fs::read_to_string(p)
@@ -157,7 +239,8 @@ impl RemoteGenerator {
             }
             None => None,
         };
-        let tls = match (&config.ca_file, upstreams.iter().any(|u| u.tls)) {
+        let any_tls = upstreams.iter().chain(&metrics).any(|u| u.tls);
+        let tls = match (&config.ca_file, any_tls) {
             (Some(ca), true) => Some(tls::TlsConnector::from_ca_file(ca).map_err(err)?),
             _ => None,
         };
@@ -178,6 +261,7 @@ impl RemoteGenerator {
             api_key,
             tls,
             replicas,
+            metrics,
             pick: Mutex::new(()),
             waiting: AtomicUsize::new(0),
             freed: tokio::sync::Notify::new(),
@@ -189,12 +273,14 @@ impl RemoteGenerator {
         &self.replicas
     }
 
-    /// The `host:port` pairs the daemon connects to (the egress allowlist).
+    /// The `host:port` pairs the daemon connects to (the egress allowlist): the replicas and
+    /// their metrics endpoints.
     pub fn endpoints(config: &RemoteGeneratorConfig) -> Vec<(String, u16)> {
         config
             .upstreams()
             .unwrap_or_default()
             .into_iter()
+            .chain(config.metrics_upstreams().unwrap_or_default())
             .map(|u| (u.host, u.port))
             .collect()
     }
@@ -274,7 +360,7 @@ impl RemoteGenerator {
                 retry_after: retry_after.max(Duration::from_secs(1)),
             });
         }
-        let room = |r: &Arc<Replica>| r.inflight() < self.limit(r);
+        let room = |r: &Arc<Replica>| r.inflight() < self.limit(r) && !self.engine_full(r, now);
         let preferred = match (self.config.routing(), affinity) {
             (Routing::Conversation, Some(key)) => {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -496,7 +582,58 @@ impl RemoteGenerator {
                 .breaker_open
                 .get_or_create(&label)
                 .set(i64::from(r.is_open(now)));
+            if self.config.engine_metrics().is_some() {
+                let max_age = self.config.engine_metrics_interval() * 3;
+                let load = r.engine_load(now, max_age);
+                // -1: no fresh scrape (admission then uses Airlock's own signals only).
+                let (waiting, running) = load.map_or((-1, -1), |l| {
+                    (l.waiting as i64, l.running.map_or(-1, |v| v as i64))
+                });
+                metrics
+                    .rack
+                    .engine_waiting
+                    .get_or_create(&label)
+                    .set(waiting);
+                metrics
+                    .rack
+                    .engine_running
+                    .get_or_create(&label)
+                    .set(running);
+            }
         }
+    }
+}
+
+/// Scrapes every replica's engine metrics each interval while the generator lives; wakes the
+/// waiting room after each round (a replica may have room again).
+async fn scrape_loop(g: std::sync::Weak<RemoteGenerator>, kind: engine_metrics::EngineKind) {
+    let mut failing: Vec<bool> = Vec::new();
+    loop {
+        let interval = match g.upgrade() {
+            Some(g) => g.config.engine_metrics_interval(),
+            None => return,
+        };
+        tokio::time::sleep(interval).await;
+        let Some(g) = g.upgrade() else { return };
+        failing.resize(g.replicas.len(), false);
+        for (i, (r, m)) in g.replicas.iter().zip(&g.metrics).enumerate() {
+            match g.scrape(m, kind).await {
+                Ok(load) => {
+                    r.set_engine_load(load, Instant::now());
+                    failing[i] = false;
+                }
+                Err(e) => {
+                    // Logged once per failing run, not every interval.
+                    if !failing[i] {
+                        tracing::warn!(backend = %g.alias, replica = %r.upstream.authority(),
+                            error = %e, "engine metrics scrape failed; admission uses \
+                            Airlock's own signals for this replica until it recovers");
+                    }
+                    failing[i] = true;
+                }
+            }
+        }
+        g.slot_freed();
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::engine_metrics::EngineLoad;
 use super::http::Upstream;
 
 /// A replica of a remote generator.
@@ -19,6 +20,8 @@ pub struct Replica {
     inflight: AtomicUsize,
     ttft: Mutex<Option<f64>>,
     breaker: Mutex<Breaker>,
+    /// The engine's last good metrics scrape and when it was taken.
+    engine: Mutex<Option<(EngineLoad, Instant)>>,
 }
 
 /// The breaker's tuning.
@@ -98,6 +101,7 @@ impl Replica {
             index,
             inflight: AtomicUsize::new(0),
             ttft: Mutex::new(None),
+            engine: Mutex::new(None),
             breaker: Mutex::new(Breaker {
                 config: breaker,
                 outcomes: VecDeque::new(),
@@ -158,6 +162,19 @@ impl Replica {
     /// A request ended without an outcome (the client went away): a trial it held is freed.
     pub fn abandoned(&self) {
         self.breaker.lock().trial_out = false;
+    }
+
+    /// Records a scrape of the engine's metrics.
+    pub fn set_engine_load(&self, load: EngineLoad, at: Instant) {
+        *self.engine.lock() = Some((load, at));
+    }
+
+    /// The engine's load from a scrape no older than `max_age`.
+    pub fn engine_load(&self, now: Instant, max_age: Duration) -> Option<EngineLoad> {
+        self.engine
+            .lock()
+            .filter(|(_, at)| now.saturating_duration_since(*at) <= max_age)
+            .map(|(l, _)| l)
     }
 
     /// Adds a time-to-first-token sample (EWMA, α = 0.3).

@@ -1,29 +1,64 @@
-//! TLS to https upstreams. This build has no TLS client: an https base URL is refused at
-//! start-up with this module's message (use http inside the bank network, or a TLS-terminating
-//! sidecar on the appliance's loopback, until the rustls client of issue 22 lands here).
+//! TLS to https upstreams: rustls with the ring provider (as the server side, [`crate::tls`]),
+//! trusting only the certificates of the entry's `ca_file` (no system roots, no way to turn
+//! verification off). The server's certificate must chain to one of them and name the base
+//! URL's host (a DNS name, sent as SNI, or an IP address in its subjectAltName).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::ClientConfig;
+use rustls_pki_types::ServerName;
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 /// A TLS client configuration trusting one CA file.
-#[derive(Debug)]
-pub struct TlsConnector(());
+pub struct TlsConnector {
+    connector: tokio_rustls::TlsConnector,
+    ca_file: PathBuf,
+}
 
-/// Why https is refused.
-pub const UNSUPPORTED: &str = "https upstreams are not supported by this build yet (no TLS \
-    client); use an http URL inside the bank network or a TLS-terminating sidecar";
+impl std::fmt::Debug for TlsConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConnector")
+            .field("ca_file", &self.ca_file)
+            .finish_non_exhaustive()
+    }
+}
 
 impl TlsConnector {
-    /// Reads the CA file.
-    pub fn from_ca_file(_ca: &Path) -> Result<Self, String> {
-        Err(UNSUPPORTED.to_string())
+    /// Reads the CA file (PEM, one or more certificates); TLS 1.2 and 1.3, HTTP/1.1.
+    pub fn from_ca_file(ca: &Path) -> Result<Self, String> {
+        let roots = crate::tls::read_roots("ca_file", ca).map_err(|e| match e {
+            crate::tls::TlsError::File { path, message, .. } => {
+                format!("ca_file {}: {message}", path.display())
+            }
+            other => other.to_string(),
+        })?;
+        let mut config = ClientConfig::builder_with_provider(crate::tls::provider())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| format!("ca_file {}: {e}", ca.display()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(TlsConnector {
+            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            ca_file: ca.to_path_buf(),
+        })
     }
 
-    /// Wraps a connected socket.
+    /// The handshake over a connected socket, verifying the certificate for `host`.
     pub async fn connect(
         &self,
-        _host: &str,
-        _tcp: tokio::net::TcpStream,
-    ) -> Result<tokio::net::TcpStream, String> {
-        Err(UNSUPPORTED.to_string())
+        host: &str,
+        tcp: TcpStream,
+    ) -> Result<TlsStream<TcpStream>, String> {
+        let name = ServerName::try_from(host.to_string())
+            .map_err(|e| format!("`{host}` is not a TLS server name: {e}"))?;
+        self.connector.connect(name, tcp).await.map_err(|e| {
+            format!(
+                "{e} (the upstream's certificate must chain to ca_file {} and name `{host}`)",
+                self.ca_file.display()
+            )
+        })
     }
 }

@@ -20,6 +20,8 @@ pub struct LlamaServer {
     pub port: u16,
     /// Its log (stdout and stderr).
     pub log: PathBuf,
+    /// Serving https (uvicorn's own TLS).
+    pub tls: bool,
     _dir: tempfile::TempDir,
 }
 
@@ -49,6 +51,16 @@ impl LlamaServer {
 
     /// Starts the server and waits until `/v1/models` answers (the model is loaded).
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// Starts the server serving https with `cert` (uvicorn's `--ssl_certfile`/`--ssl_keyfile`)
+    /// and waits until its port accepts connections (uvicorn binds after the model is loaded).
+    pub fn start_tls(cert: &crate::tls::Pair) -> Self {
+        Self::start_with(Some(cert))
+    }
+
+    fn start_with(tls: Option<&crate::tls::Pair>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("llama-server.log");
         let port = free_port();
@@ -56,8 +68,19 @@ impl LlamaServer {
         let err = out.try_clone().unwrap();
         let gguf = models_dir().join("smollm2/model.gguf");
         assert!(gguf.exists(), "{} is missing", gguf.display());
-        let child = Command::new("python3")
-            .args(["-m", "llama_cpp.server", "--model"])
+        let mut cmd = Command::new("python3");
+        if let Some(p) = tls {
+            cmd.arg("-m")
+                .arg("llama_cpp.server")
+                .arg("--ssl_certfile")
+                .arg(&p.cert)
+                .arg("--ssl_keyfile")
+                .arg(&p.key);
+        } else {
+            cmd.args(["-m", "llama_cpp.server"]);
+        }
+        let child = cmd
+            .arg("--model")
             .arg(&gguf)
             .args(["--model_alias", UPSTREAM_MODEL])
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
@@ -75,6 +98,7 @@ impl LlamaServer {
             child: Some(child),
             port,
             log,
+            tls: tls.is_some(),
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(180);
@@ -82,9 +106,13 @@ impl LlamaServer {
             if let Some(st) = s.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("llama_cpp.server exited ({st}) at start:\n{}", s.log_text());
             }
-            if s.get("/v1/models")
-                .is_some_and(|b| b.contains(UPSTREAM_MODEL))
-            {
+            let up = if s.tls {
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            } else {
+                s.get("/v1/models")
+                    .is_some_and(|b| b.contains(UPSTREAM_MODEL))
+            };
+            if up {
                 return s;
             }
             assert!(
@@ -96,9 +124,10 @@ impl LlamaServer {
         }
     }
 
-    /// `http://127.0.0.1:PORT/v1`.
+    /// `http://127.0.0.1:PORT/v1` (https when serving TLS).
     pub fn base_url(&self) -> String {
-        format!("http://127.0.0.1:{}/v1", self.port)
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}/v1", self.port)
     }
 
     /// The server's log so far.

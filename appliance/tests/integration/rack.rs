@@ -849,3 +849,387 @@ fn the_daemon_connects_only_to_the_configured_rack() {
     eprintln!("{} connects, all to 127.0.0.1:{}", inet.len(), server.port);
     drop(server);
 }
+
+/// `openssl s_server` on a free loopback port with `pair`: a real TLS endpoint, stopped on drop.
+struct SServer(std::process::Child, u16);
+
+impl SServer {
+    fn start(pair: &crate::tls::Pair) -> Self {
+        let port = free_port();
+        let child = std::process::Command::new("openssl")
+            .args(["s_server", "-quiet", "-www", "-accept"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("-cert")
+            .arg(&pair.cert)
+            .arg("-key")
+            .arg(&pair.key)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("openssl s_server");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "openssl s_server did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        SServer(child, port)
+    }
+}
+
+impl Drop for SServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An https rack (`ca_file`): the real llama.cpp server behind TLS (uvicorn's own, with a
+/// certificate from a test "bank CA" made by openssl) serves a chat through Airlock, streaming
+/// and not; the same server is refused at start-up when `ca_file` is another CA, and a bank-CA
+/// certificate for another host name is refused too (no system roots, no bypass).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_rack_is_verified_against_the_bank_ca_only() {
+    use crate::tls::{KeyForm, Pki};
+    if !LlamaServer::available("an_https_rack_is_verified_against_the_bank_ca_only") {
+        return;
+    }
+    let pki = Pki::new();
+    let bank_ca = pki.ca("bank-ca");
+    let other_ca = pki.ca("other-ca");
+    let leaf = pki.leaf(&bank_ca, "rack", KeyForm::EcPkcs8, false);
+    let server = LlamaServer::start_tls(&leaf);
+    let mut c = rack_config(vec![server.base_url()]);
+    assert!(c.base_urls[0].starts_with("https://127.0.0.1:"));
+    c.ca_file = Some(bank_ca.cert.clone());
+
+    let t = app_with(vec![c.clone()]).await;
+    let (rita, _) = seed(&t).await;
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(question(json!({}))),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["model"], ALIAS, "{}", r.text);
+    assert_eq!(
+        r.json["airlock"]["citations"][0]["doc_id"], "doc-risk",
+        "{}",
+        r.text
+    );
+    assert!(
+        !r.json["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .is_empty()
+    );
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(question(json!({"stream": true}))),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert!(r.text.trim_end().ends_with("data: [DONE]"), "{}", r.text);
+    assert!(!r.text.contains("event: error"), "{}", r.text);
+
+    // By DNS name (sent as SNI): the certificate names localhost too.
+    let mut by_name = c.clone();
+    by_name.base_urls = vec![format!("https://localhost:{}/v1", server.port)];
+    RemoteGenerator::connect(by_name)
+        .await
+        .expect("https://localhost is in the certificate");
+
+    // The same server, trusted through another CA: refused at start-up, saying why.
+    let mut wrong_ca = c.clone();
+    wrong_ca.ca_file = Some(other_ca.cert.clone());
+    let config = airlock::Config {
+        remote_generators: vec![wrong_ca],
+        ..test_config()
+    };
+    config.validate().unwrap();
+    let err = tokio::task::spawn_blocking(move || airlock::startup::connect_remotes(&config))
+        .await
+        .unwrap()
+        .expect_err("a certificate from another CA was accepted");
+    let msg = format!("{err:#}");
+    eprintln!("another CA: {msg}");
+    assert!(
+        msg.contains("remote generator `airlock-rack`")
+            && msg.contains("invalid peer certificate")
+            && msg.contains("UnknownIssuer")
+            && msg.contains(&other_ca.cert.display().to_string()),
+        "{msg}"
+    );
+
+    // A bank-CA certificate for another host: refused for the name, by IP and by DNS name.
+    let elsewhere = pki.server_leaf_for(&bank_ca, "elsewhere", "DNS:rack.bank.internal");
+    let s = SServer::start(&elsewhere);
+    for host in ["127.0.0.1", "localhost"] {
+        let mut wrong_host = c.clone();
+        wrong_host.base_urls = vec![format!("https://{host}:{}/v1", s.1)];
+        let err = RemoteGenerator::connect(wrong_host)
+            .await
+            .expect_err("a certificate for another host name was accepted");
+        let msg = err.to_string();
+        eprintln!("wrong host {host}: {msg}");
+        assert!(
+            msg.contains("invalid peer certificate")
+                && msg.contains("not valid for name")
+                && msg.contains(&format!("name `{host}`")),
+            "{msg}"
+        );
+    }
+    // Plain http to the https port gets no answer: nothing is sent in clear.
+    let mut plain = c.clone();
+    plain.base_urls = vec![format!("http://127.0.0.1:{}/v1", server.port)];
+    plain.ca_file = None;
+    plain.first_token_timeout_ms = Some(5000);
+    assert!(RemoteGenerator::connect(plain).await.is_err());
+    drop(server);
+}
+
+/// `python3 -m http.server` serving a directory on a free loopback port (the engine's
+/// `/metrics` is the file `metrics` in it), stopped on drop.
+struct FileServer(std::process::Child, u16, tempfile::TempDir);
+
+impl FileServer {
+    fn start(metrics: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("metrics"), metrics).unwrap();
+        let port = free_port();
+        let child = std::process::Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .arg("--directory")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 -m http.server");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "http.server did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        FileServer(child, port, dir)
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/metrics", self.1)
+    }
+
+    /// Replaces the served text atomically (a scrape never sees half a file).
+    fn set(&self, metrics: &str) {
+        let tmp = self.2.path().join("metrics.tmp");
+        std::fs::write(&tmp, metrics).unwrap();
+        std::fs::rename(tmp, self.2.path().join("metrics")).unwrap();
+    }
+}
+
+impl Drop for FileServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn vllm_metrics(waiting: u32, running: u32) -> String {
+    format!(
+        "# HELP vllm:num_requests_running Number of requests currently running on GPU.\n\
+         # TYPE vllm:num_requests_running gauge\n\
+         vllm:num_requests_running{{engine=\"0\",model_name=\"{UPSTREAM_MODEL}\"}} {running}.0\n\
+         # HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n\
+         # TYPE vllm:num_requests_waiting gauge\n\
+         vllm:num_requests_waiting{{engine=\"0\",model_name=\"{UPSTREAM_MODEL}\"}} {waiting}.0\n\
+         vllm:num_requests_waiting{{engine=\"0\",model_name=\"another-model\"}} 50.0\n"
+    )
+}
+
+/// Engine metrics feed admission (issue 25 point 2): the upstream is the real llama.cpp
+/// server; its metrics endpoint is a file served over real HTTP in vLLM's format (vLLM cannot
+/// run here: tested by contract, the exact series names of vLLM's `/metrics`). While the engine
+/// reports more waiting requests than `engine_waiting_full`, the replica counts as full: the
+/// request is shed 503 + Retry-After, or answered by the local model where fallback is on; when
+/// the queue drains, the rack answers again. A wrong engine kind or a URL without the series is
+/// a start-up error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_metrics_saturate_the_rack_and_recover() {
+    if !LlamaServer::available("engine_metrics_saturate_the_rack_and_recover") {
+        return;
+    }
+    let server = LlamaServer::start();
+    let metrics_server = FileServer::start(&vllm_metrics(0, 1));
+    let mut strict = rack_config(vec![server.base_url()]);
+    strict.engine_metrics = Some("vllm".into());
+    strict.metrics_urls = Some(vec![metrics_server.url()]);
+    strict.engine_waiting_full = Some(2);
+    strict.engine_metrics_interval_ms = Some(100);
+    strict.queue_timeout_ms = Some(1000);
+    let mut with_fallback = strict.clone();
+    with_fallback.alias = "airlock-rack-fb".into();
+    with_fallback.fallback_to_local = Some(true);
+    let t = app_with(vec![strict.clone(), with_fallback]).await;
+    let (rita, _) = seed(&t).await;
+    let ask = |alias: &str| {
+        let mut q = question(json!({}));
+        q["model"] = alias.into();
+        q
+    };
+    let waiting_gauge = format!(
+        "airlock_remote_engine_waiting{{backend=\"{ALIAS}\",replica=\"127.0.0.1:{}\"}}",
+        server.port
+    );
+    let wait_for_gauge = |want: f64| {
+        let t = &t;
+        let g = waiting_gauge.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let m = metrics(t).await;
+                if metric(&m, &g) == want {
+                    return m;
+                }
+                assert!(Instant::now() < deadline, "{g} never became {want}:\n{m}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+
+    // Waiting 0 (another model's 50 are not this model's queue): the rack answers.
+    let m = wait_for_gauge(0.0).await;
+    assert!(
+        m.contains(&format!(
+            "airlock_remote_engine_running{{backend=\"{ALIAS}\",replica=\"127.0.0.1:{}\"}} 1",
+            server.port
+        )),
+        "{m}"
+    );
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(ask(ALIAS)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["model"], ALIAS, "{}", r.text);
+
+    // The engine's queue is over the bound: no slot on the replica.
+    metrics_server.set(&vllm_metrics(5, 8));
+    wait_for_gauge(5.0).await;
+    let t0 = Instant::now();
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(ask(ALIAS)),
+        )
+        .await;
+    r.assert_problem(
+        503,
+        "capacity-unavailable",
+        "the appliance is at capacity; retry later",
+    );
+    assert!(r.headers.contains_key("retry-after"));
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(ask("airlock-rack-fb")),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.headers.get("x-airlock-model-fallback").unwrap(), "true");
+    assert_eq!(r.json["model"], "airlock-small", "{}", r.text);
+    let m = metrics(&t).await;
+    assert_eq!(
+        metric(
+            &m,
+            "airlock_model_fallback_total{from=\"airlock-rack-fb\",reason=\"saturated\"}"
+        ),
+        1.0,
+        "{m}"
+    );
+    assert_eq!(
+        metric(
+            &m,
+            &format!("airlock_remote_shed_total{{backend=\"{ALIAS}\"}}")
+        ),
+        1.0,
+        "{m}"
+    );
+
+    // At the bound (2 waiting) the replica has room again.
+    metrics_server.set(&vllm_metrics(2, 8));
+    wait_for_gauge(2.0).await;
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(ask(ALIAS)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["model"], ALIAS, "{}", r.text);
+
+    // The metrics endpoint dies: after three intervals the stale load says nothing and the
+    // rack is admitted on Airlock's own signals.
+    metrics_server.set(&vllm_metrics(9, 8));
+    wait_for_gauge(9.0).await;
+    drop(metrics_server);
+    wait_for_gauge(-1.0).await;
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(&rita),
+            Some(ask(ALIAS)),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+
+    // Start-up: the wrong engine kind for the text, and a URL without metrics, are refused.
+    let again = FileServer::start(&vllm_metrics(0, 0));
+    let mut wrong_kind = strict.clone();
+    wrong_kind.metrics_urls = Some(vec![again.url()]);
+    wrong_kind.engine_metrics = Some("llamacpp".into());
+    let err = RemoteGenerator::connect(wrong_kind)
+        .await
+        .expect_err("a metrics endpoint without the llama.cpp series was accepted");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("engine_metrics = \"llamacpp\"")
+            && msg.contains("has no `llamacpp:requests_deferred` series"),
+        "{msg}"
+    );
+    let mut no_metrics = strict.clone();
+    no_metrics.metrics_urls = None; // the default: the replica's own /metrics
+    let err = RemoteGenerator::connect(no_metrics)
+        .await
+        .expect_err("an engine without /metrics was accepted");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!(
+            "http://127.0.0.1:{}/metrics answered 404",
+            server.port
+        )),
+        "{msg}"
+    );
+    drop(server);
+}

@@ -134,6 +134,21 @@ impl Pki {
     /// A leaf signed by `ca`: a server certificate for 127.0.0.1 and localhost, or (`client`)
     /// a client certificate.
     pub fn leaf(&self, ca: &Pair, name: &str, form: KeyForm, client: bool) -> Pair {
+        let usage = if client {
+            "extendedKeyUsage=clientAuth\n".to_string()
+        } else {
+            "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n".to_string()
+        };
+        self.signed(ca, name, form, &usage)
+    }
+
+    /// A server certificate signed by `ca` naming only `san` (`DNS:rack.bank.internal`).
+    pub fn server_leaf_for(&self, ca: &Pair, name: &str, san: &str) -> Pair {
+        let usage = format!("extendedKeyUsage=serverAuth\nsubjectAltName={san}\n");
+        self.signed(ca, name, KeyForm::EcPkcs8, &usage)
+    }
+
+    fn signed(&self, ca: &Pair, name: &str, form: KeyForm, usage: &str) -> Pair {
         let key = self.key(name, form);
         let csr = format!("{name}.csr");
         self.openssl(&[
@@ -147,11 +162,6 @@ impl Pki {
             &csr,
         ]);
         let ext = format!("{name}.ext");
-        let usage = if client {
-            "extendedKeyUsage=clientAuth\n"
-        } else {
-            "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n"
-        };
         std::fs::write(
             self.dir().join(&ext),
             format!("basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n{usage}"),
