@@ -12,6 +12,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export AIRLOCK_DATA="${AIRLOCK_DATA:-$ROOT/airlock-data}"
 SAMPLE="${AIRLOCK_SAMPLE_DATA:-$ROOT/../shared/datasets}"
+# The models cache (fetched, verified and staged here): AIRLOCK_MODELS_CACHE to use another one.
+CACHE="${AIRLOCK_MODELS_CACHE:-$ROOT/models-cache}"
 
 
 # --rack: also start a local llama.cpp server (llama-cpp-python[server], docs/OPERATIONS.md
@@ -24,14 +26,14 @@ for a in "$@"; do
 done
 
 echo "==> fetching and staging the pinned models"
-bash scripts/fetch-models.sh "$ROOT/models-cache"
+bash scripts/fetch-models.sh "$CACHE"
 echo "==> building airlock (release)"
 cargo build --release -p airlock --bin airlock
 if [ "$RACK" = 1 ]; then
   RACK_PORT="${AIRLOCK_RACK_PORT:-8765}"
   mkdir -p "$AIRLOCK_DATA"
   echo "==> starting the rack: llama_cpp.server on 127.0.0.1:$RACK_PORT (log $AIRLOCK_DATA/rack.log)"
-  python3 -m llama_cpp.server --model "$ROOT/models-cache/models/smollm2/model.gguf" \
+  python3 -m llama_cpp.server --model "$CACHE/models/smollm2/model.gguf" \
     --model_alias smollm2-rack --host 127.0.0.1 --port "$RACK_PORT" --n_ctx 2048 \
     --logits_all false --interrupt_requests false --verbose false >"$AIRLOCK_DATA/rack.log" 2>&1 &
   RACK_PID=$!
@@ -47,8 +49,8 @@ if [ "$RACK" = 1 ]; then
   export AIRLOCK_CONFIG="$AIRLOCK_DATA/rack.toml"
   # Not exec: the trap stops the rack when the daemon exits.
   "$ROOT/target/release/airlock" demo --data "$AIRLOCK_DATA" \
-    --staging "$ROOT/models-cache/staging" --sample-data "$SAMPLE" "${ARGS[@]}"
+    --staging "$CACHE/staging" --sample-data "$SAMPLE" "${ARGS[@]}"
   exit $?
 fi
 exec "$ROOT/target/release/airlock" demo --data "$AIRLOCK_DATA" \
-  --staging "$ROOT/models-cache/staging" --sample-data "$SAMPLE" "${ARGS[@]}"
+  --staging "$CACHE/staging" --sample-data "$SAMPLE" "${ARGS[@]}"
