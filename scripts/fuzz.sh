@@ -6,8 +6,9 @@
 # `cargo fuzz tmin <target> <file>`, commit it under fuzz/regressions/<target>/ (cargo test then
 # replays it) and fix the bug. See docs/FUZZING.md.
 #
-#   scripts/fuzz.sh [SECONDS]            every target but chat_body
-#   AIRLOCK_FUZZ_APPLIANCE=1 scripts/fuzz.sh   also chat_body (builds the whole daemon instrumented)
+#   scripts/fuzz.sh [SECONDS]            every target but the daemon's (chat_body, rack_*)
+#   AIRLOCK_FUZZ_APPLIANCE=1 scripts/fuzz.sh   also chat_body, rack_stream, rack_metrics (builds the
+#                                        whole daemon instrumented)
 #   AIRLOCK_FUZZ_TARGETS="acl_snapshot keyring_json" scripts/fuzz.sh 30
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +27,9 @@ flags=(--sanitizer none)
 targets=${AIRLOCK_FUZZ_TARGETS:-"bundle_verify bundle_payload bundle_manifest keyring_json acl_snapshot golden_jsonl eval_export ingest_html ingest_jsonl extract_pdf extract_docx extract_xlsx extract_pptx extract_eml extract_csv"}
 if [ "${AIRLOCK_FUZZ_APPLIANCE:-0}" = 1 ]; then
   flags+=(--features appliance)
-  case " $targets " in *" chat_body "*) ;; *) targets="$targets chat_body" ;; esac
+  for t in chat_body rack_stream rack_metrics; do
+    case " $targets " in *" $t "*) ;; *) targets="$targets $t" ;; esac
+  done
 fi
 
 start=$(date +%s)
