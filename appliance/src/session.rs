@@ -56,13 +56,18 @@ impl SessionConfig {
 
 /// The session secret of a request's `Cookie` headers, if any.
 pub fn cookie(headers: &HeaderMap) -> Option<&str> {
+    cookie_named(headers, COOKIE)
+}
+
+/// The non-empty value of the cookie `name` in a request's `Cookie` headers, if any.
+pub fn cookie_named<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
+        .find(|(k, _)| *k == name)
         .map(|(_, v)| v.trim())
         .filter(|v| !v.is_empty())
 }

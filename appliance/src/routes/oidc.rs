@@ -35,15 +35,7 @@ fn clear_pre_login_cookie() -> HeaderValue {
 
 /// The pre-login cookie of a request.
 fn pre_login(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().split_once('='))
-        .find(|(k, _)| *k == PRE_LOGIN_COOKIE)
-        .map(|(_, v)| v.trim())
-        .filter(|v| !v.is_empty())
+    crate::session::cookie_named(headers, PRE_LOGIN_COOKIE)
 }
 
 fn api_error(e: OidcError) -> ApiError {

@@ -14,7 +14,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use airlock::Config;
 use airlock::oidc::{Oidc, OidcConfig};
@@ -884,7 +884,7 @@ fn serve_refuses_an_http_issuer_off_loopback_and_an_unreachable_one() {
 /// the provider's host:port (discovery, JWKS, the code exchange), nothing else is contacted.
 #[test]
 fn the_daemon_connects_only_to_the_oidc_provider() {
-    use crate::sandbox::{STRACE, inet_connects, stop_traced, traced};
+    use crate::sandbox::{STRACE, inet_connects, stop_traced};
     if !Path::new(STRACE).exists() {
         eprintln!("SKIPPED: {STRACE} is not installed (.ci/run must install strace)");
         return;
@@ -907,46 +907,9 @@ fn the_daemon_connects_only_to_the_oidc_provider() {
     let toml_path = dir.path().join("oidc.toml");
     std::fs::write(&toml_path, p.toml(&client, &secret)).unwrap();
     let log = dir.path().join("strace.txt");
-    let mut strace = traced(
-        &log,
-        &[
-            "demo",
-            "--data",
-            data.to_str().unwrap(),
-            "--no-sample-data",
-            "--port",
-            &port.to_string(),
-        ],
-    )
-    .arg("--staging")
-    .arg(&staging)
-    .env("AIRLOCK_REQUIRE_SANDBOX", "true")
-    .env("AIRLOCK_CONFIG", &toml_path)
-    .stdout(Stdio::null())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stderr = strace.stderr.take().unwrap();
-    let logs = std::thread::spawn(move || {
-        let mut all = String::new();
-        let _ = std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut all);
-        all
-    });
+    let (mut strace, logs) =
+        crate::sandbox::traced_demo_ready(&log, &data, &staging, &toml_path, port);
     let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        if let Some(status) = strace.try_wait().unwrap() {
-            panic!("airlock exited early ({status}):\n{}", logs.join().unwrap());
-        }
-        if ureq::get(format!("{base}/readyz"))
-            .call()
-            .is_ok_and(|r| r.status() == 200)
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never ready");
-        std::thread::sleep(Duration::from_millis(200));
-    }
     let tokens: Value =
         serde_json::from_slice(&std::fs::read(data.join("demo/tokens.json")).unwrap()).unwrap();
     let admin = tokens["admin"].as_str().unwrap().to_string();

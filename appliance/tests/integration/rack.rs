@@ -733,7 +733,7 @@ fn the_lockdown_allows_only_the_rack_ports() {
 /// model check and the chat), nothing else is contacted.
 #[test]
 fn the_daemon_connects_only_to_the_configured_rack() {
-    use crate::sandbox::{STRACE, http, inet_connects, stop_traced, traced};
+    use crate::sandbox::{STRACE, http, inet_connects, stop_traced};
     if !std::path::Path::new(STRACE).exists() {
         eprintln!("SKIPPED: {STRACE} is not installed (.ci/run must install strace)");
         return;
@@ -759,46 +759,9 @@ fn the_daemon_connects_only_to_the_configured_rack() {
     .unwrap();
     let log = dir.path().join("strace.txt");
     let port = free_port();
-    let mut strace = traced(
-        &log,
-        &[
-            "demo",
-            "--data",
-            data.to_str().unwrap(),
-            "--no-sample-data",
-            "--port",
-            &port.to_string(),
-        ],
-    )
-    .arg("--staging")
-    .arg(&staging)
-    .env("AIRLOCK_REQUIRE_SANDBOX", "true")
-    .env("AIRLOCK_CONFIG", &toml_path)
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stderr = strace.stderr.take().unwrap();
-    let logs = std::thread::spawn(move || {
-        let mut all = String::new();
-        let _ = std::io::Read::read_to_string(&mut std::io::BufReader::new(stderr), &mut all);
-        all
-    });
+    let (mut strace, logs) =
+        crate::sandbox::traced_demo_ready(&log, &data, &staging, &toml_path, port);
     let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        if let Some(status) = strace.try_wait().unwrap() {
-            panic!("airlock exited early ({status}):\n{}", logs.join().unwrap());
-        }
-        if ureq::get(&format!("{base}/readyz"))
-            .call()
-            .is_ok_and(|r| r.status() == 200)
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never ready");
-        std::thread::sleep(Duration::from_millis(200));
-    }
     let tokens: Value =
         serde_json::from_slice(&std::fs::read(data.join("demo/tokens.json")).unwrap()).unwrap();
     let admin = tokens["admin"].as_str().unwrap().to_string();

@@ -230,6 +230,55 @@ pub(crate) fn inet_connects(log: &str) -> Vec<&str> {
         .collect()
 }
 
+/// `airlock demo --no-sample-data` with `staging` and `AIRLOCK_CONFIG=config`, the lockdown
+/// required, under strace (log `out`), serving on `port`; returned once `/readyz` answers 200:
+/// the process and a thread collecting its stderr (joined after [`stop_traced`]).
+pub(crate) fn traced_demo_ready(
+    out: &Path,
+    data: &Path,
+    staging: &Path,
+    config: &Path,
+    port: u16,
+) -> (Child, std::thread::JoinHandle<String>) {
+    let mut strace = traced(
+        out,
+        &[
+            "demo",
+            "--data",
+            data.to_str().unwrap(),
+            "--no-sample-data",
+            "--port",
+            &port.to_string(),
+        ],
+    )
+    .arg("--staging")
+    .arg(staging)
+    .env("AIRLOCK_REQUIRE_SANDBOX", "true")
+    .env("AIRLOCK_CONFIG", config)
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let stderr = strace.stderr.take().unwrap();
+    let logs = std::thread::spawn(move || {
+        let mut all = String::new();
+        let _ = BufReader::new(stderr).read_to_string(&mut all);
+        all
+    });
+    let ready = format!("http://127.0.0.1:{port}/readyz");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        if let Some(status) = strace.try_wait().unwrap() {
+            panic!("airlock exited early ({status}):\n{}", logs.join().unwrap());
+        }
+        if ureq::get(&ready).call().is_ok_and(|r| r.status() == 200) {
+            return (strace, logs);
+        }
+        assert!(Instant::now() < deadline, "never ready");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub(crate) fn traced(out: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(STRACE);
     c.args(["-f", "-qq", "-e", "trace=connect", "-o"])

@@ -9,8 +9,6 @@
 //! 3. The real binary under strace with `require_sandbox` and `[ldap]`: a sign-in works under the
 //!    lockdown, and every IPv4/IPv6 connect goes to the directory's port.
 
-use std::time::{Duration, Instant};
-
 use airlock::Config;
 use airlock::session::SessionConfig;
 use axum::http::{Method, StatusCode};
@@ -329,7 +327,7 @@ async fn auth_methods_name_the_sign_ins_and_nothing_secret() {
 /// 503 a denied connect gives), and every IPv4/IPv6 connect goes to that port.
 #[test]
 fn the_daemon_connects_only_to_the_directory_under_the_lockdown() {
-    use crate::sandbox::{STRACE, inet_connects, stop_traced, traced};
+    use crate::sandbox::{STRACE, inet_connects, stop_traced};
     if !std::path::Path::new(STRACE).exists() {
         eprintln!("SKIPPED: {STRACE} is not installed (.ci/run must install strace)");
         return;
@@ -348,46 +346,9 @@ fn the_daemon_connects_only_to_the_directory_under_the_lockdown() {
         .local_addr()
         .unwrap()
         .port();
-    let mut strace = traced(
-        &log,
-        &[
-            "demo",
-            "--data",
-            data.to_str().unwrap(),
-            "--no-sample-data",
-            "--port",
-            &port.to_string(),
-        ],
-    )
-    .arg("--staging")
-    .arg(&staging)
-    .env("AIRLOCK_REQUIRE_SANDBOX", "true")
-    .env("AIRLOCK_CONFIG", &toml_path)
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped())
-    .spawn()
-    .unwrap();
-    let stderr = strace.stderr.take().unwrap();
-    let logs = std::thread::spawn(move || {
-        let mut all = String::new();
-        let _ = std::io::Read::read_to_string(&mut std::io::BufReader::new(stderr), &mut all);
-        all
-    });
+    let (mut strace, logs) =
+        crate::sandbox::traced_demo_ready(&log, &data, &staging, &toml_path, port);
     let base = format!("http://127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(600);
-    loop {
-        if let Some(status) = strace.try_wait().unwrap() {
-            panic!("airlock exited early ({status}):\n{}", logs.join().unwrap());
-        }
-        if ureq::get(&format!("{base}/readyz"))
-            .call()
-            .is_ok_and(|r| r.status() == 200)
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never ready");
-        std::thread::sleep(Duration::from_millis(200));
-    }
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .build()
