@@ -204,27 +204,6 @@ fn aggregate(engine: &Engine, n: usize) -> Rate {
     }
 }
 
-/// The CPU model and its SIMD flags that matter to the kernels (`/proc/cpuinfo`).
-fn cpu_line() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let field = |name: &str| {
-        info.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_once(':'))
-            .map_or(String::new(), |(_, v)| v.trim().to_string())
-    };
-    let flags = field("flags");
-    let simd: Vec<&str> = flags
-        .split_whitespace()
-        .filter(|f| f.starts_with("avx") || *f == "fma" || *f == "f16c" || f.starts_with("amx"))
-        .collect();
-    format!(
-        "CPU: {}; SIMD flags: {}",
-        field("model name"),
-        simd.join(" ")
-    )
-}
-
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let which = std::env::var("AIRLOCK_BENCH_MODELS").unwrap_or_else(|_| "smollm2,qwen".into());
@@ -241,7 +220,7 @@ fn main() {
         .filter(|&n| n > 0)
         .collect();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    println!("{}", cpu_line());
+    println!("{}", airlock_inference::cpu_line());
     println!(
         "quantized kernel tier: {} ({KERNEL_TIER_ENV}={})",
         kernel_tier().unwrap_or_else(|e| panic!("{e}")),

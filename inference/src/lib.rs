@@ -18,3 +18,26 @@ pub use chat::{ChatMessage, ChatTemplate};
 pub use embed::{EmbedTicket, EmbedWorker, Embedder, EmbedderConfig, EmbedderFiles};
 pub use error::{Error, Result};
 pub use rerank::{CrossEncoder, CrossEncoderConfig, CrossEncoderFiles, EmbeddingRescorer};
+
+/// The CPU model, its logical processors and the SIMD flags that matter to the kernels
+/// (`/proc/cpuinfo`): the line every benchmark prints with its numbers.
+pub fn cpu_line() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_once(':'))
+            .map_or(String::new(), |(_, v)| v.trim().to_string())
+    };
+    let flags = field("flags");
+    let simd: Vec<&str> = flags
+        .split_whitespace()
+        .filter(|f| f.starts_with("avx") || *f == "fma" || *f == "f16c" || f.starts_with("amx"))
+        .collect();
+    format!(
+        "CPU: {} ({} logical); SIMD flags: {}",
+        field("model name"),
+        info.lines().filter(|l| l.starts_with("processor")).count(),
+        simd.join(" ")
+    )
+}

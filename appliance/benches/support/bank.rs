@@ -43,27 +43,9 @@ pub fn pct(v: &mut [f64], p: f64) -> f64 {
     v[i]
 }
 
-/// The CPU model and its SIMD flags (`/proc/cpuinfo`), as `inference/benches/generate.rs`
-/// prints them.
+/// The CPU model and its SIMD flags (`/proc/cpuinfo`), as every bench prints them.
 pub fn cpu_line() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let field = |name: &str| {
-        info.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_once(':'))
-            .map_or(String::new(), |(_, v)| v.trim().to_string())
-    };
-    let flags = field("flags");
-    let simd: Vec<&str> = flags
-        .split_whitespace()
-        .filter(|f| f.starts_with("avx") || *f == "fma" || *f == "f16c" || f.starts_with("amx"))
-        .collect();
-    format!(
-        "CPU: {} ({} logical); SIMD flags: {}",
-        field("model name"),
-        info.lines().filter(|l| l.starts_with("processor")).count(),
-        simd.join(" ")
-    )
+    airlock_inference::cpu_line()
 }
 
 /// The loaded models and stores of one bench run.
