@@ -16,12 +16,18 @@
 //!    [`MIN_NEW_SHARE`] of the supported weight and [`MIN_TERMS`] new words. A near-duplicate
 //!    of a cited source adds nothing new and is not cited; an answer that abstains shares no
 //!    content with the sources and cites nothing.
+//! 3. **The kind asked for** ([`crate::asked`]): an answer with content of its own that holds
+//!    no value of the kind the question asks for (a date for "by what time", a version number
+//!    for "which incident number", a phrase for "what figure") is unsupported and cites
+//!    nothing, whatever its markers or its support say: a source holding it does not answer.
 //!
 //! The text is compared as lower-case alphanumeric words with a plural `s` removed, figures and
 //! dates written one way (`49,600` is one word; `14 July 2026` and `2026-07-14` are the same
 //! word, and a bare `14` is not part of it); nothing is logged.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+
+use crate::asked;
 
 /// A cited source must add this share of the answer's supported weight that earlier picks did
 /// not cover.
@@ -60,12 +66,25 @@ pub struct Cited {
 pub fn cited(answer: &str, question: &str, sources: &[&str]) -> Cited {
     let markers = markers(answer, sources.len());
     if !markers.is_empty() {
+        if asked::answers_another_kind(&strip_markers(answer), question) {
+            return Cited {
+                sources: Vec::new(),
+                by: CitedBy::Unsupported,
+            };
+        }
         return Cited {
             sources: markers,
             by: CitedBy::Markers,
         };
     }
     let (sources, has_content) = support(answer, question, sources);
+    if has_content && asked::answers_another_kind(answer, question) {
+        // Not the kind of value asked for: whatever source holds it, it does not answer.
+        return Cited {
+            sources: Vec::new(),
+            by: CitedBy::Unsupported,
+        };
+    }
     let by = if sources.is_empty() && (has_content || restates(answer, question)) {
         CitedBy::Unsupported
     } else {
@@ -924,6 +943,39 @@ mod name_tests {
                 &["THORNBURY AGRITECH'S counsel: Sorensen & Sandoval LLP."]
             )
             .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_supported_value_of_another_kind_than_asked_is_unsupported() {
+        let q = "By what time do JPY payments from Singapore have to be released?";
+        let src = "JPY payments from Singapore: the payments calendar was updated on 6 May 2026. \
+                   The Singapore desk reviews JPY limits quarterly.";
+        // A date the source holds, for a question asking for a time of day, with or without a
+        // marker: it does not answer, and cites nothing.
+        for answer in ["By 6 May 2026.", "By 6 May 2026 [1]."] {
+            let c = cited(answer, q, &[src]);
+            assert_eq!(c.by, CitedBy::Unsupported, "{answer}");
+            assert!(c.sources.is_empty(), "{answer}");
+        }
+        // The asked kind, supported: cited as before.
+        let with_time = "JPY payments from Singapore must be released by 14:30 SGT.";
+        assert_eq!(
+            cited("They must be released by 14:30 SGT.", q, &[src, with_time]),
+            Cited {
+                sources: vec![2],
+                by: CitedBy::Support
+            }
+        );
+        // The fixed abstention is not judged for its kind.
+        assert_eq!(
+            cited(
+                "I cannot find this information in the documents available to you.",
+                q,
+                &[src]
+            )
+            .by,
+            CitedBy::Support
         );
     }
 }

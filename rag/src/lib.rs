@@ -10,6 +10,7 @@
 //! Every function here is blocking: run it on a blocking pool.
 #![warn(missing_docs)]
 
+pub mod asked;
 pub mod cite;
 pub mod facets;
 pub mod focus;
