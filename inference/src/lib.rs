@@ -11,6 +11,7 @@ pub mod embed;
 pub mod error;
 pub mod generate;
 pub mod rerank;
+pub mod stage;
 pub mod tokenizer;
 
 pub use catalogue::{Catalogue, GeneratorFiles, ModelEntry, Role};

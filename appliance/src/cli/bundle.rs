@@ -1,4 +1,4 @@
-//! `airlock bundle build|verify|inspect|list|sbom|verify-installed`, `airlock install` and
+//! `airlock bundle build|stage|verify|inspect|list|sbom|verify-installed`, `airlock install` and
 //! `airlock rollback`: the signed-bundle supply chain on the command line.
 
 use std::io::IsTerminal;
@@ -9,6 +9,8 @@ use airlock_bundle::{
     BuildOptions, InstallOptions, InstallOutcome, InstallStage, Limits, Progress, Store, build,
     inspect_file, verify_file,
 };
+use airlock_inference::catalogue::Role as ModelRole;
+use airlock_inference::stage::StageModel;
 use airlock_signing::KeyPair;
 use anyhow::Context;
 use clap::{Args, Subcommand};
@@ -27,6 +29,9 @@ pub enum BundleCommand {
     /// Build a signed bundle from every regular file under a directory.
     #[command(disable_version_flag = true)]
     Build(BuildArgs),
+    /// Stage models for `bundle build`: compile each GGUF generator's tokenizer and chat
+    /// template and write the model catalogue (docs/OPERATIONS.md, "Packaging your own model").
+    Stage(StageArgs),
     /// Verify a bundle file (signatures, then every entry) without installing it.
     Verify {
         /// The bundle file.
@@ -98,6 +103,67 @@ pub struct BuildArgs {
     /// reproducible builds.
     #[arg(long)]
     pub created: Option<String>,
+}
+
+/// `airlock bundle stage`.
+#[derive(Debug, Args)]
+pub struct StageArgs {
+    /// The staging directory: one subdirectory per model, named by its id
+    /// (`ID/model.gguf` for a generator; `ID/model.safetensors`, `ID/config.json`,
+    /// `ID/tokenizer.json` for an embedder).
+    #[arg(long, value_name = "DIR")]
+    pub staging: PathBuf,
+    /// An embedder to stage, `ID=ALIAS` (repeatable).
+    #[arg(long = "embedder", value_name = "ID=ALIAS")]
+    pub embedders: Vec<String>,
+    /// A generator to stage, `ID=ALIAS` (repeatable).
+    #[arg(long = "generator", value_name = "ID=ALIAS")]
+    pub generators: Vec<String>,
+    /// Stage the demo bundle's models (`scripts/fetch-models.sh` lays them out) instead.
+    #[arg(long, conflicts_with_all = ["embedders", "generators"])]
+    pub demo: bool,
+    /// JSON object mapping each model id to its provenance (package, version, digests,
+    /// licence), kept in the catalogue; every staged id must have an entry.
+    #[arg(long, value_name = "FILE")]
+    pub provenance: Option<PathBuf>,
+}
+
+impl StageArgs {
+    /// The models these arguments name.
+    fn models(&self) -> anyhow::Result<Vec<StageModel>> {
+        if self.demo {
+            return Ok(airlock_inference::stage::demo_models());
+        }
+        let mut out = Vec::new();
+        for (role, specs) in [
+            (ModelRole::Embedder, &self.embedders),
+            (ModelRole::Generator, &self.generators),
+        ] {
+            for spec in specs {
+                let (id, alias) = spec
+                    .split_once('=')
+                    .filter(|(id, alias)| !id.is_empty() && !alias.is_empty())
+                    .ok_or_else(|| anyhow::anyhow!("{spec:?}: expected ID=ALIAS"))?;
+                if id.contains(['/', '\\']) || id.starts_with('.') {
+                    anyhow::bail!(
+                        "{id:?}: a model id is a subdirectory name of the staging directory"
+                    );
+                }
+                out.push(StageModel {
+                    id: id.to_string(),
+                    role,
+                    alias: alias.to_string(),
+                    upstream: None,
+                });
+            }
+        }
+        if out.is_empty() {
+            anyhow::bail!(
+                "name the models to stage (--embedder ID=ALIAS, --generator ID=ALIAS) or --demo"
+            );
+        }
+        Ok(out)
+    }
 }
 
 /// `airlock install`.
@@ -333,6 +399,27 @@ pub fn bundle(cmd: BundleCommand) -> anyhow::Result<bool> {
             for s in &u.signatures.signatures {
                 println!("signed by {}", s.key_id);
             }
+        }
+        BundleCommand::Stage(args) => {
+            let models = args.models()?;
+            let provenance = match &args.provenance {
+                None => None,
+                Some(p) => {
+                    let bytes = std::fs::read(p)
+                        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?;
+                    let v: serde_json::Map<String, serde_json::Value> =
+                        serde_json::from_slice(&bytes).map_err(|e| {
+                            anyhow::anyhow!("{}: not a JSON object: {e}", p.display())
+                        })?;
+                    Some(v)
+                }
+            };
+            let (path, lines) =
+                airlock_inference::stage::stage(&args.staging, &models, provenance.as_ref())?;
+            for l in lines {
+                println!("{l}");
+            }
+            println!("wrote {}", path.display());
         }
         BundleCommand::Sbom => {
             use std::io::Write;

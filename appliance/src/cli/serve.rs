@@ -17,10 +17,14 @@ pub struct ServeArgs {
     pub config: Config,
 }
 
+/// The log filter without `AIRLOCK_LOG`: the libraries' own INFO lines (hnsw_rs per graph
+/// dump, tantivy per merge) are noise in an operator's terminal.
+pub const DEFAULT_LOG_FILTER: &str = "info,hnsw_rs=warn,tantivy=warn";
+
 /// Installs the log subscriber (the only place in the workspace that does).
 pub fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("AIRLOCK_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -615,3 +615,141 @@ fn builds_are_reproducible_from_the_command_line() {
         fs::read(b.path("b.tar.zst")).unwrap()
     );
 }
+
+/// Hard-links (or copies) `names` from `from` into `to`.
+fn link_files(from: &std::path::Path, to: &std::path::Path, names: &[&str]) {
+    fs::create_dir_all(to).unwrap();
+    for n in names {
+        if fs::hard_link(from.join(n), to.join(n)).is_err() {
+            fs::copy(from.join(n), to.join(n)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_banks_own_model_is_staged_with_bundle_stage_built_and_verified() {
+    let b = Appliance::new();
+    let demo = crate::support::staging_dir();
+    let staging = b.path("bank-staging");
+    link_files(
+        &demo.join("smollm2"),
+        &staging.join("bank-gen"),
+        &["model.gguf"],
+    );
+    let embed_files = ["model.safetensors", "config.json", "tokenizer.json"];
+    link_files(
+        &demo.join("minilm"),
+        &staging.join("bank-embed"),
+        &embed_files,
+    );
+    let s = staging.to_string_lossy().into_owned();
+
+    // Refusals write no catalogue: a spec without an alias, a model id that is a path, a
+    // generator directory without its GGUF, a provenance file missing a staged id.
+    let catalogue = staging.join("catalogue.json");
+    for (args, says) in [
+        (vec!["--generator", "bank-gen"], "expected ID=ALIAS"),
+        (vec!["--generator", "../x=bank-small"], "subdirectory name"),
+        (
+            vec!["--generator", "missing=bank-small"],
+            "missing/model.gguf is missing",
+        ),
+        (vec![], "name the models to stage"),
+    ] {
+        let mut cmd = vec!["bundle", "stage", "--staging", &s];
+        cmd.extend(args);
+        let err = b.fails(&cmd);
+        assert!(one_line(&err).contains(says), "{cmd:?}: {err}");
+        assert!(!catalogue.exists(), "{cmd:?} wrote a catalogue");
+    }
+    fs::write(b.path("prov.json"), r#"{"bank-gen": {"package": "bank"}}"#).unwrap();
+    let prov = b.path("prov.json").to_string_lossy().into_owned();
+    let err = b.fails(&[
+        "bundle",
+        "stage",
+        "--staging",
+        &s,
+        "--generator",
+        "bank-gen=bank-small",
+        "--embedder",
+        "bank-embed=bank-embed",
+        "--provenance",
+        &prov,
+    ]);
+    assert!(
+        one_line(&err).contains("no entry for \"bank-embed\""),
+        "{err}"
+    );
+    assert!(!catalogue.exists());
+
+    let out = b.ok(&[
+        "bundle",
+        "stage",
+        "--staging",
+        &s,
+        "--generator",
+        "bank-gen=bank-small",
+        "--embedder",
+        "bank-embed=bank-embed",
+    ]);
+    assert!(
+        out.contains("bank-gen: generator bank-small") && out.contains("wrote "),
+        "{out}"
+    );
+    assert!(staging.join("bank-gen/tokenizer.json").is_file());
+    assert!(staging.join("bank-gen/chat_template.jinja").is_file());
+    let cat: serde_json::Value = serde_json::from_slice(&fs::read(&catalogue).unwrap()).unwrap();
+    let entries = cat
+        .as_array()
+        .or_else(|| cat["models"].as_array())
+        .expect("entries");
+    let by_alias = |a: &str| entries.iter().find(|e| e["alias"] == a).cloned();
+    let generator = by_alias("bank-small").expect("the generator");
+    assert_eq!(generator["role"], "generator");
+    assert_eq!(generator["params"]["architecture"], "llama");
+    assert_eq!(
+        generator["params"]["provenance"]["source"],
+        "operator-supplied"
+    );
+    assert_eq!(
+        by_alias("bank-embed").expect("the embedder")["params"]["dim"],
+        384
+    );
+    assert_eq!(
+        by_alias("airlock-rerank").expect("the fallback reranker")["params"]["embedder"],
+        "bank-embed"
+    );
+
+    // The staged directory is a bundle source: built, signed and verified.
+    b.ok(&["keygen", "--out", "keys", "--name", "ops"]);
+    b.ok(&[
+        "keyring",
+        "init",
+        "--key",
+        "keys/ops.pub",
+        "--data",
+        &b.data(),
+    ]);
+    let bundle = b.path("bank-1.0.0.tar.zst").to_string_lossy().into_owned();
+    b.ok(&[
+        "bundle",
+        "build",
+        "--from",
+        &s,
+        "--version",
+        "1.0.0",
+        "--sign",
+        "keys/ops.key",
+        "--out",
+        &bundle,
+        "--zstd-level",
+        "1",
+    ]);
+    let out = b.ok(&["bundle", "verify", &bundle, "--data", &b.data()]);
+    assert!(out.starts_with("ok "), "{out}");
+    let out = b.ok(&["bundle", "inspect", &bundle]);
+    assert!(
+        out.contains("bank-small") && out.contains("bank-embed"),
+        "{out}"
+    );
+}
