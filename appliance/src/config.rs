@@ -183,6 +183,12 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_WITHHOLD_UNSUPPORTED_ANSWERS")]
     pub withhold_unsupported_answers: Option<bool>,
 
+    /// When the installed bundle carries the appliance binary (`bundle build --binary`) and the
+    /// running binary's SHA-256 differs from the signed one: `refuse` to start, or `warn` and
+    /// start (docs/OPERATIONS.md §4) [default: refuse].
+    #[arg(long, env = "AIRLOCK_BINARY_CHECK", value_enum)]
+    pub binary_check: Option<BinaryCheck>,
+
     /// Source focus: a chat prompt keeps only the documents whose best sentence matches the
     /// question's distinguishing words at least this share as well as the best document does
     /// (near-copies about another customer segment, person or branch are set aside); 0 keeps
@@ -402,6 +408,7 @@ impl fmt::Debug for Config {
                 "withhold_unsupported_answers",
                 &self.withhold_unsupported_answers,
             )
+            .field("binary_check", &self.binary_check)
             .field("max_tokens", &self.max_tokens)
             .field("user_requests_per_minute", &self.user_requests_per_minute)
             .field("user_tokens_per_minute", &self.user_tokens_per_minute)
@@ -522,6 +529,7 @@ impl Config {
             withhold_unsupported_answers: self
                 .withhold_unsupported_answers
                 .or(lower.withhold_unsupported_answers),
+            binary_check: self.binary_check.or(lower.binary_check),
             max_tokens: self.max_tokens.or(lower.max_tokens),
             user_requests_per_minute: self
                 .user_requests_per_minute
@@ -961,6 +969,11 @@ impl Config {
         self.withhold_unsupported_answers.unwrap_or(true)
     }
 
+    /// What a running binary other than the bundle's signed one does at start.
+    pub fn binary_check(&self) -> BinaryCheck {
+        self.binary_check.unwrap_or_default()
+    }
+
     /// Default completion length.
     pub fn max_tokens(&self) -> u32 {
         self.max_tokens.unwrap_or(256)
@@ -1072,6 +1085,18 @@ impl Config {
     pub fn json_logs(&self) -> bool {
         self.log_format.as_deref() == Some("json")
     }
+}
+
+/// What a running binary other than the installed bundle's signed one does at start
+/// (`binary_check`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinaryCheck {
+    /// Refuse to start.
+    #[default]
+    Refuse,
+    /// Log a warning and start.
+    Warn,
 }
 
 fn parse_follow_ups(s: &str) -> Result<airlock_rag::FollowUps, String> {

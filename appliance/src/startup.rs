@@ -56,6 +56,23 @@ pub enum StartupError {
         /// Cause.
         source: Box<airlock_bundle::Error>,
     },
+    /// The installed bundle carries the appliance binary and the running one is another
+    /// (`binary_check = "refuse"`, the default).
+    #[error(
+        "refusing to serve: this binary ({exe}, sha256 {actual}) is not the one bundle {version} \
+         carries (signed sha256 {expected}); run the bundle's own binary \
+         (<data>/bundles/{version}/bin/airlock), or set binary_check = \"warn\""
+    )]
+    BinaryMismatch {
+        /// The bundle version.
+        version: String,
+        /// The running binary.
+        exe: PathBuf,
+        /// Its SHA-256 (hex).
+        actual: String,
+        /// The signed SHA-256 (hex).
+        expected: String,
+    },
     /// The bundle's model catalogue is invalid or lacks a required model.
     #[error("bundle {version}: model catalogue: {reason}")]
     Catalogue {
@@ -177,6 +194,7 @@ pub fn verify_bundle(config: &Config) -> Result<VerifiedBundle, StartupError> {
     let version = installed.version.to_string();
     tracing::info!(bundle.version = %version, elapsed_ms = t.elapsed().as_millis() as u64,
         "installed bundle verified (signature and every file digest)");
+    check_binary(config, &version, installed.manifest.binary.as_ref())?;
     let value =
         serde_json::to_value(&installed.manifest.models).map_err(|e| StartupError::Catalogue {
             version: version.clone(),
@@ -192,6 +210,55 @@ pub fn verify_bundle(config: &Config) -> Result<VerifiedBundle, StartupError> {
         created: manifest_created(&installed.manifest.created),
         catalogue,
     })
+}
+
+/// The running binary against the one the bundle carries (signed): equal, or refused / warned
+/// per `binary_check`. A bundle without a binary is not checked (logged).
+fn check_binary(
+    config: &Config,
+    version: &str,
+    signed: Option<&airlock_bundle::BinaryEntry>,
+) -> Result<(), StartupError> {
+    let Some(signed) = signed else {
+        tracing::info!(bundle.version = %version,
+            "the bundle carries no appliance binary: the running binary is not checked");
+        return Ok(());
+    };
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
+    let actual = sha256_file(&exe).unwrap_or_else(|e| format!("unreadable ({e})"));
+    if actual.eq_ignore_ascii_case(&signed.sha256) {
+        tracing::info!(bundle.version = %version, "the running binary is the bundle's signed one");
+        return Ok(());
+    }
+    let err = StartupError::BinaryMismatch {
+        version: version.to_owned(),
+        exe,
+        actual,
+        expected: signed.sha256.clone(),
+    };
+    match config.binary_check() {
+        crate::config::BinaryCheck::Refuse => Err(err),
+        crate::config::BinaryCheck::Warn => {
+            tracing::warn!(bundle.version = %version, "binary_check = warn: {err}");
+            Ok(())
+        }
+    }
+}
+
+/// The lower-case hex SHA-256 of a file, read in 1 MiB blocks.
+pub fn sha256_file(path: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match f.read(&mut buf)? {
+            0 => break,
+            n => h.update(&buf[..n]),
+        }
+    }
+    Ok(hex::encode(h.finalize()))
 }
 
 /// Loads the bundle's embedder.

@@ -268,20 +268,7 @@ fn sbom_file(out: &std::path::Path) -> anyhow::Result<PathBuf> {
 
 /// Whether `path` has the same bytes as the running executable.
 fn same_binary(path: &std::path::Path) -> bool {
-    let digest = |p: &std::path::Path| -> Option<Vec<u8>> {
-        use sha2::Digest;
-        use std::io::Read;
-        let mut f = std::fs::File::open(p).ok()?;
-        let mut h = sha2::Sha256::new();
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            match f.read(&mut buf).ok()? {
-                0 => break,
-                n => h.update(&buf[..n]),
-            }
-        }
-        Some(h.finalize().to_vec())
-    };
+    let digest = |p: &std::path::Path| crate::startup::sha256_file(p).ok();
     match (std::env::current_exe().ok(), digest(path)) {
         (Some(me), Some(theirs)) => digest(&me) == Some(theirs),
         _ => false,

@@ -80,6 +80,64 @@ fn serves_only_a_verified_bundle() {
 }
 
 #[test]
+fn a_running_binary_other_than_the_bundles_signed_one_is_refused_or_warned_per_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let staging = tmp.path().join("staging");
+    small_staging(&staging);
+    // The bundle carries an appliance binary that is not this (test) executable.
+    let other = tmp.path().join("airlock-other");
+    std::fs::write(&other, b"\x7fELF another build of airlock").unwrap();
+    let key = KeyPair::generate();
+    let bundle = tmp.path().join("b.tar.zst");
+    let mut options = BuildOptions::new("airlock-test", "2.0.0".parse().unwrap());
+    options.binary = Some(other.clone());
+    airlock_bundle::build(&staging, &options, &[&key], &bundle, &NoProgress).unwrap();
+    let data = tmp.path().join("data");
+    let keyring = Keyring::new(1, &[key.public()]).unwrap();
+    std::fs::create_dir_all(data.join("keys")).unwrap();
+    keyring.save(&data.join("keys/trusted.json")).unwrap();
+    Store::open(&data)
+        .unwrap()
+        .install(&bundle, &keyring, &InstallOptions::default())
+        .unwrap();
+    let state_before = std::fs::read(data.join("bundles/state.json")).ok();
+
+    // Default: refused, naming both digests and the bundle's own binary.
+    let config = Config {
+        data: Some(data.clone()),
+        ..Config::default()
+    };
+    let err = startup::open(&config)
+        .err()
+        .expect("another binary must refuse");
+    let msg = err.to_string();
+    assert!(matches!(err, StartupError::BinaryMismatch { .. }), "{msg}");
+    let signed = startup::sha256_file(&other).unwrap();
+    let mine = startup::sha256_file(&std::env::current_exe().unwrap()).unwrap();
+    assert!(
+        msg.starts_with("refusing to serve")
+            && msg.contains(&signed)
+            && msg.contains(&mine)
+            && msg.contains("bundles/2.0.0/bin/airlock"),
+        "{msg}"
+    );
+    // A refused start changes nothing.
+    assert_eq!(
+        std::fs::read(data.join("bundles/state.json")).ok(),
+        state_before
+    );
+
+    // `binary_check = "warn"`: it starts.
+    let config = Config {
+        data: Some(data.clone()),
+        binary_check: Some(airlock::config::BinaryCheck::Warn),
+        ..Config::default()
+    };
+    let services = startup::open(&config).expect("warn starts");
+    assert_eq!(services.bundle_version(), "2.0.0");
+}
+
+#[test]
 fn start_up_checks_the_pinned_keyring_only_and_never_moves_the_floor() {
     // Issue 19 F5. A rogue bundle (signed by a key the appliance never trusted) sits installed,
     // as the old `install --keyring FILE` left it. Start-up refuses it, with or without
