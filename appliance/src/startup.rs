@@ -56,6 +56,12 @@ pub enum StartupError {
         /// Cause.
         source: Box<airlock_bundle::Error>,
     },
+    /// The `[audit_sink]` file cannot be opened or read.
+    #[error("refusing to start: {0}")]
+    AuditSink(String),
+    /// The appliance key (which signs receipts) cannot be read or created.
+    #[error("the appliance key: {0}")]
+    ApplianceKey(String),
     /// The bundle's model catalogue is invalid or lacks a required model.
     #[error("bundle {version}: model catalogue: {reason}")]
     Catalogue {
@@ -150,6 +156,10 @@ pub struct VerifiedBundle {
     pub catalogue: Catalogue,
     /// The bundle's creation time (Unix seconds).
     pub created: u64,
+    /// `sha256:<hex>` of its signed `manifest.json` (named in receipts).
+    pub manifest_digest: String,
+    /// Each payload file's `sha256:<hex>`, by its path on disk (the manifest's digests).
+    pub file_digests: std::collections::HashMap<PathBuf, String>,
 }
 
 /// Re-verifies the installed bundle (signature and every file digest) against the pinned
@@ -187,10 +197,25 @@ pub fn verify_bundle(config: &Config) -> Result<VerifiedBundle, StartupError> {
             version: version.clone(),
             reason: e.to_string(),
         })?;
+    let manifest = installed.dir.join("manifest.json");
+    let manifest_digest = std::fs::read(&manifest)
+        .map(|b| crate::receipts::sha256(&b))
+        .map_err(|e| StartupError::Catalogue {
+            version: version.clone(),
+            reason: format!("reading {}: {e}", manifest.display()),
+        })?;
+    let file_digests = installed
+        .manifest
+        .files
+        .iter()
+        .map(|f| (installed.dir.join(&f.path), format!("sha256:{}", f.sha256)))
+        .collect();
     Ok(VerifiedBundle {
         version,
         created: manifest_created(&installed.manifest.created),
         catalogue,
+        manifest_digest,
+        file_digests,
     })
 }
 
@@ -317,8 +342,11 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     {
         let model_err = StartupError::model(&version, entry);
         let files = catalogue.generator_files(entry).map_err(&model_err)?;
-        let g = Generator::load(&entry.alias, &entry.id, &files, config.engine_config())
+        let mut g = Generator::load(&entry.alias, &entry.id, &files, config.engine_config())
             .map_err(model_err)?;
+        if let Some(d) = bundle.file_digests.get(&files.gguf) {
+            g = g.with_file_digest(d.clone());
+        }
         // The fixed system prompt's KV is computed once and shared by every request (platform
         // text only: nothing a user typed is ever shared across requests).
         let prefix_len = match g.shared_prefix_ids() {
@@ -343,10 +371,18 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
         });
     }
     let acl = open_acl(&data)?;
+    if let Some(sink) = &config.audit_sink {
+        crate::audit_sink::attach(&acl, sink)
+            .map_err(|e| StartupError::AuditSink(format!("{e:#}")))?;
+    }
     let reranker = load_reranker(&bundle)?;
     let retrieval = open_retrieval_with(&data, embedder.clone(), reranker)?;
     let feedback = open_feedback(&data)?;
     let remotes = connect_remotes(config)?;
+    // Receipts are signed with the appliance key (made by `airlock install`; made here for a
+    // data directory installed before it existed).
+    let key = crate::appliance_key::ensure(&data)
+        .map_err(|e| StartupError::ApplianceKey(format!("{e:#}")))?;
     tracing::info!(
         elapsed_ms = t.elapsed().as_millis() as u64,
         "start-up complete"
@@ -354,7 +390,9 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     Ok(
         Services::new(acl, retrieval, embedder, cards, generators, version)
             .with_feedback(feedback)
-            .with_remotes(remotes),
+            .with_remotes(remotes)
+            .with_appliance_key(key)
+            .with_bundle_digest(bundle.manifest_digest.clone()),
     )
 }
 
