@@ -379,21 +379,32 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     let retrieval = open_retrieval_with(&data, embedder.clone(), reranker)?;
     let feedback = open_feedback(&data)?;
     let remotes = connect_remotes(config)?;
-    // Receipts are signed with the appliance key (made by `airlock install`; made here for a
-    // data directory installed before it existed).
-    let key = crate::appliance_key::ensure(&data)
-        .map_err(|e| StartupError::ApplianceKey(format!("{e:#}")))?;
+    // Receipts are signed with the appliance key, made by `airlock install`. It is only read
+    // here: `keys/` is read-only under the lockdown. Without one, receipts are still recorded
+    // (no answer goes without its receipt) but `GET /v1/receipts/{id}` cannot sign them.
+    let key = if crate::appliance_key::private_path(&data).exists() {
+        Some(
+            crate::appliance_key::load(&data)
+                .map_err(|e| StartupError::ApplianceKey(format!("{e:#}")))?,
+        )
+    } else {
+        tracing::warn!(data = %data.display(),
+            "no appliance key (DATA/keys/appliance.key, made by `airlock install`): receipts are \
+             recorded but GET /v1/receipts answers 503 until one exists");
+        None
+    };
     tracing::info!(
         elapsed_ms = t.elapsed().as_millis() as u64,
         "start-up complete"
     );
-    Ok(
-        Services::new(acl, retrieval, embedder, cards, generators, version)
-            .with_feedback(feedback)
-            .with_remotes(remotes)
-            .with_appliance_key(key)
-            .with_bundle_digest(bundle.manifest_digest.clone()),
-    )
+    let services = Services::new(acl, retrieval, embedder, cards, generators, version)
+        .with_feedback(feedback)
+        .with_remotes(remotes)
+        .with_bundle_digest(bundle.manifest_digest.clone());
+    Ok(match key {
+        Some(k) => services.with_appliance_key(k),
+        None => services,
+    })
 }
 
 /// Checks every `[[remote_generators]]` upstream (its `/v1/models` must list the model).

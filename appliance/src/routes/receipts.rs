@@ -29,7 +29,10 @@ pub async fn get(
         )));
     }
     let services = state.services()?;
-    let key = services.appliance_key.clone().ok_or(ApiError::NotReady)?;
+    let Some(key) = services.appliance_key.clone() else {
+        tracing::error!("GET /v1/receipts: no appliance key to sign with (run `airlock install`)");
+        return Err(ApiError::NotReady);
+    };
     let acl = services.acl.clone();
     let entries = blocking(move || Ok(acl.receipt_entries(&id)?)).await?;
     if entries.is_empty() {
