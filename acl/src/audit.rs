@@ -1,6 +1,7 @@
 //! The append-only audit log of access decisions that matter: documents shown to a user for a
-//! request, re-check drops, IAM syncs with their counts, admin changes, and sign-ins. Ids only, never
-//! content. Triggers in the schema refuse `UPDATE` and `DELETE` on the table.
+//! request, re-check drops, IAM syncs with their counts, admin changes, sign-ins, and per-answer
+//! receipts. Ids only, never content. Triggers in the schema refuse `UPDATE` and `DELETE` on the
+//! table.
 
 use rusqlite::{Connection, params, types::Value};
 use serde::{Deserialize, Serialize};
