@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use arc_swap::ArcSwap;
 use parking_lot::Mutex;
@@ -17,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::allow::AllowSet;
-use crate::audit::{self, AuditEntry, AuditKind, AuditQuery, Record};
+use crate::audit::{self, AuditEntry, AuditKind, AuditQuery, AuditSink, Record};
 use crate::error::{Error, IdKind, check_id};
 use crate::model::{Grant, Model, Name, Role, Touched, materialise};
 use crate::view::{AclSnapshot, Principal, TokenMap, UserInfo, UserView, View};
@@ -177,6 +178,10 @@ pub struct Acl {
     view: ArcSwap<View>,
     /// Sign-in sessions and token last-use times ([`crate::session`]).
     pub(crate) sessions: Mutex<crate::session::Sessions>,
+    /// The `seq` of the audit entry of the newest ACL change in force ([`Acl::state_seq`]).
+    state_seq: AtomicI64,
+    /// The external copy of the log and the last `seq` it holds ([`Acl::attach_audit_sink`]).
+    sink: Mutex<Option<(Box<dyn AuditSink>, i64)>>,
 }
 
 impl std::fmt::Debug for Acl {
@@ -404,6 +409,9 @@ impl Acl {
         let view = full_view(&model, 0);
         let side = store::connect(&path)?;
         let sessions = crate::session::Sessions::load(&conn)?;
+        conn.execute_batch(audit::RECEIPT_INDEX)
+            .map_err(Error::db("creating the receipt index"))?;
+        let state_seq = audit::max_seq(&conn, Some(&[AuditKind::Admin, AuditKind::Sync]))?;
         tracing::info!(
             users = view.users.len(),
             grants = model.grants.len(),
@@ -419,7 +427,68 @@ impl Acl {
             side: Mutex::new(side),
             view: ArcSwap::from_pointee(view),
             sessions: Mutex::new(sessions),
+            state_seq: AtomicI64::new(state_seq),
+            sink: Mutex::new(None),
         })
+    }
+
+    /// The ACL state version: the audit `seq` of the newest ACL change (users, roles, tokens,
+    /// grants, syncs) this process has in force. Replaying the log's `admin` and `sync` entries
+    /// up to it gives the state. At open it is the newest `admin`/`sync` entry's `seq` (an
+    /// upper bound: no ACL change lies between the true one and it).
+    pub fn state_seq(&self) -> i64 {
+        self.state_seq.load(Ordering::Acquire)
+    }
+
+    /// Copies every audit entry committed from now on, and those after `after` (a `seq`;
+    /// `None`: the newest one now), to `sink`, in `seq` order, right after each append.
+    /// Entries other processes append (the CLI) are copied with the daemon's next append.
+    pub fn attach_audit_sink(
+        &self,
+        sink: Box<dyn AuditSink>,
+        after: Option<i64>,
+    ) -> Result<(), Error> {
+        let after = match after {
+            Some(a) => a,
+            None => audit::max_seq(&self.side.lock(), None)?,
+        };
+        *self.sink.lock() = Some((sink, after));
+        self.flush_sink();
+        Ok(())
+    }
+
+    /// Hands the entries the sink lacks to it. A failing sink is logged and offered them again
+    /// next time: SQLite is the record, the sink a copy.
+    pub(crate) fn flush_sink(&self) {
+        let mut guard = self.sink.lock();
+        let Some((sink, after)) = guard.as_mut() else {
+            return;
+        };
+        loop {
+            let q = AuditQuery {
+                limit: Some(1000),
+                ..AuditQuery::default()
+            };
+            let entries = match audit::query_after(&self.side.lock(), &q, *after) {
+                Ok(e) => e,
+                Err(e) => {
+                    tracing::error!(error = %e, "audit sink: reading new entries failed");
+                    return;
+                }
+            };
+            let Some(last) = entries.last().map(|e| e.seq) else {
+                return;
+            };
+            if let Err(e) = sink.write(&entries) {
+                tracing::error!(error = %e, after = *after,
+                    "audit sink: write failed; the entries are offered again with the next append");
+                return;
+            }
+            *after = last;
+            if entries.len() < 1000 {
+                return;
+            }
+        }
     }
 
     /// The database file.
@@ -821,7 +890,45 @@ impl Acl {
                 request_id: actor.request_id,
                 detail,
             },
-        )
+        )?;
+        self.flush_sink();
+        Ok(())
+    }
+
+    /// Appends one receipt entry (kind `receipt`) about `user_id`'s answer to `request_id`:
+    /// `detail` holds `receipt_id` and ids, versions and digests only. Returns its `seq`.
+    pub fn audit_receipt(
+        &self,
+        request_id: &str,
+        user_id: &str,
+        detail: serde_json::Value,
+    ) -> Result<i64, Error> {
+        if detail.get("receipt_id").and_then(|v| v.as_str()).is_none() {
+            return Err(Error::Corrupt {
+                detail: "a receipt entry needs a receipt_id".into(),
+            });
+        }
+        let seq = {
+            let side = self.side.lock();
+            audit::append(
+                &side,
+                &Record {
+                    kind: AuditKind::Receipt,
+                    actor: None,
+                    user_id: Some(user_id),
+                    request_id: Some(request_id),
+                    detail,
+                },
+            )?;
+            side.last_insert_rowid()
+        };
+        self.flush_sink();
+        Ok(seq)
+    }
+
+    /// The `receipt` entries of `receipt_id`, oldest first (empty: no such receipt).
+    pub fn receipt_entries(&self, receipt_id: &str) -> Result<Vec<AuditEntry>, Error> {
+        audit::receipt(&self.side.lock(), receipt_id)
     }
 
     /// Audits the document ids shown to `user_id` (used as context or cited) for one request.
@@ -862,12 +969,19 @@ impl Acl {
                 request_id: Some(request_id),
                 detail: json!({ "doc_ids": ids }),
             },
-        )
+        )?;
+        self.flush_sink();
+        Ok(())
     }
 
     /// Audit entries matching `q`, oldest first (`airlock audit --user u017 --since ...`).
     pub fn audit_query(&self, q: &AuditQuery) -> Result<Vec<AuditEntry>, Error> {
         audit::query(&self.side.lock(), q)
+    }
+
+    /// [`Acl::audit_query`] over the entries after `after` (a `seq`): pages through the log.
+    pub fn audit_query_after(&self, q: &AuditQuery, after: i64) -> Result<Vec<AuditEntry>, Error> {
+        audit::query_after(&self.side.lock(), q, after)
     }
 
     /// The writer protocol. `op` validates, writes rows through `tx`, then mutates the model
@@ -917,7 +1031,9 @@ impl Acl {
         } else {
             Vec::new()
         };
+        let mut change_seq = 0;
         let committed = audit::append(&tx, &rec)
+            .map(|()| change_seq = tx.last_insert_rowid())
             .and_then(|()| {
                 ended
                     .iter()
@@ -928,6 +1044,7 @@ impl Acl {
             w.stale = true;
             return Err(e);
         }
+        self.state_seq.fetch_max(change_seq, Ordering::AcqRel);
         tracing::info!(
             recompute_ms,
             recomputed = prepared.users.len(),
@@ -953,6 +1070,8 @@ impl Acl {
             users,
             tokens: prepared.tokens.unwrap_or_else(|| old.tokens.clone()),
         }));
+        drop(guard);
+        self.flush_sink();
         Ok((value, prepared.access_changed))
     }
 }

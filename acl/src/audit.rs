@@ -1,6 +1,7 @@
 //! The append-only audit log of access decisions that matter: documents shown to a user for a
-//! request, re-check drops, IAM syncs with their counts, admin changes, and sign-ins. Ids only, never
-//! content. Triggers in the schema refuse `UPDATE` and `DELETE` on the table.
+//! request, re-check drops, IAM syncs with their counts, admin changes, sign-ins, and per-answer
+//! receipts. Ids only, never content. Triggers in the schema refuse `UPDATE` and `DELETE` on the
+//! table.
 
 use rusqlite::{Connection, params, types::Value};
 use serde::{Deserialize, Serialize};
@@ -24,6 +25,9 @@ pub enum AuditKind {
     /// A sign-in, a refused sign-in, a logout, or sessions ended because their user was removed
     /// (`{"method", "outcome", ...}`; never a password, cookie or token).
     SignIn,
+    /// A per-answer receipt (`{"receipt_id", "phase", ...}`: ids, versions and digests of what
+    /// one chat answer was built from; never a question, a prompt or document text).
+    Receipt,
 }
 
 impl AuditKind {
@@ -35,6 +39,7 @@ impl AuditKind {
             AuditKind::Sync => "sync",
             AuditKind::Admin => "admin",
             AuditKind::SignIn => "sign_in",
+            AuditKind::Receipt => "receipt",
         }
     }
 
@@ -45,6 +50,7 @@ impl AuditKind {
             "sync" => AuditKind::Sync,
             "admin" => AuditKind::Admin,
             "sign_in" => AuditKind::SignIn,
+            "receipt" => AuditKind::Receipt,
             other => {
                 return Err(Error::Corrupt {
                     detail: format!("unknown audit kind {other:?}"),
@@ -123,12 +129,65 @@ fn to_us(t: OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
 }
 
+/// Every kind, in the order the API lists them.
+pub const ALL_KINDS: [AuditKind; 6] = [
+    AuditKind::Shown,
+    AuditKind::RecheckDrop,
+    AuditKind::Sync,
+    AuditKind::Admin,
+    AuditKind::SignIn,
+    AuditKind::Receipt,
+];
+
+/// Receives every committed audit entry once, in `seq` order: an external copy of the log
+/// (the appliance's JSON-lines SIEM file). SQLite stays the record; a sink that fails is
+/// offered the same entries again with the next append.
+pub trait AuditSink: Send {
+    /// Writes `entries` (oldest first); an error leaves them to the next call.
+    fn write(&mut self, entries: &[AuditEntry]) -> std::io::Result<()>;
+}
+
+/// The receipt lookup index: receipts are found by id without scanning the log. Created with
+/// `IF NOT EXISTS` at open rather than by a schema migration: an older build ignores it.
+pub(crate) const RECEIPT_INDEX: &str = "CREATE INDEX IF NOT EXISTS acl_audit_receipt \
+     ON acl_audit(json_extract(detail, '$.receipt_id')) WHERE kind = 'receipt'";
+
+/// The `receipt` entries of one receipt id, oldest first.
+pub(crate) fn receipt(c: &Connection, receipt_id: &str) -> Result<Vec<AuditEntry>, Error> {
+    rows(
+        c,
+        "SELECT seq, at_us, kind, actor, user_id, request_id, detail FROM acl_audit \
+         WHERE kind = 'receipt' AND json_extract(detail, '$.receipt_id') = ?1 ORDER BY seq",
+        vec![Value::Text(receipt_id.to_owned())],
+    )
+}
+
+/// The newest `seq` (0 for an empty log), of `kinds` only when given.
+pub(crate) fn max_seq(c: &Connection, kinds: Option<&[AuditKind]>) -> Result<i64, Error> {
+    let mut sql = String::from("SELECT COALESCE(MAX(seq), 0) FROM acl_audit");
+    if let Some(k) = kinds {
+        let names: Vec<String> = k.iter().map(|k| format!("'{}'", k.as_str())).collect();
+        sql.push_str(&format!(" WHERE kind IN ({})", names.join(",")));
+    }
+    c.query_row(&sql, [], |r| r.get(0))
+        .map_err(Error::db("reading the audit log"))
+}
+
 /// Runs a query, oldest entries first.
 pub(crate) fn query(c: &Connection, q: &AuditQuery) -> Result<Vec<AuditEntry>, Error> {
+    query_after(c, q, 0)
+}
+
+/// [`query`] over the entries after `after` (a `seq`) only.
+pub(crate) fn query_after(
+    c: &Connection,
+    q: &AuditQuery,
+    after: i64,
+) -> Result<Vec<AuditEntry>, Error> {
     let mut sql = String::from(
-        "SELECT seq, at_us, kind, actor, user_id, request_id, detail FROM acl_audit WHERE 1=1",
+        "SELECT seq, at_us, kind, actor, user_id, request_id, detail FROM acl_audit WHERE seq > ?",
     );
-    let mut args: Vec<Value> = Vec::new();
+    let mut args: Vec<Value> = vec![Value::Integer(after)];
     if let Some(u) = &q.user {
         sql.push_str(" AND (user_id = ? OR actor = ?)");
         args.push(Value::Text(u.clone()));
@@ -149,9 +208,12 @@ pub(crate) fn query(c: &Connection, q: &AuditQuery) -> Result<Vec<AuditEntry>, E
     sql.push_str(" ORDER BY seq LIMIT ?");
     let limit = q.limit.unwrap_or(1000);
     args.push(Value::Integer(i64::try_from(limit).unwrap_or(i64::MAX)));
+    rows(c, &sql, args)
+}
 
+fn rows(c: &Connection, sql: &str, args: Vec<Value>) -> Result<Vec<AuditEntry>, Error> {
     let e = Error::db("querying the audit log");
-    let mut st = c.prepare(&sql).map_err(e)?;
+    let mut st = c.prepare_cached(sql).map_err(e)?;
     let rows = st
         .query_map(rusqlite::params_from_iter(args), |r| {
             Ok((

@@ -39,7 +39,7 @@ pub use acl::{
     Acl, Actor, DocGrants, GrantOutcome, NewUser, PutUserOutcome, SyncCounts, SyncOptions, UserSpec,
 };
 pub use allow::AllowSet;
-pub use audit::{AuditEntry, AuditKind, AuditQuery};
+pub use audit::{AuditEntry, AuditKind, AuditQuery, AuditSink};
 pub use error::{Error, IdKind, LineError, MAX_ID_BYTES};
 pub use model::{Role, materialise};
 pub use session::{NewSession, SessionCaller, SignIn, TokenInfo};

@@ -225,7 +225,9 @@ impl Acl {
                 request_id: actor.request_id,
                 detail,
             },
-        )
+        )?;
+        self.flush_sink();
+        Ok(())
     }
 
     /// Opens a session for an existing user, ending at the latest after `absolute`. The user's

@@ -349,6 +349,11 @@ pub struct Config {
     #[arg(skip)]
     pub sessions: Option<crate::session::SessionConfig>,
 
+    /// `[audit_sink]`: every audit entry appended to a rotated JSON-lines file for a SIEM;
+    /// TOML only (docs/OPERATIONS.md "Audit to the SIEM").
+    #[arg(skip)]
+    pub audit_sink: Option<crate::audit_sink::AuditSinkConfig>,
+
     /// Log format: `text` or `json` [default: text].
     #[arg(long, env = "AIRLOCK_LOG_FORMAT")]
     pub log_format: Option<String>,
@@ -451,6 +456,7 @@ impl fmt::Debug for Config {
             .field("ldap", &self.ldap)
             .field("oidc", &self.oidc)
             .field("sessions", &self.sessions)
+            .field("audit_sink", &self.audit_sink)
             .field("allow_plain_http", &self.allow_plain_http)
             .field("tls", &self.tls)
             .finish()
@@ -572,6 +578,7 @@ impl Config {
             ldap: self.ldap.or(lower.ldap),
             oidc: self.oidc.or(lower.oidc),
             sessions: self.sessions.or(lower.sessions),
+            audit_sink: self.audit_sink.or(lower.audit_sink),
             log_format: self.log_format.or(lower.log_format),
             remote_generators: if self.remote_generators.is_empty() {
                 lower.remote_generators
@@ -593,6 +600,9 @@ impl Config {
         }
         if self.body_limit() < 1024 {
             return Err(invalid("body_limit", "must be at least 1024 bytes"));
+        }
+        if let Some(Err(why)) = self.audit_sink.as_ref().map(|s| s.validate()) {
+            return Err(invalid("audit_sink", why));
         }
         if self.upload_limit() < self.body_limit() {
             return Err(invalid("upload_limit", "must be at least body_limit"));

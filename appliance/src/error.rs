@@ -132,6 +132,10 @@ pub enum ApiError {
     /// OIDC sign-in: the identity provider cannot be reached or failed; the cause is logged.
     #[error("the identity provider is unavailable: {0}")]
     IdpUnavailable(String),
+    /// A chat answer's receipt could not be written to the audit log: the answer is refused
+    /// (no answer is served without its receipt). The cause is logged.
+    #[error("the answer's receipt could not be recorded: {0}")]
+    ReceiptUnrecorded(String),
 }
 
 impl ApiError {
@@ -179,6 +183,9 @@ impl ApiError {
             ApiError::CsrfRequired => ("csrf-failed", StatusCode::FORBIDDEN),
             ApiError::OidcRefused(_) => ("oidc-refused", StatusCode::UNAUTHORIZED),
             ApiError::IdpUnavailable(_) => ("idp-unavailable", StatusCode::SERVICE_UNAVAILABLE),
+            ApiError::ReceiptUnrecorded(_) => {
+                ("receipt-unrecorded", StatusCode::SERVICE_UNAVAILABLE)
+            }
         }
     }
 
@@ -225,6 +232,10 @@ impl ApiError {
                 }
                 ApiError::IdpUnavailable(_) => {
                     "the identity provider is unavailable; retry later".to_string()
+                }
+                ApiError::ReceiptUnrecorded(_) => {
+                    "the answer's receipt could not be recorded, so no answer is served; retry later"
+                        .to_string()
                 }
                 _ => "the request could not be completed; the cause is logged under its request id"
                     .to_string(),

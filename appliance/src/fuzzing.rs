@@ -139,6 +139,66 @@ pub fn rack_metrics(data: &[u8]) {
     }
 }
 
+/// The fixed key the `answer_receipt` target verifies against.
+pub fn receipt_key() -> airlock_signing::KeyPair {
+    airlock_signing::KeyPair::from_seed([0x52; 32])
+}
+
+/// Target `answer_receipt`: `data` is read as a signed answer receipt (`airlock receipt
+/// verify`, the file an auditor receives). Invariant: a file that verifies is exactly what
+/// signing its receipt again writes (canonical form, deterministic Ed25519), so no other byte
+/// string can pass for it; anything else is refused with a `ReceiptError`, never a panic.
+pub fn answer_receipt(data: &[u8]) {
+    let key = receipt_key();
+    if let Ok(r) = crate::receipts::verify(data, &key.public()) {
+        assert_eq!(
+            crate::receipts::sign(&r, &key),
+            data,
+            "a verified receipt is canonical"
+        );
+    }
+}
+
+/// A valid receipt signed by [`receipt_key`] (the generated seed of `answer_receipt`).
+pub fn receipt_seed() -> Vec<u8> {
+    use crate::receipts::{BundleRef, DocRef, ModelRef, RECEIPT_FORMAT, Receipt, sha256};
+    let doc = |n: usize, id: &str| DocRef {
+        n,
+        doc_id: id.into(),
+        version: Some(sha256(id.as_bytes())),
+        chunk_id: n as u32 * 7,
+    };
+    let r = Receipt {
+        format: RECEIPT_FORMAT.into(),
+        receipt_id: "rcpt-0123456789abcdef0123456789abcdef".into(),
+        appliance_id: receipt_key().key_id().as_str().into(),
+        request_id: "req-1".into(),
+        user_id: "u017".into(),
+        served_at: "2026-05-01T00:00:00.000000Z".into(),
+        completed_at: Some("2026-05-01T00:00:02.500000Z".into()),
+        outcome: "answered".into(),
+        bundle: BundleRef {
+            version: "1.2.0".into(),
+            digest: Some(sha256(b"manifest")),
+        },
+        model: ModelRef {
+            alias: "airlock-large".into(),
+            model_id: "qwen".into(),
+            file_digest: Some(sha256(b"weights")),
+            served_by: "local".into(),
+        },
+        index_generation: 4,
+        acl_state_seq: 17,
+        prompt_sha256: Some(sha256(b"prompt")),
+        shown: vec![doc(1, "doc-a"), doc(2, "doc-b")],
+        cited: Some(vec![doc(2, "doc-b")]),
+        cited_by: Some("markers".into()),
+        finish: Some("stop".into()),
+        audit_seq: vec![40, 44],
+    };
+    crate::receipts::sign(&r, &receipt_key())
+}
+
 #[cfg(test)]
 #[path = "../../fuzz/replay.rs"]
 mod replay;
@@ -150,6 +210,14 @@ mod tests {
     #[test]
     fn chat_body_corpus_and_mutations() {
         replay::run("chat_body", &[], 3000, chat_body);
+    }
+
+    #[test]
+    fn answer_receipt_seed_and_mutations() {
+        let seed = receipt_seed();
+        answer_receipt(&seed);
+        assert!(crate::receipts::verify(&seed, &receipt_key().public()).is_ok());
+        replay::run("answer_receipt", &[seed], 1000, answer_receipt);
     }
 
     #[test]

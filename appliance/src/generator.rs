@@ -23,6 +23,8 @@ pub struct Generator {
     pub alias: String,
     /// The catalogue id.
     pub model_id: String,
+    /// `sha256:<hex>` of the weights file as the signed bundle pins it (named in receipts).
+    pub file_digest: Option<String>,
     tokenizer: Arc<Tokenizer>,
     template: ChatTemplate,
     bos: Option<u32>,
@@ -62,6 +64,7 @@ impl Generator {
         Ok(Generator {
             alias: alias.to_string(),
             model_id: model_id.to_string(),
+            file_digest: None,
             tokenizer,
             template,
             bos: special.bos.filter(|_| special.add_bos),
@@ -69,8 +72,23 @@ impl Generator {
         })
     }
 
+    /// Names the weights file's digest (from the bundle manifest).
+    pub fn with_file_digest(mut self, digest: String) -> Self {
+        self.file_digest = Some(digest);
+        self
+    }
+
     /// Renders the conversation with the model's template and tokenizes it. Blocking (CPU).
     pub fn prompt_ids(&self, conversation: &[(Role, String)]) -> Result<Vec<u32>, ApiError> {
+        Ok(self.prompt_with_digest(conversation)?.0)
+    }
+
+    /// [`Generator::prompt_ids`] and `sha256:<hex>` of the exact prompt text rendered by the
+    /// chat template (what is tokenized; the receipt's `prompt_sha256`). Blocking (CPU).
+    pub fn prompt_with_digest(
+        &self,
+        conversation: &[(Role, String)],
+    ) -> Result<(Vec<u32>, String), ApiError> {
         let messages: Vec<ChatMessage> = conversation
             .iter()
             .map(|(r, t)| ChatMessage::new(r.as_str(), t.clone()))
@@ -86,7 +104,7 @@ impl Generator {
         let mut ids = Vec::with_capacity(enc.len() + 1);
         ids.extend(self.bos);
         ids.extend_from_slice(enc.get_ids());
-        Ok(ids)
+        Ok((ids, crate::receipts::sha256(text.as_bytes())))
     }
 
     /// The token ids every RAG prompt starts with: the templated fixed system prompt up to where

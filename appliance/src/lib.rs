@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod appliance_key;
+pub mod audit_sink;
 pub mod auth;
 pub mod caller;
 pub mod cli;
@@ -27,6 +28,7 @@ pub mod oidc;
 pub mod openai;
 pub mod quota;
 pub mod rack_metrics;
+pub mod receipts;
 pub mod remote;
 pub mod rewrite;
 pub mod roles;

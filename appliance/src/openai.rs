@@ -283,6 +283,10 @@ pub struct AirlockResponse {
     /// `unsupported` (no source supports the answer's own words) or `no_source`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cited_by: Option<airlock_rag::cite::CitedBy>,
+    /// The answer's receipt (`GET /v1/receipts/{id}`, auditor role): on every chat answer (a
+    /// stream sends it on its first event).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub receipt_id: Option<String>,
 }
 
 /// The `airlock` extension of an SSE event: the citations and rung on the first event, the

@@ -57,6 +57,7 @@ pub const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/js/{file}", Access::Public),
     ("GET", "/metrics", METRICS),
     ("GET", "/v1/audit", AUDIT),
+    ("GET", "/v1/receipts/{id}", AUDIT),
     ("GET", "/v1/models", Access::Signed),
     ("GET", "/v1/info", Access::Signed),
     ("POST", "/v1/embeddings", Access::Content),

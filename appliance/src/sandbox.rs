@@ -199,6 +199,17 @@ pub fn lock_down_daemon_allowing(
     connect_ports: &[u16],
     require: bool,
 ) -> Result<SandboxReport, SandboxError> {
+    lock_down_daemon_writing(data_dir, &[], connect_ports, require)
+}
+
+/// [`lock_down_daemon_allowing`] with writes also allowed beneath `also_writable` (each must
+/// exist: the `[audit_sink]` file's directory).
+pub fn lock_down_daemon_writing(
+    data_dir: &Path,
+    also_writable: &[&Path],
+    connect_ports: &[u16],
+    require: bool,
+) -> Result<SandboxReport, SandboxError> {
     if on_main_thread()
         && let Some(threads) = process_threads()
         && threads > 1
@@ -206,7 +217,8 @@ pub fn lock_down_daemon_allowing(
         return Err(SandboxError::NotSingleThreaded { threads });
     }
     let writable = daemon_writable(data_dir)?;
-    let writable: Vec<&Path> = writable.iter().map(PathBuf::as_path).collect();
+    let mut writable: Vec<&Path> = writable.iter().map(PathBuf::as_path).collect();
+    writable.extend_from_slice(also_writable);
     match lock_down_allowing(&writable, connect_ports, require) {
         Ok(report) => {
             if report.fully_enforced() {

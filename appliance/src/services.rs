@@ -58,7 +58,12 @@ pub struct Services {
     pub answer_path: airlock_rag::AnswerPath,
     /// Generators on the bank's inference rack (`[[remote_generators]]`), by alias.
     pub remotes: Vec<Arc<crate::remote::RemoteGenerator>>,
+    /// The appliance key, which signs answer receipts (`None`: `GET /v1/receipts/{id}` is
+    /// `503 not-ready`).
+    pub appliance_key: Option<Arc<airlock_signing::KeyPair>>,
     bundle_version: String,
+    /// `sha256:<hex>` of the installed bundle's signed `manifest.json`.
+    bundle_digest: Option<String>,
 }
 
 impl Services {
@@ -85,8 +90,27 @@ impl Services {
             generators,
             feedback: None,
             remotes: Vec::new(),
+            appliance_key: None,
             bundle_version,
+            bundle_digest: None,
         }
+    }
+
+    /// Attaches the appliance key (receipts are signed with it).
+    pub fn with_appliance_key(mut self, key: airlock_signing::KeyPair) -> Self {
+        self.appliance_key = Some(Arc::new(key));
+        self
+    }
+
+    /// Records the installed bundle's manifest digest (named in every receipt).
+    pub fn with_bundle_digest(mut self, digest: String) -> Self {
+        self.bundle_digest = Some(digest);
+        self
+    }
+
+    /// `sha256:<hex>` of the installed bundle's signed `manifest.json`, when served from one.
+    pub fn bundle_digest(&self) -> Option<&str> {
+        self.bundle_digest.as_deref()
     }
 
     /// Attaches remote generators (already checked against their upstreams): each is listed

@@ -73,6 +73,12 @@ pub enum StartupError {
         /// The signed SHA-256 (hex).
         expected: String,
     },
+    /// The `[audit_sink]` file cannot be opened or read.
+    #[error("refusing to start: {0}")]
+    AuditSink(String),
+    /// The appliance key (which signs receipts) cannot be read or created.
+    #[error("the appliance key: {0}")]
+    ApplianceKey(String),
     /// The bundle's model catalogue is invalid or lacks a required model.
     #[error("bundle {version}: model catalogue: {reason}")]
     Catalogue {
@@ -167,6 +173,10 @@ pub struct VerifiedBundle {
     pub catalogue: Catalogue,
     /// The bundle's creation time (Unix seconds).
     pub created: u64,
+    /// `sha256:<hex>` of its signed `manifest.json` (named in receipts).
+    pub manifest_digest: String,
+    /// Each payload file's `sha256:<hex>`, by its path on disk (the manifest's digests).
+    pub file_digests: std::collections::HashMap<PathBuf, String>,
 }
 
 /// Re-verifies the installed bundle (signature and every file digest) against the pinned
@@ -205,10 +215,25 @@ pub fn verify_bundle(config: &Config) -> Result<VerifiedBundle, StartupError> {
             version: version.clone(),
             reason: e.to_string(),
         })?;
+    let manifest = installed.dir.join("manifest.json");
+    let manifest_digest = std::fs::read(&manifest)
+        .map(|b| crate::receipts::sha256(&b))
+        .map_err(|e| StartupError::Catalogue {
+            version: version.clone(),
+            reason: format!("reading {}: {e}", manifest.display()),
+        })?;
+    let file_digests = installed
+        .manifest
+        .files
+        .iter()
+        .map(|f| (installed.dir.join(&f.path), format!("sha256:{}", f.sha256)))
+        .collect();
     Ok(VerifiedBundle {
         version,
         created: manifest_created(&installed.manifest.created),
         catalogue,
+        manifest_digest,
+        file_digests,
     })
 }
 
@@ -384,8 +409,11 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     {
         let model_err = StartupError::model(&version, entry);
         let files = catalogue.generator_files(entry).map_err(&model_err)?;
-        let g = Generator::load(&entry.alias, &entry.id, &files, config.engine_config())
+        let mut g = Generator::load(&entry.alias, &entry.id, &files, config.engine_config())
             .map_err(model_err)?;
+        if let Some(d) = bundle.file_digests.get(&files.gguf) {
+            g = g.with_file_digest(d.clone());
+        }
         // The fixed system prompt's KV is computed once and shared by every request (platform
         // text only: nothing a user typed is ever shared across requests).
         let prefix_len = match g.shared_prefix_ids() {
@@ -410,19 +438,40 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
         });
     }
     let acl = open_acl(&data)?;
+    if let Some(sink) = &config.audit_sink {
+        crate::audit_sink::attach(&acl, sink)
+            .map_err(|e| StartupError::AuditSink(format!("{e:#}")))?;
+    }
     let reranker = load_reranker(&bundle)?;
     let retrieval = open_retrieval_with(&data, embedder.clone(), reranker)?;
     let feedback = open_feedback(&data)?;
     let remotes = connect_remotes(config)?;
+    // Receipts are signed with the appliance key, made by `airlock install`. It is only read
+    // here: `keys/` is read-only under the lockdown. Without one, receipts are still recorded
+    // (no answer goes without its receipt) but `GET /v1/receipts/{id}` cannot sign them.
+    let key = if crate::appliance_key::private_path(&data).exists() {
+        Some(
+            crate::appliance_key::load(&data)
+                .map_err(|e| StartupError::ApplianceKey(format!("{e:#}")))?,
+        )
+    } else {
+        tracing::warn!(data = %data.display(),
+            "no appliance key (DATA/keys/appliance.key, made by `airlock install`): receipts are \
+             recorded but GET /v1/receipts answers 503 until one exists");
+        None
+    };
     tracing::info!(
         elapsed_ms = t.elapsed().as_millis() as u64,
         "start-up complete"
     );
-    Ok(
-        Services::new(acl, retrieval, embedder, cards, generators, version)
-            .with_feedback(feedback)
-            .with_remotes(remotes),
-    )
+    let services = Services::new(acl, retrieval, embedder, cards, generators, version)
+        .with_feedback(feedback)
+        .with_remotes(remotes)
+        .with_bundle_digest(bundle.manifest_digest.clone());
+    Ok(match key {
+        Some(k) => services.with_appliance_key(k),
+        None => services,
+    })
 }
 
 /// Checks every `[[remote_generators]]` upstream (its `/v1/models` must list the model).

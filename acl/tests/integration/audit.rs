@@ -109,3 +109,91 @@ fn audit_records_decisions_and_is_queryable_and_append_only() {
     assert!(c.execute("DELETE FROM acl_audit", []).is_err());
     assert_eq!(acl.audit_query(&AuditQuery::default()).unwrap().len(), 6);
 }
+
+/// A sink that keeps what it is given; fails while `fail` is set.
+struct Kept {
+    seen: std::sync::Arc<parking_lot::Mutex<Vec<i64>>>,
+    fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl airlock_acl::AuditSink for Kept {
+    fn write(&mut self, entries: &[airlock_acl::AuditEntry]) -> std::io::Result<()> {
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(std::io::Error::other("disk full"));
+        }
+        self.seen.lock().extend(entries.iter().map(|e| e.seq));
+        Ok(())
+    }
+}
+
+#[test]
+fn receipts_are_found_by_id_the_state_seq_follows_acl_changes_and_the_sink_gets_every_entry_once() {
+    let (dir, acl) = temp_acl();
+    acl.sync_snapshot("admin", &br#"{"user": "u017", "groups": ["risk"]}"#[..])
+        .unwrap();
+    let after_sync = acl.state_seq();
+    assert!(after_sync > 0);
+    let seen = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let fail = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    acl.attach_audit_sink(
+        Box::new(Kept {
+            seen: seen.clone(),
+            fail: fail.clone(),
+        }),
+        Some(0),
+    )
+    .unwrap();
+    // The backlog after `Some(0)`: the sync's entry.
+    assert_eq!(*seen.lock(), vec![after_sync]);
+
+    let r1 = acl
+        .audit_receipt(
+            "req-1",
+            "u017",
+            serde_json::json!({"receipt_id": "rcpt-1", "phase": "served"}),
+        )
+        .unwrap();
+    acl.audit_shown("req-1", "u017", &["doc-1"]).unwrap();
+    let r2 = acl
+        .audit_receipt(
+            "req-1",
+            "u017",
+            serde_json::json!({"receipt_id": "rcpt-1", "phase": "cited"}),
+        )
+        .unwrap();
+    acl.audit_receipt("req-2", "u017", serde_json::json!({"receipt_id": "rcpt-2"}))
+        .unwrap();
+    assert!(
+        acl.audit_receipt("req-3", "u017", serde_json::json!({}))
+            .is_err()
+    );
+    // Query-time entries are not ACL changes.
+    assert_eq!(acl.state_seq(), after_sync);
+    let got = acl.receipt_entries("rcpt-1").unwrap();
+    assert_eq!(got.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![r1, r2]);
+    assert!(got.iter().all(|e| e.kind == AuditKind::Receipt));
+    assert_eq!(got[0].user_id.as_deref(), Some("u017"));
+    assert!(acl.receipt_entries("rcpt-9").unwrap().is_empty());
+
+    // A failing sink loses nothing: the next append hands it the missed entries too.
+    fail.store(true, std::sync::atomic::Ordering::SeqCst);
+    acl.audit_shown("req-4", "u017", &["doc-1"]).unwrap();
+    fail.store(false, std::sync::atomic::Ordering::SeqCst);
+    acl.sync_snapshot("admin", &br#"{"user": "u018", "groups": ["risk"]}"#[..])
+        .unwrap();
+    assert!(acl.state_seq() > after_sync);
+    let all: Vec<i64> = acl
+        .audit_query(&AuditQuery::default())
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(*seen.lock(), all, "every entry once, in order");
+
+    // Reopened: the state seq is the newest admin/sync entry's.
+    let newest = acl.state_seq();
+    drop(acl);
+    let again = airlock_acl::Acl::open(dir.path().join("airlock.db")).unwrap();
+    assert_eq!(again.state_seq(), newest);
+    assert_eq!(again.receipt_entries("rcpt-2").unwrap().len(), 1);
+}

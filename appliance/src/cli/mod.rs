@@ -6,12 +6,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod audit;
 pub mod bundle;
 pub mod demo;
 pub mod eval;
 pub mod export;
 pub mod ingest;
 pub mod keys;
+pub mod receipt;
 pub mod serve;
 pub mod users;
 
@@ -70,8 +72,11 @@ pub enum Command {
     /// Users and their bearer tokens.
     #[command(subcommand)]
     User(users::UserCommand),
-    /// Print audit log entries as JSON Lines.
-    Audit(users::AuditArgs),
+    /// Print audit log entries as JSON Lines; `audit export`: the SIEM export.
+    Audit(audit::AuditCli),
+    /// Answer receipts: verify a signed receipt off-box.
+    #[command(subcommand)]
+    Receipt(receipt::ReceiptCommand),
 }
 
 /// Parses the command line, runs it and maps the outcome to an exit code.
@@ -112,7 +117,8 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Purge(args) => ingest::purge(args),
         Command::Acl(cmd) => users::acl(cmd),
         Command::User(cmd) => users::user(cmd),
-        Command::Audit(args) => users::audit(args),
+        Command::Audit(args) => audit::run(args),
+        Command::Receipt(cmd) => receipt::run(cmd),
     }
 }
 

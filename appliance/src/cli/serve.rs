@@ -39,6 +39,11 @@ pub fn init_tracing(json: bool) {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config.load()?;
     init_tracing(config.json_logs());
+    // The SIEM file must be writable before anything else happens (it is attached to the
+    // audit log once the ACL is open).
+    if let Some(sink) = &config.audit_sink {
+        crate::audit_sink::FileSink::open(sink).context("refusing to start: [audit_sink]")?;
+    }
     tracing::info!(config = ?config, "starting");
     // OIDC discovery first (it names the token and JWKS endpoints the lockdown must allow),
     // still on this one thread.
@@ -99,8 +104,22 @@ pub(crate) fn lock_down(config: &Config) -> anyhow::Result<()> {
 
 /// [`lock_down`] with outbound TCP allowed to `ports`.
 fn lock_down_with(config: &Config, ports: &[u16]) -> anyhow::Result<()> {
-    match crate::sandbox::lock_down_daemon_allowing(
+    // The `[audit_sink]` file's directory stays writable (rotation renames and creates there).
+    let sink_dir = config
+        .audit_sink
+        .as_ref()
+        .and_then(|s| s.path.parent().map(std::path::Path::to_path_buf))
+        .map(|d| {
+            if d.as_os_str().is_empty() {
+                ".".into()
+            } else {
+                d
+            }
+        });
+    let also: Vec<&std::path::Path> = sink_dir.iter().map(std::path::PathBuf::as_path).collect();
+    match crate::sandbox::lock_down_daemon_writing(
         &config.data_dir(),
+        &also,
         ports,
         config.require_sandbox(),
     ) {

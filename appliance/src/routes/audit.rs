@@ -24,7 +24,7 @@ pub struct AuditParams {
     pub since: Option<String>,
     /// Entries before this instant (RFC 3339).
     pub until: Option<String>,
-    /// Only this kind: `shown`, `recheck_drop`, `sync`, `admin` or `sign_in`.
+    /// Only this kind: `shown`, `recheck_drop`, `sync`, `admin`, `sign_in` or `receipt`.
     pub kind: Option<String>,
     /// At most this many entries, oldest first [default 1000, at most 10000].
     pub limit: Option<usize>,
@@ -44,16 +44,15 @@ pub async fn list(
     Admin(_): Admin,
     Query(p): Query<AuditParams>,
 ) -> Result<Json<Value>, ApiError> {
-    use airlock_acl::AuditKind as K;
     let kind = match p.kind.as_deref() {
         None => None,
         Some(k) => Some(
-            [K::Shown, K::RecheckDrop, K::Sync, K::Admin, K::SignIn]
+            airlock_acl::audit::ALL_KINDS
                 .into_iter()
                 .find(|x| x.as_str() == k)
                 .ok_or_else(|| {
                     ApiError::InvalidRequest(format!(
-                        "`kind` {k:?} is not shown, recheck_drop, sync, admin or sign_in"
+                        "`kind` {k:?} is not shown, recheck_drop, sync, admin, sign_in or receipt"
                     ))
                 })?,
         ),

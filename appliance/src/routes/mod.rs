@@ -30,6 +30,7 @@ pub mod feedback;
 pub mod health;
 pub mod models;
 pub mod oidc;
+pub mod receipts;
 pub mod retrieve;
 pub mod ui;
 
@@ -44,6 +45,7 @@ pub fn app(state: AppState) -> Router {
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .route("/v1/audit", get(audit::list))
+        .route("/v1/receipts/{id}", get(receipts::get))
         .route("/v1/models", get(models::list))
         .route("/v1/info", get(models::info))
         .route("/v1/embeddings", post(models::embeddings))

@@ -18,6 +18,7 @@ mod llama_server;
 mod oidc;
 mod purge;
 mod rack;
+mod receipts;
 mod refusals;
 mod roles;
 mod sandbox;

@@ -34,6 +34,7 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("GET", "/js/{file}", "oooooo"),
     ("GET", "/metrics", "ufofoo"),
     ("GET", "/v1/audit", "ufofof"),
+    ("GET", "/v1/receipts/{id}", "ufofof"),
     ("GET", "/v1/models", "uoooof"),
     ("GET", "/v1/info", "uoooof"),
     ("POST", "/v1/embeddings", "uooosf"),

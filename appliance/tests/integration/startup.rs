@@ -63,6 +63,26 @@ fn serves_only_a_verified_bundle() {
     assert_eq!(aliases, ["airlock-embed", "airlock-small"]);
     assert_eq!(services.generators.len(), 1);
     assert_eq!(services.default_generator().unwrap().alias, "airlock-small");
+    // What receipts name: the signed manifest's digest and the weights' digest it pins.
+    let manifest = std::fs::read(data.join("bundles/1.2.3/manifest.json")).unwrap();
+    assert_eq!(
+        services.bundle_digest(),
+        Some(airlock::receipts::sha256(&manifest).as_str())
+    );
+    let m: Value = serde_json::from_slice(&manifest).unwrap();
+    let gguf = m["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["path"].as_str().unwrap().ends_with("model.gguf"))
+        .unwrap();
+    assert_eq!(
+        services.default_generator().unwrap().file_digest,
+        Some(format!("sha256:{}", gguf["sha256"].as_str().unwrap()))
+    );
+    // No appliance key (the store installed the bundle, not `airlock install`): served
+    // without one, receipts unsigned until it exists.
+    assert!(services.appliance_key.is_none());
     drop(services);
 
     // Tamper with an installed file: refused, naming the bundle problem.

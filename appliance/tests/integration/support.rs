@@ -290,6 +290,7 @@ fn open_services(dir: &Path, generator: Arc<Generator>) -> Services {
         "1.0.0-test".into(),
     )
     .with_feedback(feedback)
+    .with_appliance_key(airlock::appliance_key::ensure(dir).unwrap())
 }
 
 /// A daemon served on a real loopback socket until dropped.

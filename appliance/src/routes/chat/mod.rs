@@ -27,6 +27,7 @@ use crate::routes::{REQUEST_ID, acl::blocking};
 use crate::services::Services;
 use crate::state::AppState;
 
+mod receipt;
 mod request;
 mod stream;
 mod thread;
@@ -61,6 +62,13 @@ pub(super) struct Prepared {
     pub(super) retrieval: Option<StageTimings>,
     pub(super) sources_ms: f64,
     pub(super) prompt_ms: f64,
+    /// `sha256:<hex>` of the exact prompt the generator is given (the receipt's).
+    pub(super) prompt_sha256: String,
+    /// The sources shown, with their versions (the receipt's `shown`).
+    pub(super) shown: Vec<crate::receipts::DocRef>,
+    /// The index generation searched and the ACL state, when the sources were chosen.
+    pub(super) index_generation: u64,
+    pub(super) acl_state_seq: i64,
 }
 /// The citations of the prompt sources, numbered in prompt order, with their anchors.
 fn citations_of(shown: &airlock_rag::Shown) -> Vec<Citation> {
@@ -178,7 +186,6 @@ pub async fn completions(
         let user = caller.user_id.clone();
         let time_quantum = state.config().retrieval_time_quantum_for(caller.admin);
         let rid = request_id.clone();
-        let keep_turn = thread.is_some();
         blocking(move || {
             let mut versions: Vec<String> = Vec::new();
             let (built, citations, retrieval, attribution, sources_ms) = if ext.retrieval {
@@ -203,14 +210,13 @@ pub async fn completions(
                     &metrics,
                 )?;
                 let citations = citations_of(&shown);
-                if keep_turn {
-                    let ids: Vec<&str> = citations.iter().map(|c| c.doc_id.as_str()).collect();
-                    let now = services.answer_path.documents_now(&user, &ids)?;
-                    versions = now
-                        .into_iter()
-                        .map(|d| d.version.unwrap_or_default())
-                        .collect();
-                }
+                // The versions shown: kept with a thread's turn and named in the receipt.
+                let ids: Vec<&str> = citations.iter().map(|c| c.doc_id.as_str()).collect();
+                let now = services.answer_path.documents_now(&user, &ids)?;
+                versions = now
+                    .into_iter()
+                    .map(|d| d.version.unwrap_or_default())
+                    .collect();
                 (
                     shown.prompt(&conversation),
                     citations,
@@ -227,10 +233,22 @@ pub async fn completions(
                     0.0,
                 )
             };
+            let index_generation = services.retrieval.stats().index_generation;
+            let acl_state_seq = services.acl.state_seq();
+            let shown: Vec<crate::receipts::DocRef> = citations
+                .iter()
+                .zip(&versions)
+                .map(|(c, v)| crate::receipts::DocRef {
+                    n: c.n,
+                    doc_id: c.doc_id.clone(),
+                    version: (!v.is_empty()).then(|| v.clone()),
+                    chunk_id: c.chunk_id,
+                })
+                .collect();
             let tp = Instant::now();
-            let prompt = match &target {
-                Target::Local(g) => g.prompt_ids(&built)?,
-                Target::Remote(_) => Vec::new(),
+            let (prompt, prompt_sha256) = match &target {
+                Target::Local(g) => g.prompt_with_digest(&built)?,
+                Target::Remote(_) => (Vec::new(), receipt::messages_digest(&built)),
             };
             Ok(Prepared {
                 target,
@@ -242,9 +260,31 @@ pub async fn completions(
                 retrieval,
                 sources_ms,
                 prompt_ms: crate::routes::ms_since(tp),
+                prompt_sha256,
+                shown,
+                index_generation,
+                acl_state_seq,
             })
         })
         .await?
+    };
+    let receipt_id = crate::receipts::new_id();
+    let served = |prepared: &Prepared, no_source: bool| crate::receipts::Served {
+        receipt_id: receipt_id.clone(),
+        phase: "served".into(),
+        bundle: crate::receipts::BundleRef {
+            version: services.bundle_version().to_string(),
+            digest: services.bundle_digest().map(str::to_owned),
+        },
+        model: receipt::model_ref(&prepared.target),
+        index_generation: prepared.index_generation,
+        acl_state_seq: prepared.acl_state_seq,
+        prompt_sha256: (!no_source).then(|| prepared.prompt_sha256.clone()),
+        shown: prepared.shown.clone(),
+        cited: no_source.then(Vec::new),
+        cited_by: no_source
+            .then(|| receipt::cited_by_name(CitedBy::NoSource))
+            .flatten(),
     };
     let mut recorder = thread.map(|(store, thread)| TurnRecorder {
         store,
@@ -272,6 +312,14 @@ pub async fn completions(
             ..ChatTimings::default()
         });
     if ext.retrieval && prepared.citations.is_empty() {
+        // The abstention's receipt (complete in one entry) before anything is answered.
+        receipt::open(
+            &services.acl,
+            &request_id,
+            &caller.user_id,
+            &served(&prepared, true),
+        )
+        .await?;
         if let Some(r) = recorder.take() {
             r.save(prompt::NO_SOURCE_ANSWER.to_string(), &[]);
         }
@@ -300,6 +348,7 @@ pub async fn completions(
             }),
             cited: Some(Vec::new()),
             cited_by: Some(CitedBy::NoSource),
+            receipt_id: Some(receipt_id.clone()),
         };
         let id_header = HeaderValue::from_str(&request_id).ok();
         let mut resp =
@@ -361,7 +410,8 @@ pub async fn completions(
                         model_alias = g.alias.clone();
                         let messages = prepared.messages.clone();
                         let local = g.clone();
-                        prepared.prompt = blocking(move || local.prompt_ids(&messages)).await?;
+                        (prepared.prompt, prepared.prompt_sha256) =
+                            blocking(move || local.prompt_with_digest(&messages)).await?;
                         prepared.target = Target::Local(g);
                     }
                     (
@@ -493,6 +543,24 @@ pub async fn completions(
         reservation.settle(0);
         return Err(e);
     }
+    // Its receipt, before the answer's first byte: no receipt, no answer.
+    if let Err(e) = receipt::open(
+        &services.acl,
+        &request_id,
+        &caller.user_id,
+        &served(&prepared, false),
+    )
+    .await
+    {
+        reservation.settle(0);
+        return Err(e);
+    }
+    let closer = receipt::Closer {
+        acl: services.acl.clone(),
+        receipt_id: receipt_id.clone(),
+        request_id: request_id.clone(),
+        user_id: caller.user_id.clone(),
+    };
 
     let generation = Generation {
         source,
@@ -512,6 +580,7 @@ pub async fn completions(
         tokens: 0,
         finished: false,
         recorder,
+        receipt: Some(closer),
     };
     let airlock = AirlockResponse {
         citations: prepared.citations,
@@ -520,6 +589,7 @@ pub async fn completions(
         timings_ms,
         cited: None,
         cited_by: None,
+        receipt_id: Some(receipt_id),
     };
     let cite = prepared.cite;
     let id = request_id;

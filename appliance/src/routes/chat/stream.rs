@@ -25,6 +25,7 @@ use crate::quota::TokenReservation;
 use crate::routes::RUNG_HEADER;
 
 use super::TurnRecorder;
+use super::receipt::Closer;
 
 /// The answer when no readable source is relevant enough (see `min_source_similarity`): the
 /// system prompt's own abstention, without generation, in the shape the client asked for.
@@ -128,6 +129,8 @@ pub(super) struct Generation {
     pub(super) finished: bool,
     /// Adds the answer to the thread it was asked in, when it completes.
     pub(super) recorder: Option<TurnRecorder>,
+    /// Completes the answer's receipt before the answer is acknowledged as complete.
+    pub(super) receipt: Option<Closer>,
 }
 
 impl Generation {
@@ -340,6 +343,15 @@ pub(super) async fn complete(
                     airlock.cited = Some(c.sources);
                     airlock.cited_by = Some(c.by);
                 }
+                // The receipt is complete before the answer is returned, or there is no answer.
+                if let Some(r) = generation.receipt.take() {
+                    r.close(
+                        airlock.cited.as_deref().unwrap_or(&[]),
+                        airlock.cited_by,
+                        finish,
+                    )
+                    .await?;
+                }
                 if let Some(r) = generation.recorder.take() {
                     r.save(text.clone(), airlock.cited.as_deref().unwrap_or(&[]));
                 }
@@ -523,16 +535,29 @@ pub(super) fn sse(
                                     Some(finish),
                                 );
                                 let mut cited_now: Vec<usize> = Vec::new();
+                                let mut cited_by = None;
                                 if let Some(cite) = &st.cite {
                                     let cited = cite.cited(&st.text);
                                     if cited.by == CitedBy::Unsupported {
                                         st.generation.metrics.unsupported_answers.inc();
                                     }
                                     cited_now.clone_from(&cited.sources);
+                                    cited_by = Some(cited.by);
                                     c.airlock = Some(ChunkAirlock::End {
                                         cited: cited.sources,
                                         cited_by: cited.by,
                                     });
+                                }
+                                // The receipt is complete before the finish event, or the
+                                // stream ends with an error event instead.
+                                if let Some(r) = st.generation.receipt.take()
+                                    && let Err(e) = r.close(&cited_now, cited_by, finish).await
+                                {
+                                    out.push(Ok(SseEvent::default().event("error").data(
+                                        serde_json::to_string(&e.problem()).unwrap_or_default(),
+                                    )));
+                                    out.push(Ok(SseEvent::default().data("[DONE]")));
+                                    return Some((out, st));
                                 }
                                 if let Some(r) = st.generation.recorder.take() {
                                     r.save(std::mem::take(&mut st.text), &cited_now);
