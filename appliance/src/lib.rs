@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod appliance_key;
 pub mod auth;
+pub mod backup;
 pub mod caller;
 pub mod cli;
 pub mod config;

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod backup;
 pub mod bundle;
 pub mod demo;
 pub mod eval;
@@ -72,6 +73,10 @@ pub enum Command {
     User(users::UserCommand),
     /// Print audit log entries as JSON Lines.
     Audit(users::AuditArgs),
+    /// Back up the data directory into one checksummed archive (online: the daemon may serve).
+    Backup(backup::BackupArgs),
+    /// Restore a data directory from a backup archive (every checksum verified first).
+    Restore(backup::RestoreArgs),
 }
 
 /// Parses the command line, runs it and maps the outcome to an exit code.
@@ -113,6 +118,8 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Acl(cmd) => users::acl(cmd),
         Command::User(cmd) => users::user(cmd),
         Command::Audit(args) => users::audit(args),
+        Command::Backup(args) => backup::run_backup(args),
+        Command::Restore(args) => backup::run_restore(args),
     }
 }
 

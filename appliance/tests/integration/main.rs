@@ -2,6 +2,7 @@
 
 mod api;
 mod audit;
+mod backup;
 mod bundle_cli;
 mod chat;
 mod conversations;
