@@ -24,6 +24,7 @@ pub mod ladder;
 pub mod ldap;
 pub mod metrics;
 pub mod models;
+pub mod notify;
 pub mod oidc;
 pub mod openai;
 pub mod quota;

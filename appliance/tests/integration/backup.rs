@@ -123,6 +123,10 @@ impl Daemon {
         }
     }
 
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stops the daemon (SIGTERM, then SIGKILL after 60 s) and returns its log.
     pub(crate) fn stop(&mut self) -> String {
         let _ = Command::new("kill")

@@ -16,6 +16,7 @@ mod ingest_crash;
 mod ladder;
 mod ldap;
 mod llama_server;
+mod monitoring;
 mod oidc;
 mod purge;
 mod rack;
