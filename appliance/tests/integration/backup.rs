@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::sandbox::http;
 use crate::support::small_staging;
@@ -175,6 +175,33 @@ fn put_doc(base: &str, admin: &str, id: &str, text: &str, group: &str) {
     assert!(status == 201 || status == 200, "{status} {body}");
 }
 
+/// The answer text and the cited documents of a short greedy chat.
+fn chat(base: &str, token: &str, question: &str) -> (String, Value) {
+    let (status, body) = http(
+        "POST",
+        &format!("{base}/v1/chat/completions"),
+        token,
+        Some(json!({
+            "model": "airlock-small",
+            "messages": [{"role": "user", "content": question}],
+            "max_tokens": 16,
+            "temperature": 0,
+        })),
+    );
+    assert_eq!(status, 200, "{body}");
+    let cited: Vec<&Value> = body["airlock"]["citations"]
+        .as_array()
+        .map(|c| c.iter().map(|c| &c["doc_id"]).collect())
+        .unwrap_or_default();
+    (
+        body["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+        json!(cited),
+    )
+}
+
 /// (doc id, chunk id, score) of a retrieve, in order.
 fn retrieve(base: &str, token: &str, query: &str) -> Vec<(String, u64, f64)> {
     let (status, body) = http(
@@ -230,6 +257,9 @@ fn a_backup_taken_while_serving_and_writing_restores_to_a_daemon_that_answers_th
     ];
     let before: Vec<_> = queries.iter().map(|q| retrieve(&base, &ann, q)).collect();
     assert!(before.iter().all(|r| !r.is_empty()), "{before:?}");
+    let question = "What is the overdraft limit for retail customers?";
+    let answer = chat(&base, &ann, question);
+    assert!(!answer.0.trim().is_empty(), "{answer:?}");
 
     // Another client keeps writing documents ann cannot read while the backup runs: the
     // backup waits for each write's lock, and the copy is at one point of that stream.
@@ -293,6 +323,8 @@ fn a_backup_taken_while_serving_and_writing_restores_to_a_daemon_that_answers_th
     for (q, want) in queries.iter().zip(&before) {
         assert_eq!(&retrieve(&rbase, &ann, q), want, "{q}");
     }
+    // And chat answers the same (greedy decoding, same sources).
+    assert_eq!(chat(&rbase, &ann, question), answer);
     // Every late document the restored store has is found by its index: the database and the
     // indexes were copied at the same point, so start-up repaired nothing.
     let (status, body) = http(
