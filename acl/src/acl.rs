@@ -984,6 +984,20 @@ impl Acl {
         audit::query_after(&self.side.lock(), q, after)
     }
 
+    /// When the last full IAM sync (an IAM snapshot or a directory sync; not one user's
+    /// sign-in) was applied, Unix microseconds, from the audit log (the daemon's
+    /// `airlock_iam_sync_last_success_timestamp_seconds` at start).
+    pub fn last_full_sync_us(&self) -> Result<Option<i64>, Error> {
+        self.side
+            .lock()
+            .query_row(
+                "SELECT max(at_us) FROM acl_audit WHERE kind = 'sync' AND user_id IS NULL",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(Error::db("reading the last sync time"))
+    }
+
     /// The writer protocol. `op` validates, writes rows through `tx`, then mutates the model
     /// (infallibly) and records the touched users; an `Err` from `op` must leave the model
     /// unchanged. Anything failing after `op` marks the model stale (reloaded by the next write).

@@ -199,6 +199,108 @@ pub fn receipt_seed() -> Vec<u8> {
     crate::receipts::sign(&r, &receipt_key())
 }
 
+/// Target `backup_archive`: `data` is a backup archive (`airlock restore --from FILE`), read as
+/// the restore reads it into a fresh staging directory; and, so that mutations reach the tar
+/// and manifest checks behind the compression, `data` is also taken as the uncompressed tar
+/// stream, compressed and read. Invariants: an accepted archive left exactly the manifest's
+/// files there, each with its size; a refused one is always `ArchiveError::Corrupt` (naming an
+/// entry), never an I/O error or a panic, whatever the bytes.
+pub fn backup_archive(data: &[u8]) {
+    backup_read(data);
+    if let Ok(z) = zstd::stream::encode_all(data, 1) {
+        backup_read(&z);
+    }
+}
+
+fn backup_read(data: &[u8]) {
+    use crate::backup::archive::{ArchiveError, read};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "airlock-fuzz-backup-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let outcome = read(data, &dir);
+    let mut found = Vec::new();
+    let mut stack = vec![dir.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("list scratch") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let len = std::fs::metadata(&p).expect("stat").len();
+                let rel = p
+                    .strip_prefix(&dir)
+                    .expect("beneath")
+                    .to_string_lossy()
+                    .into_owned();
+                found.push((rel, len));
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    found.sort();
+    match outcome {
+        Ok(m) => {
+            let mut want: Vec<(String, u64)> =
+                m.files.iter().map(|f| (f.path.clone(), f.size)).collect();
+            want.sort();
+            assert_eq!(found, want, "an accepted archive wrote other files");
+        }
+        Err(e) => assert!(matches!(e, ArchiveError::Corrupt { .. }), "{e:?}"),
+    }
+}
+
+/// A small valid backup archive (the `backup_archive` seed).
+pub fn backup_seed() -> Vec<u8> {
+    use crate::backup::archive::{FORMAT_VERSION, FileEntry, Manifest, Source, hash_file, write};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "airlock-fuzz-seed-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("scratch directory");
+    let mut sources = Vec::new();
+    for (path, text) in [
+        ("airlock.db", &b"SQLite format 3\0 pages"[..]),
+        ("index/0/bm25/meta.json", &b"{\"segments\":[]}"[..]),
+        ("keys/trusted.json", &b"{}"[..]),
+    ] {
+        let from = dir.join(path.replace('/', "_"));
+        std::fs::write(&from, text).expect("seed file");
+        let (sha256, size) = hash_file(&from).expect("hash");
+        sources.push(Source {
+            entry: FileEntry {
+                path: path.into(),
+                size,
+                mode: 0o644,
+                sha256,
+            },
+            from,
+        });
+    }
+    let manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        created: "2026-12-02T00:00:00Z".into(),
+        airlock_version: "0.1.0".into(),
+        index_generation: 0,
+        bundle: Some("1.0.0".into()),
+        includes_keys: false,
+        includes_bundles: false,
+        files: sources.iter().map(|s| s.entry.clone()).collect(),
+    };
+    let out = dir.join("seed.tar.zst");
+    write(&out, &manifest, &sources).expect("seed archive");
+    let bytes = std::fs::read(&out).expect("read seed");
+    let _ = std::fs::remove_dir_all(&dir);
+    bytes
+}
+
 #[cfg(test)]
 #[path = "../../fuzz/replay.rs"]
 mod replay;
@@ -218,6 +320,16 @@ mod tests {
         answer_receipt(&seed);
         assert!(crate::receipts::verify(&seed, &receipt_key().public()).is_ok());
         replay::run("answer_receipt", &[seed], 1000, answer_receipt);
+    }
+
+    #[test]
+    fn backup_archive_seeds_and_mutations() {
+        let seed = backup_seed();
+        // The seed itself is accepted (the harness's success branch is reached).
+        let dir = tempfile::tempdir().unwrap();
+        crate::backup::archive::read(&seed[..], dir.path()).unwrap();
+        let plain = zstd::stream::decode_all(&seed[..]).unwrap();
+        replay::run("backup_archive", &[seed, plain], 500, backup_archive);
     }
 
     #[test]

@@ -23,6 +23,13 @@ pub struct RouteStatus {
     pub status: u16,
 }
 
+/// Labels of `airlock_request_duration_seconds`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    /// The matched route template (e.g. `/v1/documents/{doc_id}`), or `unmatched`.
+    pub route: String,
+}
+
 /// Labels of `airlock_retrieval_stage_seconds`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Stage {
@@ -79,6 +86,11 @@ pub struct Metrics {
     registry: Arc<Mutex<Registry>>,
     /// `airlock_requests_total{route,status}`.
     pub requests: Family<RouteStatus, Counter>,
+    /// `airlock_request_duration_seconds{route}`: time to the response head, by route template.
+    pub request_duration: Family<RouteLabel, Histogram>,
+    /// `airlock_iam_sync_last_success_timestamp_seconds`: when the last full IAM sync (snapshot
+    /// or directory) was applied, Unix seconds; 0 when none ever was.
+    pub iam_sync_last_success: Gauge<f64, AtomicU64>,
     /// `airlock_ttft_seconds`: time from request to the first generated token.
     pub ttft: Histogram,
     /// `airlock_tpot_seconds`: time per output token after the first.
@@ -171,9 +183,14 @@ pub const STAGES: [&str; 13] = [
     "queue_wait",
 ];
 
+/// Number of buckets of [`latency_histogram`].
+pub const LATENCY_BUCKETS: u16 = 22;
+
+/// Latency buckets from 0.5 ms doubling to ~1049 s: queue waits and times to first token under
+/// overload reach minutes (the admission queue waits up to 600 s), and a wait beyond the last
+/// finite bucket would make every quantile above it unknown.
 fn latency_histogram() -> Histogram {
-    // 0.5 ms … ~65 s
-    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+    Histogram::new(exponential_buckets(0.0005, 2.0, LATENCY_BUCKETS))
 }
 
 impl Default for Metrics {
@@ -189,6 +206,8 @@ impl Metrics {
         let m = Metrics {
             registry: Arc::new(Mutex::new(Registry::default())),
             requests: Family::default(),
+            request_duration: Family::new_with_constructor(latency_histogram),
+            iam_sync_last_success: Gauge::default(),
             ttft: latency_histogram(),
             tpot: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
             queue_depth: Gauge::default(),
@@ -226,6 +245,16 @@ impl Metrics {
             "requests",
             "HTTP requests by route template and status",
             m.requests.clone(),
+        );
+        r.register(
+            "request_duration_seconds",
+            "Time from request to response head (a stream's start), by route template",
+            m.request_duration.clone(),
+        );
+        r.register(
+            "iam_sync_last_success_timestamp_seconds",
+            "When the last full IAM sync (snapshot or directory) was applied, Unix seconds (0: never)",
+            m.iam_sync_last_success.clone(),
         );
         r.register(
             "ttft_seconds",
@@ -398,6 +427,22 @@ impl Metrics {
         self.rung_seconds_total
             .get_or_create(&RungLabel { rung })
             .inc_by(seconds);
+    }
+
+    /// Records that a full IAM sync was applied at `unix_seconds`.
+    pub fn iam_synced_at(&self, unix_seconds: f64) {
+        if unix_seconds > self.iam_sync_last_success.get() {
+            self.iam_sync_last_success.set(unix_seconds);
+        }
+    }
+
+    /// Records that a full IAM sync was applied now.
+    pub fn iam_synced_now(&self) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        self.iam_synced_at(now);
     }
 
     /// Counts one shed request.

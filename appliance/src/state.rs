@@ -54,6 +54,11 @@ impl AppState {
     /// Installs the services: the daemon is ready from now on.
     pub fn set_services(&self, services: Services) {
         self.inner.metrics.set_bundle(services.bundle_version());
+        match services.acl.last_full_sync_us() {
+            Ok(Some(us)) => self.inner.metrics.iam_synced_at(us as f64 / 1e6),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "reading the last IAM sync time"),
+        }
         self.inner.admission.watch_engines(&services);
         self.inner.services.store(Some(Arc::new(services)));
     }

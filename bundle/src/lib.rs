@@ -39,6 +39,8 @@ pub use limits::Limits;
 pub use manifest::{
     BinaryEntry, FileEntry, MANIFEST_FORMAT, Manifest, ModelEntry, PayloadFrame, Role,
 };
+/// The entry path rules of bundles (also those of `airlock backup` archives).
+pub use path::check as check_path;
 pub use progress::{NoProgress, Progress};
 pub use state::{HistoryEntry, State};
 pub use store::{InstallOptions, InstallOutcome, InstallStage, Installed, ListedBundle, Store};

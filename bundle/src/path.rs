@@ -3,7 +3,7 @@
 /// Checks that `path` is a safe, normalized, relative bundle path: `/`-separated non-empty
 /// components, none `.` or `..`, no leading or trailing `/`, no backslash, NUL or control
 /// characters, at most 4096 bytes and 255 bytes per component. Returns the broken rule.
-pub(crate) fn check(path: &str) -> Result<(), &'static str> {
+pub fn check(path: &str) -> Result<(), &'static str> {
     if path.is_empty() {
         return Err("empty path");
     }

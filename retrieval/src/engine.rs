@@ -34,6 +34,7 @@ use crate::ingest::{self, DocumentInput};
 use crate::store::{self, Committed, DocumentInfo, NewChunk, NewDocument, Store, UpsertOutcome};
 use crate::traits::{Embed, Rerank};
 use crate::visibility::{ChunkMap, Visibility};
+use crate::write_lock::IndexWriteLock;
 
 /// Which retrievers a search uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -396,6 +397,8 @@ impl Retrieval {
             std::fs::create_dir_all(parent).map_err(|e| Error::io(parent, e))?;
         }
         std::fs::create_dir_all(index_root).map_err(|e| Error::io(index_root, e))?;
+        // Held until the indexes are repaired (see `write_lock`).
+        let cross = IndexWriteLock::acquire(index_root)?;
         let store = Store::open(db_path)?;
         let generation = store.meta("index_generation")? as u64;
         remove_other_generations(index_root, generation)?;
@@ -408,6 +411,7 @@ impl Retrieval {
         )?;
         let snapshot = load_snapshot(&store)?;
         let repair = repair_indexes(&store, &indexes, &snapshot)?;
+        drop(cross);
         if repair != RepairReport::default() {
             tracing::warn!(
                 bm25_added = repair.bm25_added,
@@ -429,6 +433,12 @@ impl Retrieval {
             indexes: ArcSwap::from_pointee(indexes),
             repair,
         })
+    }
+
+    /// The cross-process write lock, taken after `self.writer` by every write (see
+    /// [`IndexWriteLock`]): `airlock backup` holds it while it copies the store and indexes.
+    fn write_lock(&self) -> Result<IndexWriteLock> {
+        IndexWriteLock::acquire(&self.index_root)
     }
 
     /// The name of the configured rerank stage's model, if there is one.
@@ -495,6 +505,7 @@ impl Retrieval {
         });
         let docs = self.embed_prepared(prepared, total, progress)?;
         let writer = self.writer.lock();
+        let _cross = self.write_lock()?;
         self.commit_and_index(writer, docs, &mut report, progress)?;
         Ok(report)
     }
@@ -857,6 +868,7 @@ impl Retrieval {
         let mut report = IngestReport::default();
         if let Some(doc) = staged.doc {
             let writer = self.writer.lock();
+            let _cross = self.write_lock()?;
             self.commit_and_index(writer, vec![doc], &mut report, &mut |_| {})?;
         }
         report
@@ -882,6 +894,7 @@ impl Retrieval {
         E: From<Error>,
     {
         let store = self.writer.lock();
+        let _cross = self.write_lock()?;
         let mut joint = JointWrite {
             engine: self,
             store: &store,
@@ -931,6 +944,7 @@ impl Retrieval {
 
     fn delete_many(&self, doc_ids: &[&str]) -> Result<Vec<DeleteOutcome>> {
         let mut store = self.writer.lock();
+        let _cross = self.write_lock()?;
         let deleted = store.delete(doc_ids)?;
         let old = self.snapshot.load_full();
         let mut map = old.map.clone();
@@ -1013,6 +1027,7 @@ impl Retrieval {
     /// searches continue on the old generation until the switch.
     pub fn reindex(&self) -> Result<ReindexReport> {
         let store = self.writer.lock();
+        let _cross = self.write_lock()?;
         self.reindex_locked(&store)
     }
 
@@ -1024,6 +1039,7 @@ impl Retrieval {
     pub fn purge(&self, deleted_before_ms: i64) -> Result<PurgeReport> {
         let t = Instant::now();
         let mut store = self.writer.lock();
+        let _cross = self.write_lock()?;
         let purged = store.purge(deleted_before_ms)?;
         let reindex = if purged.is_empty() {
             None

@@ -27,6 +27,7 @@ mod traits;
 pub mod vector;
 mod vector_adapter;
 pub mod visibility;
+mod write_lock;
 
 pub use config::{Bm25Config, ChunkConfig, RetrievalConfig, SearchConfig, StopWords};
 pub use engine::{
@@ -36,6 +37,7 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use ingest::{DocumentInput, SourceFormat};
-pub use store::{DocumentInfo, UpsertOutcome, UpsertStatus};
+pub use store::{DocumentInfo, UpsertOutcome, UpsertStatus, stored_index_generation};
 pub use traits::{Embed, ModelError, Rerank};
 pub use visibility::{ChunkMap, Visibility};
+pub use write_lock::{IndexWriteLock, WRITE_LOCK_FILE};

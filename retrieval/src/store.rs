@@ -178,6 +178,25 @@ pub(crate) fn index_title(title: &str) -> &str {
     &title[..end]
 }
 
+/// The index generation (`index/<generation>/`) the document store at `db_path` names, read
+/// without opening the engine (`airlock backup` reads it from its copy of the database).
+pub fn stored_index_generation(db_path: &Path) -> Result<u64> {
+    let err = |source| Error::Store {
+        path: db_path.to_path_buf(),
+        source,
+    };
+    let conn = Connection::open_with_flags(db_path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(err)?;
+    let g: i64 = conn
+        .query_row(
+            "SELECT value FROM retrieval_meta WHERE key = 'index_generation'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(err)?;
+    Ok(g.max(0) as u64)
+}
+
 pub(crate) struct Store {
     pub(crate) path: PathBuf,
     pub(crate) conn: Connection,

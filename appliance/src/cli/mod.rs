@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod audit;
+pub mod backup;
 pub mod bundle;
 pub mod demo;
 pub mod eval;
@@ -77,6 +78,10 @@ pub enum Command {
     /// Answer receipts: verify a signed receipt off-box.
     #[command(subcommand)]
     Receipt(receipt::ReceiptCommand),
+    /// Back up the data directory into one checksummed archive (online: the daemon may serve).
+    Backup(backup::BackupArgs),
+    /// Restore a data directory from a backup archive (every checksum verified first).
+    Restore(backup::RestoreArgs),
 }
 
 /// Parses the command line, runs it and maps the outcome to an exit code.
@@ -119,6 +124,8 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::User(cmd) => users::user(cmd),
         Command::Audit(args) => audit::run(args),
         Command::Receipt(cmd) => receipt::run(cmd),
+        Command::Backup(args) => backup::run_backup(args),
+        Command::Restore(args) => backup::run_restore(args),
     }
 }
 

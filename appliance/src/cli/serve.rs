@@ -175,6 +175,16 @@ async fn serve(
     if let Some(o) = oidc {
         state.set_oidc(o);
     }
+    // systemd `Type=notify` (packaging/airlock.service): READY=1 once ready, WATCHDOG=1 from
+    // the runtime, STOPPING=1 on drain.
+    let notifier = crate::notify::Notifier::from_env().map(std::sync::Arc::new);
+    if let Some(n) = &notifier {
+        n.send("STATUS=verifying the bundle and loading models");
+        if let Some(every) = crate::notify::watchdog_interval() {
+            tokio::spawn(crate::notify::watchdog(n.clone(), every));
+        }
+    }
+    let ready_notifier = notifier.clone();
 
     // Start-up runs beside the listener so /healthz answers while models load.
     let loader_state = state.clone();
@@ -185,6 +195,9 @@ async fn serve(
             Ok(Ok(services)) => {
                 loader_state.set_services(services);
                 tracing::info!("ready");
+                if let Some(n) = &ready_notifier {
+                    n.send("READY=1\nSTATUS=serving");
+                }
                 tokio::spawn(crate::routes::auth::sync_schedule(loader_state));
             }
             Ok(Err(e)) => {
@@ -208,6 +221,9 @@ async fn serve(
         tokio::select! {
             () = server::shutdown_signal() => {}
             e = startup_failed => *failed_w.lock() = Some(e),
+        }
+        if let Some(n) = &notifier {
+            n.send("STOPPING=1\nSTATUS=draining");
         }
     };
     let drained = server::serve_with(listener, state, tls, stop, grace).await?;

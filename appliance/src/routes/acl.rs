@@ -130,6 +130,7 @@ pub async fn sync(
         Ok(counts)
     })
     .await?;
+    state.metrics().iam_synced_now();
     Ok(Json(counts))
 }
 

@@ -309,6 +309,7 @@ pub async fn sync(
         Ok(acl.sync_directory(actor_of(&actor, &request_id), &list)?)
     })
     .await?;
+    state.metrics().iam_synced_now();
     Ok(Json(counts).into_response())
 }
 
@@ -341,6 +342,9 @@ pub async fn sync_schedule(state: AppState) {
             Ok(acl.sync_directory("ldap-schedule", &list)?)
         })
         .await;
+        if done.is_ok() {
+            state.metrics().iam_synced_now();
+        }
         match done {
             Ok(c) => tracing::info!(
                 users_added = c.users_added,

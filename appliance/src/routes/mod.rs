@@ -15,7 +15,7 @@ use tower_http::timeout::ResponseBodyTimeoutLayer;
 use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 use crate::error::ApiError;
-use crate::metrics::RouteStatus;
+use crate::metrics::{RouteLabel, RouteStatus};
 use crate::state::AppState;
 
 pub use crate::extract::{MAX_REQUEST_ID_LEN, REQUEST_ID, valid_request_id};
@@ -182,17 +182,23 @@ async fn uri_limit(State(state): State<AppState>, req: Request, next: Next) -> R
     next.run(req).await
 }
 
-/// Counts every response by route template and status; tracks in-flight HTTP requests.
+/// Counts every response by route template and status and times it to its head, by route
+/// template (never the raw path: ids stay out of labels).
 async fn count_requests(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map(|m| m.as_str().to_string())
         .unwrap_or_else(|| "unmatched".into());
+    let started = Instant::now();
     let resp = next.run(req).await;
-    state
-        .metrics()
-        .requests
+    let m = state.metrics();
+    m.request_duration
+        .get_or_create(&RouteLabel {
+            route: route.clone(),
+        })
+        .observe(started.elapsed().as_secs_f64());
+    m.requests
         .get_or_create(&RouteStatus {
             route,
             status: resp.status().as_u16(),

@@ -2,6 +2,7 @@
 
 mod api;
 mod audit;
+mod backup;
 mod bundle_cli;
 mod chat;
 mod conversations;
@@ -15,6 +16,7 @@ mod ingest_crash;
 mod ladder;
 mod ldap;
 mod llama_server;
+mod monitoring;
 mod oidc;
 mod purge;
 mod rack;

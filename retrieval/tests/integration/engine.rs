@@ -420,3 +420,61 @@ fn hybrid_vector_rescore_and_rerank_report_stage_scores_and_timings() {
         299
     );
 }
+
+#[test]
+fn every_write_waits_for_the_index_write_lock() {
+    // `airlock backup` holds `index/write.lock` while it copies the store and the indexes: an
+    // upsert, delete or reindex must neither commit nor touch an index file meanwhile.
+    use airlock_retrieval::IndexWriteLock;
+    use std::time::Duration;
+    let env = Env::new();
+    let eng = Arc::new(env.open_bm25(test_config()));
+    eng.upsert_one(DocumentInput::new("a", "Wing", "supersonic wing flutter"))
+        .unwrap();
+    type Write = fn(&Retrieval);
+    let writes: [(&str, Write); 3] = [
+        ("upsert", |e| {
+            e.upsert_one(DocumentInput::new("b", "Tail", "tail plane buffet"))
+                .unwrap();
+        }),
+        ("delete", |e| {
+            e.delete("a").unwrap();
+        }),
+        ("reindex", |e| {
+            e.reindex().unwrap();
+        }),
+    ];
+    for (what, write) in writes {
+        let held = IndexWriteLock::acquire(&env.index()).unwrap();
+        let before = eng.stats();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let e = eng.clone();
+        let t = std::thread::spawn(move || {
+            write(&e);
+            tx.send(()).unwrap();
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(400)).is_err(),
+            "{what} finished while the write lock was held"
+        );
+        let during = eng.stats();
+        assert_eq!(
+            (
+                during.live_docs,
+                during.dead_chunks,
+                during.index_generation
+            ),
+            (
+                before.live_docs,
+                before.dead_chunks,
+                before.index_generation
+            ),
+            "{what} changed the engine while the write lock was held"
+        );
+        drop(held);
+        rx.recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{what} never finished after the lock was released"));
+        t.join().unwrap();
+    }
+    assert_eq!(eng.stats().index_generation, 1);
+}
