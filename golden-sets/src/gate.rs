@@ -609,13 +609,15 @@ mod tests {
             ),
             "{text}"
         );
-        // Round trip, and the checked-in baseline (no per-kind means) still loads and gates.
+        // Round trip; the checked-in baseline loads with its per-kind means, and an older one
+        // (recorded before baselines had them) still loads and gates.
         let json = serde_json::to_string(&base).unwrap();
         assert_eq!(serde_json::from_str::<Baseline>(&json).unwrap(), base);
-        let old: Baseline = read_json(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("baselines/bank-dev-demo-rung0.json"),
-        )
-        .unwrap();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("baselines");
+        let current: Baseline = read_json(&dir.join("bank-dev-demo-rung0.json")).unwrap();
+        assert!(current.per_kind.contains_key("follow_up"));
+        let old: Baseline =
+            read_json(&dir.join("history/bank-dev-demo-rung0-5d60e41.json")).unwrap();
         assert!(old.per_kind.is_empty());
         let v = gate(&cand, &old, 0.01, &[]);
         assert!(
