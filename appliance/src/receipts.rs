@@ -21,6 +21,7 @@
 //! [`verify`] refuses any file not byte-for-byte in that form.
 
 use airlock_acl::AuditEntry;
+use airlock_signing::signed_file::Refusal;
 use airlock_signing::{KeyPair, PublicKey, Purpose, SignatureEntry};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -267,9 +268,7 @@ fn receipt_bytes(r: &Receipt) -> Vec<u8> {
 }
 
 fn canonical(signed: &SignedReceipt) -> Vec<u8> {
-    let mut out = serde_json::to_vec_pretty(signed).expect("a signed receipt serializes");
-    out.push(b'\n');
-    out
+    airlock_signing::signed_file::canonical(signed)
 }
 
 /// The receipt file of `receipt`, signed by `key` (the appliance key).
@@ -319,23 +318,25 @@ pub fn verify(bytes: &[u8], key: &PublicKey) -> Result<Receipt, ReceiptError> {
     if signed.receipt.format != RECEIPT_FORMAT {
         return Err(ReceiptError::Format(signed.receipt.format));
     }
-    if canonical(&signed) != bytes {
-        return Err(ReceiptError::Altered);
-    }
-    let expected = key.key_id();
-    if signed.signature.key_id != expected {
-        return Err(ReceiptError::WrongKey {
-            signed_by: signed.signature.key_id.as_str().to_string(),
-            expected: expected.as_str().to_string(),
-        });
-    }
-    let sig = signed
-        .signature
-        .signature_bytes()
-        .map_err(|_| ReceiptError::BadSignature)?;
-    if !key.verify(Purpose::Receipt, &receipt_bytes(&signed.receipt), &sig) {
-        return Err(ReceiptError::BadSignature);
-    }
+    airlock_signing::signed_file::check(
+        bytes,
+        &canonical(&signed),
+        &signed.signature,
+        key,
+        Purpose::Receipt,
+        &receipt_bytes(&signed.receipt),
+    )
+    .map_err(|r| match r {
+        Refusal::Altered => ReceiptError::Altered,
+        Refusal::WrongKey {
+            signed_by,
+            expected,
+        } => ReceiptError::WrongKey {
+            signed_by,
+            expected,
+        },
+        Refusal::BadSignature => ReceiptError::BadSignature,
+    })?;
     Ok(signed.receipt)
 }
 

@@ -16,6 +16,7 @@
 
 use std::collections::BTreeMap;
 
+use airlock_signing::signed_file::Refusal;
 use airlock_signing::{KeyPair, PublicKey, Purpose, SignatureEntry};
 use serde::{Deserialize, Serialize};
 
@@ -187,9 +188,7 @@ fn summary_bytes(s: &ExportSummary) -> Vec<u8> {
 }
 
 fn canonical(signed: &SignedExport) -> Vec<u8> {
-    let mut out = serde_json::to_vec_pretty(signed).expect("a signed export serializes");
-    out.push(b'\n');
-    out
+    airlock_signing::signed_file::canonical(signed)
 }
 
 /// The export file of `summary`, signed by `key` (the appliance key).
@@ -239,23 +238,25 @@ pub fn verify(bytes: &[u8], key: &PublicKey) -> Result<ExportSummary, ExportErro
     if signed.summary.format != EXPORT_FORMAT {
         return Err(ExportError::Format(signed.summary.format));
     }
-    if canonical(&signed) != bytes {
-        return Err(ExportError::Altered);
-    }
-    let expected = key.key_id();
-    if signed.signature.key_id != expected {
-        return Err(ExportError::WrongKey {
-            signed_by: signed.signature.key_id.as_str().to_string(),
-            expected: expected.as_str().to_string(),
-        });
-    }
-    let sig = signed
-        .signature
-        .signature_bytes()
-        .map_err(|_| ExportError::BadSignature)?;
-    if !key.verify(Purpose::EvalExport, &summary_bytes(&signed.summary), &sig) {
-        return Err(ExportError::BadSignature);
-    }
+    airlock_signing::signed_file::check(
+        bytes,
+        &canonical(&signed),
+        &signed.signature,
+        key,
+        Purpose::EvalExport,
+        &summary_bytes(&signed.summary),
+    )
+    .map_err(|r| match r {
+        Refusal::Altered => ExportError::Altered,
+        Refusal::WrongKey {
+            signed_by,
+            expected,
+        } => ExportError::WrongKey {
+            signed_by,
+            expected,
+        },
+        Refusal::BadSignature => ExportError::BadSignature,
+    })?;
     Ok(signed.summary)
 }
 

@@ -141,7 +141,9 @@ pub fn holds(answer: &str, question: &str, kind: Asked) -> bool {
     match kind {
         Asked::Time => has_time(&norm),
         Asked::Date => words.iter().any(|w| {
-            is_iso_date(w) || MONTHS.contains(&w.as_str()) || DATE_WORDS.contains(&w.as_str())
+            is_iso_date(w)
+                || airlock_text::MONTHS.contains(&w.as_str())
+                || DATE_WORDS.contains(&w.as_str())
         }),
         Asked::Reference => own().any(|w| w.bytes().any(|b| b.is_ascii_digit()) && !is_iso_date(w)),
         Asked::Figure => {
@@ -155,21 +157,6 @@ pub fn holds(answer: &str, question: &str, kind: Asked) -> bool {
 pub fn answers_another_kind(answer: &str, question: &str) -> bool {
     asked(question).is_some_and(|kind| !holds(answer, question, kind))
 }
-
-const MONTHS: &[&str] = &[
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-];
 
 /// Words that answer "what day" without a calendar date.
 const DATE_WORDS: &[&str] = &[

@@ -19,6 +19,7 @@ pub mod fuzzing;
 mod key;
 mod keyring;
 mod rotation;
+pub mod signed_file;
 
 pub use envelope::{Purpose, SignatureEntry, SignatureEnvelope};
 pub use error::Error;

@@ -72,7 +72,8 @@ pub fn singular(w: String) -> String {
     }
 }
 
-const MONTHS: [&str; 12] = [
+/// English month names, lower case, January first.
+pub const MONTHS: [&str; 12] = [
     "january",
     "february",
     "march",

@@ -7,44 +7,20 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::oidc::free_port;
 use crate::sandbox::http;
+use crate::support::airlock_cli as airlock;
 use crate::support::small_staging;
 
 const BIN: &str = env!("CARGO_BIN_EXE_airlock");
-
-fn airlock(args: &[&str]) -> Output {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("AIRLOCK_DATA")
-        .env_remove("AIRLOCK_CONFIG")
-        .env_remove("AIRLOCK_LOG")
-        .output()
-        .unwrap();
-    eprintln!(
-        "airlock {}: {}\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// An installed appliance (demo key, signed bundle of the small models), no documents; returns
 /// the data directory and the admin token.
@@ -164,6 +140,25 @@ const TOPICS: [&str; 6] = [
     "The savings account pays an interest rate of two percent per year.",
 ];
 
+/// Creates (or updates) `user` in `group` and issues a token for them.
+fn user_token(base: &str, admin: &str, user: &str, group: &str) -> String {
+    let (status, body) = http(
+        "PUT",
+        &format!("{base}/v1/acl/users/{user}"),
+        admin,
+        Some(json!({"groups": [group]})),
+    );
+    assert!(status == 201 || status == 200, "{body}");
+    let (status, body) = http(
+        "POST",
+        &format!("{base}/v1/acl/users/{user}/token"),
+        admin,
+        Some(json!({})),
+    );
+    assert_eq!(status, 201, "{body}");
+    body["token"].as_str().unwrap().to_owned()
+}
+
 fn put_doc(base: &str, admin: &str, id: &str, text: &str, group: &str) {
     let (status, body) = http(
         "PUT",
@@ -235,21 +230,7 @@ fn a_backup_taken_while_serving_and_writing_restores_to_a_daemon_that_answers_th
     for (i, text) in TOPICS.iter().enumerate() {
         put_doc(&base, &admin, &format!("policy-{i}"), text, "staff");
     }
-    let (status, body) = http(
-        "PUT",
-        &format!("{base}/v1/acl/users/ann"),
-        &admin,
-        Some(json!({"groups": ["staff"]})),
-    );
-    assert!(status == 201 || status == 200, "{body}");
-    let (status, body) = http(
-        "POST",
-        &format!("{base}/v1/acl/users/ann/token"),
-        &admin,
-        Some(json!({})),
-    );
-    assert_eq!(status, 201, "{body}");
-    let ann = body["token"].as_str().unwrap().to_owned();
+    let ann = user_token(&base, &admin, "ann", "staff");
     let queries = [
         "what is the overdraft limit",
         "when does the Rotterdam branch open",
@@ -327,20 +308,7 @@ fn a_backup_taken_while_serving_and_writing_restores_to_a_daemon_that_answers_th
     assert_eq!(chat(&rbase, &ann, question), answer);
     // Every late document the restored store has is found by its index: the database and the
     // indexes were copied at the same point, so start-up repaired nothing.
-    let (status, body) = http(
-        "PUT",
-        &format!("{rbase}/v1/acl/users/bo"),
-        &admin,
-        Some(json!({"groups": ["board"]})),
-    );
-    assert!(status == 201 || status == 200, "{body}");
-    let (_, body) = http(
-        "POST",
-        &format!("{rbase}/v1/acl/users/bo/token"),
-        &admin,
-        Some(json!({})),
-    );
-    let bo = body["token"].as_str().unwrap().to_owned();
+    let bo = user_token(&rbase, &admin, "bo", "board");
     let mut restored_late = 0;
     for n in 0..written {
         let (status, _) = http(

@@ -6,34 +6,18 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Instant, SystemTime};
 
 use airlock_eval::gate::{HEADLINE, Report};
 
+use crate::support::airlock_cli as airlock;
 use crate::support::small_staging;
 
 const BIN: &str = env!("CARGO_BIN_EXE_airlock");
 
 fn mini_set() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../golden-sets/fixtures/mini")
-}
-
-fn airlock(args: &[&str]) -> Output {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("AIRLOCK_DATA")
-        .env_remove("AIRLOCK_CONFIG")
-        .env_remove("AIRLOCK_LOG")
-        .output()
-        .unwrap();
-    eprintln!(
-        "airlock {}: {}\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 /// Every file under `dir` with its size and modification time.

@@ -435,3 +435,24 @@ pub fn staging_of(dst: &Path, ids: &[&str]) {
     )
     .unwrap();
 }
+
+/// Runs the real `airlock` binary with `args`, without the environment variables a developer's
+/// shell may set for it (data dir, config, CA file, log filter); its stderr is echoed for the
+/// test log.
+pub fn airlock_cli(args: &[&str]) -> std::process::Output {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .env_remove("AIRLOCK_DATA")
+        .env_remove("AIRLOCK_CONFIG")
+        .env_remove("AIRLOCK_CA_FILE")
+        .env_remove("AIRLOCK_LOG")
+        .output()
+        .unwrap();
+    eprintln!(
+        "airlock {}: {}\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

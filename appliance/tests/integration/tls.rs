@@ -14,6 +14,7 @@ use airlock::tls::{TlsServer, TlsSettings};
 use axum::http::Method;
 use serde_json::{Value, json};
 
+use crate::support::airlock_cli as airlock;
 use crate::support::{TestApp, small_staging, test_config};
 
 const BIN: &str = env!("CARGO_BIN_EXE_airlock");
@@ -465,24 +466,6 @@ async fn with_client_ca_privileged_routes_need_a_verified_client_certificate() {
         "the refused PUT changed nothing"
     );
     served.shutdown().await;
-}
-
-fn airlock(args: &[&str]) -> Output {
-    let out = Command::new(BIN)
-        .args(args)
-        .env_remove("AIRLOCK_DATA")
-        .env_remove("AIRLOCK_CONFIG")
-        .env_remove("AIRLOCK_CA_FILE")
-        .env_remove("AIRLOCK_LOG")
-        .output()
-        .unwrap();
-    eprintln!(
-        "airlock {}: {}\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
