@@ -18,26 +18,13 @@ use serde_json::{Value, json};
 use crate::oidc::free_port;
 use crate::sandbox::http;
 use crate::support::airlock_cli as airlock;
-use crate::support::small_staging;
 
 const BIN: &str = env!("CARGO_BIN_EXE_airlock");
 
 /// An installed appliance (demo key, signed bundle of the small models), no documents; returns
 /// the data directory and the admin token.
 pub(crate) fn installed(dir: &Path) -> (PathBuf, String) {
-    let staging = dir.join("staging");
-    small_staging(&staging);
-    let data = dir.join("data");
-    let out = airlock(&[
-        "demo",
-        "--data",
-        data.to_str().unwrap(),
-        "--setup-only",
-        "--no-sample-data",
-        "--staging",
-        staging.to_str().unwrap(),
-    ]);
-    assert!(out.status.success());
+    let data = crate::eval::installed_appliance(dir);
     let tokens: BTreeMap<String, String> =
         serde_json::from_slice(&std::fs::read(data.join("demo/tokens.json")).unwrap()).unwrap();
     let admin = tokens.values().next().unwrap().clone();

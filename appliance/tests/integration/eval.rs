@@ -39,7 +39,7 @@ fn listing(dir: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
 }
 
 /// An installed appliance (demo key, signed bundle of the small models), no documents.
-fn installed_appliance(dir: &Path) -> PathBuf {
+pub(crate) fn installed_appliance(dir: &Path) -> PathBuf {
     let staging = dir.join("staging");
     small_staging(&staging);
     let data = dir.join("data");
