@@ -63,6 +63,12 @@ pub fn chat_body(data: &[u8]) {
         assert!(!clean.to_ascii_lowercase().contains("</source"));
         let snip = prompt::snippet(s, CITATION_SNIPPET_BYTES);
         assert!(snip.len() <= CITATION_SNIPPET_BYTES + '…'.len_utf8());
+        // The supporting passage: a substring of an excerpt within its budget (plus its marks).
+        let e = airlock_rag::passage::excerpt(s, query, CITATION_SNIPPET_BYTES);
+        assert!(e.snippet.len() <= CITATION_SNIPPET_BYTES + 8);
+        if let Some(p) = &e.passage {
+            assert!(!p.is_empty() && e.snippet.contains(p.as_str()));
+        }
     }
     let candidates: Vec<airlock_rag::focus::Candidate<'_>> = sources
         .iter()

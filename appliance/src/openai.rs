@@ -251,8 +251,15 @@ pub struct Citation {
     pub chunk_id: u32,
     /// The document title.
     pub title: String,
-    /// A short excerpt of the chunk.
+    /// A short excerpt of the chunk around its supporting passage (or the chunk's beginning
+    /// when no sentence of it matches the question or answer).
     pub snippet: String,
+    /// The sentence(s) of the chunk that best support the answer (a non-streaming response;
+    /// a stream sends them on its last event, `passages`) or, before the answer exists, best
+    /// match the question: a substring of `snippet` ([`airlock_rag::passage`]). Absent when no
+    /// sentence shares a content word with them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passage: Option<String>,
     /// Final retrieval score.
     pub score: f32,
     /// Where the chunk sits in its original file (`page`, `sheet`, `rows`, `slide`, `section`;
@@ -302,7 +309,23 @@ pub enum ChunkAirlock {
         cited: Vec<usize>,
         /// How they were found.
         cited_by: airlock_rag::cite::CitedBy,
+        /// The cited sources' excerpts around the sentences that support the finished answer
+        /// (they replace the first event's question-based `snippet` and `passage` of the same
+        /// `n`); absent when there are none.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        passages: Vec<PassageUpdate>,
     },
+}
+
+/// A citation's excerpt once the answer is complete (a stream's last event).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct PassageUpdate {
+    /// The citation's source number.
+    pub n: usize,
+    /// The excerpt around the passage.
+    pub snippet: String,
+    /// The supporting sentence(s), a substring of `snippet`.
+    pub passage: String,
 }
 
 /// Per-stage milliseconds of one chat completion.

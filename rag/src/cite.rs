@@ -278,8 +278,19 @@ fn comparable(text: &str) -> String {
     out
 }
 
+/// The content words of `text` as attribution compares them: its `[n]` markers left out,
+/// figures and dates written one way ([`comparable`]), plurals folded, stop words and answer
+/// vocabulary dropped ([`crate::passage`] uses them too).
+pub(crate) fn content_words(text: &str) -> impl Iterator<Item = String> {
+    let text = comparable(&strip_markers(text));
+    words(&text)
+        .filter(|w| !is_noise(w))
+        .collect::<Vec<_>>()
+        .into_iter()
+}
+
 /// A figure: a word that starts with a digit (`49600`, `20260714`, `3p8` for 3.8).
-fn is_figure(w: &str) -> bool {
+pub(crate) fn is_figure(w: &str) -> bool {
     w.as_bytes().first().is_some_and(u8::is_ascii_digit)
 }
 

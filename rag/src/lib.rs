@@ -14,6 +14,7 @@ pub mod asked;
 pub mod cite;
 pub mod facets;
 pub mod focus;
+pub mod passage;
 pub mod prompt;
 pub mod query;
 pub mod retrieve;
@@ -196,6 +197,25 @@ impl Attribution {
     pub fn cited(&self, answer: &str) -> Cited {
         let sources: Vec<&str> = self.sources.iter().map(String::as_str).collect();
         cite::cited(answer, &self.question, &sources)
+    }
+
+    /// The excerpts of the `cited` sources (1-based numbers) around the sentences that
+    /// support `answer`, in at most `max` bytes each: `(n, excerpt)` for each cited source
+    /// with a passage ([`passage::excerpt`]).
+    pub fn passages(
+        &self,
+        answer: &str,
+        cited: &[usize],
+        max: usize,
+    ) -> Vec<(usize, passage::Excerpt)> {
+        cited
+            .iter()
+            .filter_map(|&n| {
+                let text = self.sources.get(n.checked_sub(1)?)?;
+                let e = passage::excerpt(text, answer, max);
+                e.passage.is_some().then_some((n, e))
+            })
+            .collect()
     }
 }
 

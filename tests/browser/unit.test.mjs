@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 
 import { SseEvent, SseParser } from '../../appliance/ui/js/sse.js';
 import { parseMarkdown, parseInline, inlineText } from '../../appliance/ui/js/markdown.js';
-import { parseRetryAfter, problemSlug, cleanCitations, cleanCited, rungOf, errorFromResponse, cleanMethods, Api } from '../../appliance/ui/js/api.js';
+import { parseRetryAfter, problemSlug, cleanCitations, cleanCited, cleanPassages, rungOf, errorFromResponse, cleanMethods, Api } from '../../appliance/ui/js/api.js';
+import { anchorText } from '../../appliance/ui/js/view.js';
 import { fnv1a64 } from '../../appliance/ui/js/store.js';
 
 describe('SseParser', () => {
@@ -212,10 +213,42 @@ describe('api helpers', () => {
       'x',
     ]);
     assert.deepEqual(out, [
-      { n: 1, doc_id: 'a', chunk_id: null, title: '', snippet: '', score: null },
-      { n: 2, doc_id: 'b', chunk_id: 3, title: 'B', snippet: 's', score: 0.5 },
+      { n: 1, doc_id: 'a', chunk_id: null, title: '', snippet: '', passage: '', score: null, anchor: {} },
+      { n: 2, doc_id: 'b', chunk_id: 3, title: 'B', snippet: 's', passage: '', score: 0.5, anchor: {} },
     ]);
     assert.deepEqual(cleanCitations(undefined), []);
+  });
+
+  test('cleanCitations keeps a passage only inside its snippet, and well-formed anchors', () => {
+    const [a, b] = cleanCitations([
+      { n: 1, doc_id: 'r.pdf', snippet: '…the limit is 5. More…', passage: 'the limit is 5.', page: 3, section: ['Policy', '4.2 Limits', 7] },
+      { n: 2, doc_id: 'x', snippet: 'abc', passage: 'not in it', page: 0, slide: 'two', sheet: 'Rates', rows: [4, 2] },
+    ]);
+    assert.equal(a.passage, 'the limit is 5.');
+    assert.deepEqual(a.anchor, { page: 3, section: ['Policy', '4.2 Limits'] });
+    assert.equal(b.passage, '');
+    assert.deepEqual(b.anchor, { sheet: 'Rates' });
+  });
+
+  test('cleanPassages keeps {n, snippet, passage} with the passage inside the snippet', () => {
+    assert.deepEqual(
+      cleanPassages([
+        { n: 1, snippet: 'a b c', passage: 'b' },
+        { n: 2, snippet: 'a b c', passage: 'z' },
+        { n: 0, snippet: 'a', passage: 'a' },
+        null,
+      ]),
+      [{ n: 1, snippet: 'a b c', passage: 'b' }],
+    );
+    assert.deepEqual(cleanPassages('x'), []);
+  });
+
+  test('anchorText names page, slide, sheet and rows, and the innermost section', () => {
+    assert.equal(anchorText({ page: 3, section: ['Policy', '4.2 Limits'] }), 'page 3 · 4.2 Limits');
+    assert.equal(anchorText({ sheet: 'Rates', rows: [2, 4] }), 'sheet Rates, rows 2–4');
+    assert.equal(anchorText({ slide: 2 }), 'slide 2');
+    assert.equal(anchorText({}), '');
+    assert.equal(anchorText(undefined), '');
   });
 
   test('cleanCited keeps unique positive integers, sorted; not a list is null', () => {

@@ -17,7 +17,7 @@ use crate::extract::{ApiJson, RequestId};
 use crate::openai::ChatMessage;
 use crate::routes::{RUNG_HEADER, acl::blocking};
 use crate::state::AppState;
-use airlock_rag::prompt::snippet;
+use airlock_rag::passage::excerpt;
 use airlock_rag::{Ask, FollowUps, Purpose, Role, StageTimings};
 
 /// Longest snippet, in bytes.
@@ -61,8 +61,12 @@ pub struct RetrieveHit {
     pub chunk_id: u32,
     /// Document title.
     pub title: String,
-    /// Excerpt of the chunk.
+    /// Excerpt of the chunk around its passage (or its beginning).
     pub snippet: String,
+    /// The sentence(s) of the chunk that best match the question, a substring of `snippet`
+    /// ([`airlock_rag::passage`]); absent when none shares a content word with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub passage: Option<String>,
     /// Final score.
     pub score: f32,
     /// Score at each stage.
@@ -164,17 +168,25 @@ pub async fn retrieve(
     drop(ticket);
     let mut retrieved = retrieved;
     let mut anchors = std::mem::take(&mut retrieved.anchors);
+    let question = retrieved
+        .stand_alone
+        .take()
+        .unwrap_or_else(|| retrieved.query.clone());
     let results = retrieved
         .chunks
         .into_iter()
-        .map(|r| RetrieveHit {
-            anchor: anchors.remove(&r.chunk_id),
-            snippet: snippet(&r.text, SNIPPET_BYTES),
-            doc_id: r.doc_id,
-            chunk_id: r.chunk_id,
-            title: r.title,
-            score: r.score,
-            stage_scores: r.stage_scores,
+        .map(|r| {
+            let excerpt = excerpt(&r.text, &question, SNIPPET_BYTES);
+            RetrieveHit {
+                anchor: anchors.remove(&r.chunk_id),
+                snippet: excerpt.snippet,
+                passage: excerpt.passage,
+                doc_id: r.doc_id,
+                chunk_id: r.chunk_id,
+                title: r.title,
+                score: r.score,
+                stage_scores: r.stage_scores,
+            }
         })
         .collect();
     let body = RetrieveResponse {

@@ -840,6 +840,10 @@ async fn ingested_pdf_is_retrieved_with_its_page_anchor() {
         .map(|h| h["page"].as_i64().expect("every hit of the PDF has a page"))
         .collect();
     assert!(pages.contains(&2), "row 68 is on page 2: {}", r.json);
+    // The supporting passage is the row the question names, inside its snippet.
+    let passage = hit["passage"].as_str().expect("a passage");
+    assert!(passage.contains("Premier Bond 68"), "{hit}");
+    assert!(hit["snippet"].as_str().unwrap().contains(passage), "{hit}");
     assert_eq!(hit["section"], json!(["Deposit rate sheet"]));
     // Someone without a grant gets nothing, anchors included.
     let r = t

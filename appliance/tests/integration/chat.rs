@@ -107,6 +107,18 @@ async fn non_streaming_answer_cites_only_readable_chunks() {
         r.text
     );
     assert_cited(&r.json["airlock"], cites.len());
+    // Every citation's supporting passage (when it has one) is part of its snippet.
+    for c in cites {
+        if let Some(p) = c["passage"].as_str() {
+            assert!(!p.is_empty(), "{c}");
+            assert!(c["snippet"].as_str().unwrap().contains(p), "{c}");
+        }
+    }
+    assert!(
+        cites.iter().any(|c| c["passage"].is_string()),
+        "the question shares words with doc-risk: {}",
+        r.text
+    );
     assert_eq!(r.json["airlock"]["rung"], 0);
     assert_eq!(r.json["airlock"]["bundle_version"], "1.0.0-test");
     assert_eq!(
@@ -599,6 +611,13 @@ async fn streaming_sends_citations_first_and_done_last() {
         first["airlock"]["citations"].as_array().unwrap().len(),
     );
     assert!(last["airlock"].get("citations").is_none());
+    // Answer-based passages, if any, name cited sources and sit inside their snippets.
+    let cited = last["airlock"]["cited"].as_array().unwrap();
+    for p in last["airlock"]["passages"].as_array().into_iter().flatten() {
+        assert!(cited.contains(&p["n"]), "{last}");
+        let passage = p["passage"].as_str().unwrap();
+        assert!(!passage.is_empty() && p["snippet"].as_str().unwrap().contains(passage));
+    }
     let text: String = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())

@@ -90,9 +90,40 @@ export function rungOf(v) {
 }
 
 /**
+ * Where a citation's chunk sits in its original file (only well-formed fields are kept).
+ * @param {any} c
+ * @returns {{page?: number, slide?: number, sheet?: string, rows?: [number, number], section?: string[]}}
+ */
+export function cleanAnchor(c) {
+  const a = {};
+  const count = (v) => Number.isInteger(v) && v >= 1 && v <= 1e7;
+  if (count(c.page)) a.page = c.page;
+  if (count(c.slide)) a.slide = c.slide;
+  if (typeof c.sheet === 'string' && c.sheet) a.sheet = c.sheet.slice(0, 200);
+  if (Array.isArray(c.rows) && c.rows.length === 2 && c.rows.every(count) && c.rows[0] <= c.rows[1]) {
+    a.rows = [c.rows[0], c.rows[1]];
+  }
+  if (Array.isArray(c.section)) {
+    const path = c.section.filter((s) => typeof s === 'string' && s).slice(0, 8).map((s) => s.slice(0, 200));
+    if (path.length) a.section = path;
+  }
+  return a;
+}
+
+/**
+ * A passage is kept only when it is part of its snippet (so it can be highlighted there).
+ * @param {unknown} passage
+ * @param {string} snippet
+ * @returns {string}
+ */
+function cleanPassage(passage, snippet) {
+  return typeof passage === 'string' && passage && snippet.includes(passage) ? passage : '';
+}
+
+/**
  * Keeps only well-formed citations (the UI never trusts a shape it has not checked).
  * @param {unknown} list
- * @returns {{n: number, doc_id: string, chunk_id: number | null, title: string, snippet: string, score: number | null}[]}
+ * @returns {{n: number, doc_id: string, chunk_id: number | null, title: string, snippet: string, passage: string, score: number | null, anchor: ReturnType<typeof cleanAnchor>}[]}
  */
 export function cleanCitations(list) {
   if (!Array.isArray(list)) return [];
@@ -109,10 +140,31 @@ export function cleanCitations(list) {
       chunk_id: Number.isFinite(c.chunk_id) ? c.chunk_id : null,
       title: typeof c.title === 'string' ? c.title : '',
       snippet: typeof c.snippet === 'string' ? c.snippet : '',
+      passage: cleanPassage(c.passage, typeof c.snippet === 'string' ? c.snippet : ''),
       score: typeof c.score === 'number' && Number.isFinite(c.score) ? c.score : null,
+      anchor: cleanAnchor(c),
     });
   }
   return out.sort((a, b) => a.n - b.n);
+}
+
+/**
+ * The answer-based excerpts of a stream's last event (`airlock.passages`): `{n, snippet,
+ * passage}` with the passage inside its snippet; anything else is dropped.
+ * @param {unknown} list
+ * @returns {{n: number, snippet: string, passage: string}[]}
+ */
+export function cleanPassages(list) {
+  if (!Array.isArray(list)) return [];
+  const out = [];
+  for (const p of list) {
+    if (!p || typeof p !== 'object') continue;
+    const n = Number(p.n);
+    if (!Number.isInteger(n) || n < 1 || n > 999 || typeof p.snippet !== 'string') continue;
+    const passage = cleanPassage(p.passage, p.snippet);
+    if (passage) out.push({ n, snippet: p.snippet, passage });
+  }
+  return out;
 }
 
 /**
@@ -224,6 +276,26 @@ export class Api {
    * @param {string} path
    * @param {AbortSignal} [signal]
    */
+  /**
+   * `GET /v1/documents/{id}/file`: the original file of a document the caller may read, as a
+   * Blob (throws ApiError: 404 for a document that is missing or not readable, alike).
+   * @param {string} docId
+   * @returns {Promise<Blob>}
+   */
+  async documentFile(docId) {
+    let res;
+    try {
+      res = await this.fetch(`/v1/documents/${encodeURIComponent(docId)}/file`, {
+        headers: this.headers({}),
+        cache: 'no-store',
+      });
+    } catch (e) {
+      throw new ApiError({ status: 0, title: 'Network error' });
+    }
+    if (!res.ok) throw await errorFromResponse(res);
+    return res.blob();
+  }
+
   async getJson(path, signal) {
     let res;
     try {
@@ -314,7 +386,7 @@ export class Api {
    * @param {{role: string, content: string}[]} req.messages
    * @param {string} [req.model]
    * @param {AbortSignal} [req.signal]
-   * @param {(meta: {citations?: ReturnType<typeof cleanCitations>, rung?: number | null, requestId?: string, bundleVersion?: string}) => void} req.onMeta
+   * @param {(meta: {citations?: ReturnType<typeof cleanCitations>, passages?: ReturnType<typeof cleanPassages>, rung?: number | null, requestId?: string, bundleVersion?: string}) => void} req.onMeta
    * @param {(text: string) => void} req.onDelta
    * @returns {Promise<{finishReason: string | null}>}
    */
@@ -379,6 +451,8 @@ export class Api {
             const cited = cleanCited(ext.cited);
             if (cited) meta.cited = cited;
             if (ext.cited_by === 'unsupported') meta.unsupported = true;
+            const passages = cleanPassages(ext.passages);
+            if (passages.length) meta.passages = passages;
             const r = rungOf(ext.rung);
             if (r !== null) meta.rung = r;
             if (typeof ext.bundle_version === 'string') meta.bundleVersion = ext.bundle_version;

@@ -424,12 +424,39 @@ function addTurn(turn) {
     onCopy: (t) => copyAnswer(t),
     onFeedback: (t, rating, comment) => sendFeedback(t, rating, comment),
     onCitation: (v, n) => v.focusSource(n),
+    onOpenOriginal: (c) => openOriginal(c),
   });
   session.turns.push(turn);
   session.views.set(turn.id, view);
   ui.log.appendChild(view.root);
   syncEmpty();
   return view;
+}
+
+/**
+ * Opens a cited document's original file in a new tab, at the cited page for a PDF. The file is
+ * fetched with this page's credentials (a bearer token cannot ride on a plain link) and shown
+ * from a blob: address; the tab is opened first, inside the click, so no popup blocker stops it.
+ */
+async function openOriginal(c) {
+  if (!session) return;
+  const tab = window.open('', '_blank');
+  try {
+    const blob = await session.api.documentFile(c.doc_id);
+    const url = URL.createObjectURL(blob);
+    const at = c.anchor && c.anchor.page ? `#page=${c.anchor.page}` : '';
+    if (tab) {
+      tab.opener = null;
+      tab.location.href = url + at;
+    } else {
+      window.location.assign(url + at);
+    }
+    setTimeout(() => URL.revokeObjectURL(url), 5 * 60 * 1000);
+  } catch (e) {
+    if (tab) tab.close();
+    if (signedOut(e)) return;
+    announce(e.status === 404 ? 'That document is no longer available to you.' : 'The original could not be opened.');
+  }
 }
 
 function syncEmpty() {
@@ -544,6 +571,13 @@ async function run(turn, view) {
         }
         if (m.cited) turn.answer.cited = m.cited;
         if (m.unsupported) turn.answer.unsupported = true;
+        if (m.passages) {
+          // The finished answer's supporting passages replace the question-based ones.
+          for (const p of m.passages) {
+            const c = turn.answer.citations.find((x) => x.n === p.n);
+            if (c) Object.assign(c, { snippet: p.snippet, passage: p.passage });
+          }
+        }
         if (m.rung !== undefined && m.rung !== null) turn.answer.rung = m.rung;
         if (m.requestId) turn.answer.requestId = m.requestId;
         if (m.bundleVersion) setBundleVersion(m.bundleVersion);

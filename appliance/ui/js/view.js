@@ -47,6 +47,45 @@ export const RUNG_LABELS = {
 const RUNG_HELP =
   'Airlock was busy when it answered this question, so it used a lighter method. The answer may be less complete than usual.';
 
+/**
+ * Where a source sits in its original file, for a reader: "page 3 · 4.2 Limits".
+ * @param {{page?: number, slide?: number, sheet?: string, rows?: number[], section?: string[]} | undefined} a
+ */
+export function anchorText(a) {
+  if (!a) return '';
+  const parts = [];
+  if (a.page) parts.push(`page ${a.page}`);
+  if (a.slide) parts.push(`slide ${a.slide}`);
+  if (a.sheet) parts.push(a.rows ? `sheet ${a.sheet}, rows ${a.rows[0]}–${a.rows[1]}` : `sheet ${a.sheet}`);
+  else if (a.rows) parts.push(`rows ${a.rows[0]}–${a.rows[1]}`);
+  if (a.section && a.section.length) parts.push(a.section[a.section.length - 1]);
+  return parts.join(' · ');
+}
+
+/**
+ * The snippet with its supporting passage marked (text nodes only).
+ * @param {Document} doc
+ * @param {string} snippet
+ * @param {string} passage
+ */
+export function snippetNode(doc, snippet, passage) {
+  const p = doc.createElement('p');
+  p.className = 'source-snippet';
+  const at = passage ? snippet.indexOf(passage) : -1;
+  if (at < 0) {
+    p.textContent = snippet;
+    return p;
+  }
+  if (at > 0) p.appendChild(doc.createTextNode(snippet.slice(0, at)));
+  const mark = doc.createElement('mark');
+  mark.className = 'source-passage';
+  mark.textContent = passage;
+  p.appendChild(mark);
+  const rest = snippet.slice(at + passage.length);
+  if (rest) p.appendChild(doc.createTextNode(rest));
+  return p;
+}
+
 function el(doc, tag, className, text) {
   const e = doc.createElement(tag);
   if (className) e.className = className;
@@ -75,7 +114,7 @@ export class TurnView {
   /**
    * @param {Document} doc
    * @param {object} turn
-   * @param {{onRetry: Function, onCopy: Function, onFeedback: Function, onCitation: Function}} handlers
+   * @param {{onRetry: Function, onCopy: Function, onFeedback: Function, onCitation: Function, onOpenOriginal?: Function}} handlers
    */
   constructor(doc, turn, handlers) {
     this.doc = doc;
@@ -352,8 +391,17 @@ export class TurnView {
         const score = formatScore(c.score);
         if (score) meta.appendChild(el(doc, 'span', 'source-score', `relevance ${score}`));
         if (a.cited && cited.has(c.n)) meta.appendChild(el(doc, 'span', 'source-used', 'used by the answer'));
+        const where = anchorText(c.anchor);
+        if (where) meta.appendChild(el(doc, 'span', 'source-where', where));
         main.appendChild(meta);
-        if (c.snippet) main.appendChild(el(doc, 'p', 'source-snippet', c.snippet));
+        if (c.snippet) main.appendChild(snippetNode(doc, c.snippet, c.passage));
+        if (c.anchor && Object.keys(c.anchor).length && c.doc_id && this.handlers.onOpenOriginal) {
+          const label = c.anchor.page ? `Open page ${c.anchor.page}` : 'Open the original';
+          const open = button(doc, 'link source-open', label);
+          open.setAttribute('aria-label', `${label} of ${c.title || c.doc_id}`);
+          open.addEventListener('click', () => this.handlers.onOpenOriginal(c));
+          main.appendChild(open);
+        }
         li.appendChild(main);
         list.appendChild(li);
       }

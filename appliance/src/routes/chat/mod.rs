@@ -71,19 +71,27 @@ pub(super) struct Prepared {
     pub(super) acl_state_seq: i64,
 }
 /// The citations of the prompt sources, numbered in prompt order, with their anchors.
+/// Each excerpt is cut around the passage that best matches the question (the answer does not
+/// exist yet; a finished answer's passages replace them: [`stream`]).
 fn citations_of(shown: &airlock_rag::Shown) -> Vec<Citation> {
+    let question = shown.stand_alone.as_deref().unwrap_or(&shown.query);
     shown
         .chunks
         .iter()
         .enumerate()
-        .map(|(i, c)| Citation {
-            n: i + 1,
-            doc_id: c.doc_id.clone(),
-            chunk_id: c.chunk_id,
-            title: c.title.clone(),
-            snippet: prompt::snippet(&c.text, CITATION_SNIPPET_BYTES),
-            score: c.score,
-            anchor: shown.anchors.get(&c.chunk_id).cloned(),
+        .map(|(i, c)| {
+            let excerpt =
+                airlock_rag::passage::excerpt(&c.text, question, CITATION_SNIPPET_BYTES);
+            Citation {
+                n: i + 1,
+                doc_id: c.doc_id.clone(),
+                chunk_id: c.chunk_id,
+                title: c.title.clone(),
+                snippet: excerpt.snippet,
+                passage: excerpt.passage,
+                score: c.score,
+                anchor: shown.anchors.get(&c.chunk_id).cloned(),
+            }
         })
         .collect()
 }

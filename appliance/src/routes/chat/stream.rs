@@ -19,12 +19,13 @@ use crate::admission::{QueueSlot, Ticket};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::openai::{
-    AirlockResponse, ChatChunk, ChatResponse, ChunkAirlock, ChunkChoice, Delta, Usage, unix_now,
+    AirlockResponse, ChatChunk, ChatResponse, ChunkAirlock, ChunkChoice, Delta, PassageUpdate, Usage,
+    unix_now,
 };
 use crate::quota::TokenReservation;
 use crate::routes::RUNG_HEADER;
 
-use super::TurnRecorder;
+use super::{CITATION_SNIPPET_BYTES, TurnRecorder};
 use super::receipt::Closer;
 
 /// The answer when no readable source is relevant enough (see `min_source_similarity`): the
@@ -69,6 +70,7 @@ pub(super) fn no_source_answer(
     last.airlock = Some(ChunkAirlock::End {
         cited: Vec::new(),
         cited_by,
+        passages: Vec::new(),
     });
     last.usage = Some(usage);
     let mut events: Vec<Result<SseEvent, Infallible>> =
@@ -340,6 +342,16 @@ pub(super) async fn complete(
                             text = prompt::NO_SOURCE_ANSWER.to_string();
                         }
                     }
+                    if !matches!(c.by, CitedBy::Unsupported | CitedBy::NoSource) {
+                        // The cited sources' excerpts around what supports the answer.
+                        for (n, e) in cite.passages(&text, &c.sources, CITATION_SNIPPET_BYTES) {
+                            if let Some(citation) = airlock.citations.iter_mut().find(|c| c.n == n)
+                            {
+                                citation.snippet = e.snippet;
+                                citation.passage = e.passage;
+                            }
+                        }
+                    }
                     airlock.cited = Some(c.sources);
                     airlock.cited_by = Some(c.by);
                 }
@@ -543,9 +555,28 @@ pub(super) fn sse(
                                     }
                                     cited_now.clone_from(&cited.sources);
                                     cited_by = Some(cited.by);
+                                    let passages = if cited.by == CitedBy::Unsupported {
+                                        Vec::new()
+                                    } else {
+                                        cite.passages(
+                                            &st.text,
+                                            &cited.sources,
+                                            CITATION_SNIPPET_BYTES,
+                                        )
+                                        .into_iter()
+                                        .filter_map(|(n, e)| {
+                                            Some(PassageUpdate {
+                                                n,
+                                                snippet: e.snippet,
+                                                passage: e.passage?,
+                                            })
+                                        })
+                                        .collect()
+                                    };
                                     c.airlock = Some(ChunkAirlock::End {
                                         cited: cited.sources,
                                         cited_by: cited.by,
+                                        passages,
                                     });
                                 }
                                 // The receipt is complete before the finish event, or the
