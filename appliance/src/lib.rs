@@ -43,6 +43,7 @@ pub mod session;
 pub mod startup;
 pub mod state;
 pub mod tls;
+pub mod upgrade;
 
 pub use config::Config;
 pub use error::ApiError;

@@ -79,6 +79,9 @@ pub enum StartupError {
     /// The appliance key (which signs receipts) cannot be read or created.
     #[error("the appliance key: {0}")]
     ApplianceKey(String),
+    /// The index's embedder or the schema marks ([`crate::upgrade`]).
+    #[error("refusing to start: {0}")]
+    Upgrade(String),
     /// The bundle's model catalogue is invalid or lacks a required model.
     #[error("bundle {version}: model catalogue: {reason}")]
     Catalogue {
@@ -374,6 +377,23 @@ pub fn open_retrieval_with(
     .map_err(|e| StartupError::Retrieval(Box::new(e)))
 }
 
+/// Refuses an index whose vectors another embedder made, and records the bundle's embedder
+/// for a new index ([`crate::upgrade::check_embedder`]). Call before opening retrieval.
+pub fn check_embedder(data: &Path, bundle: &VerifiedBundle) -> Result<(), StartupError> {
+    let Some(identity) = crate::upgrade::EmbedderIdentity::of(bundle) else {
+        return Ok(()); // load_embedder refuses a catalogue without one
+    };
+    crate::upgrade::check_embedder(data, &identity)
+        .map_err(|e| StartupError::Upgrade(format!("{e:#}")))
+}
+
+/// Records that this release's binary (bundle `version`) runs on `data`, with the schema
+/// versions it migrated the database to ([`crate::upgrade::record_mark`]). Call after opening
+/// the stores.
+pub fn mark_release(data: &Path, version: &str) -> Result<(), StartupError> {
+    crate::upgrade::record_mark(data, version).map_err(|e| StartupError::Upgrade(format!("{e:#}")))
+}
+
 /// Opens the served-completion and feedback tables (in `airlock.db`).
 pub fn open_feedback(data: &Path) -> Result<Arc<FeedbackStore>, StartupError> {
     FeedbackStore::open(&db_path(data))
@@ -437,6 +457,7 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
             reason: "no generator in the catalogue".into(),
         });
     }
+    check_embedder(&data, &bundle)?;
     let acl = open_acl(&data)?;
     if let Some(sink) = &config.audit_sink {
         crate::audit_sink::attach(&acl, sink)
@@ -445,6 +466,7 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     let reranker = load_reranker(&bundle)?;
     let retrieval = open_retrieval_with(&data, embedder.clone(), reranker)?;
     let feedback = open_feedback(&data)?;
+    mark_release(&data, &version)?;
     let remotes = connect_remotes(config)?;
     // Receipts are signed with the appliance key, made by `airlock install`. It is only read
     // here: `keys/` is read-only under the lockdown. Without one, receipts are still recorded

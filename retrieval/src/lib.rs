@@ -37,7 +37,9 @@ pub use engine::{
 };
 pub use error::{Error, Result};
 pub use ingest::{DocumentInput, SourceFormat};
-pub use store::{DocumentInfo, UpsertOutcome, UpsertStatus, stored_index_generation};
+pub use store::{
+    DocumentInfo, SCHEMA_VERSION, UpsertOutcome, UpsertStatus, stored_index_generation,
+};
 pub use traits::{Embed, ModelError, Rerank};
 pub use visibility::{ChunkMap, Visibility};
 pub use write_lock::{IndexWriteLock, WRITE_LOCK_FILE};

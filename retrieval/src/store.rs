@@ -14,6 +14,9 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
+/// The schema version this build reads and writes (the number of [`MIGRATIONS`]).
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
 /// Schema migrations, applied in order; the index + 1 is the schema version.
 const MIGRATIONS: &[&str] = &[
     // v1

@@ -246,7 +246,7 @@ impl Keyring {
 }
 
 /// Writes `bytes` to `path` via a temp file in the same directory, fsync, rename, fsync(dir).
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),

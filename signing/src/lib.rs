@@ -24,7 +24,7 @@ pub mod signed_file;
 pub use envelope::{Purpose, SignatureEntry, SignatureEnvelope};
 pub use error::Error;
 pub use key::{KeyId, KeyPair, PublicKey};
-pub use keyring::{Keyring, TrustedKey};
+pub use keyring::{Keyring, TrustedKey, write_atomic};
 pub use rotation::{MAX_VERSION_STEP, SignedKeyring};
 
 /// Result type of this crate.

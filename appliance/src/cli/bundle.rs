@@ -188,6 +188,10 @@ pub struct RollbackArgs {
     /// The data directory.
     #[command(flatten)]
     pub data: DataArgs,
+    /// Roll back to a release that never started on this data directory (its schema support
+    /// is unknown). A release whose binary cannot read the database is refused all the same.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// A progress bar on stderr, drawn only when stderr is a terminal.
@@ -514,7 +518,16 @@ pub fn install(args: InstallArgs) -> anyhow::Result<bool> {
 /// Runs `airlock rollback`.
 pub fn rollback(args: RollbackArgs) -> anyhow::Result<bool> {
     let ring = args.keyring.trusted(&args.data)?;
-    let (from, to) = Store::open(&args.data.data)?.rollback(&ring)?;
+    let store = Store::open(&args.data.data)?;
+    // The previous release's binary must be able to read the database as it is now: a
+    // migration applied since it last ran has no way back (crate::upgrade).
+    if let Some(previous) = store.state()?.previous
+        && let Some(why) =
+            crate::upgrade::rollback_refusal(&args.data.data, &previous.to_string(), args.force)?
+    {
+        anyhow::bail!("refusing to roll back to {previous}: {why}");
+    }
+    let (from, to) = store.rollback(&ring)?;
     let from = from.map(|v| v.to_string()).unwrap_or_else(|| "none".into());
     println!("rolled back from {from} to {to}");
     Ok(true)

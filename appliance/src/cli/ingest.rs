@@ -35,7 +35,10 @@ impl StoreArgs {
     fn retrieval(&self) -> anyhow::Result<std::sync::Arc<airlock_retrieval::Retrieval>> {
         let bundle = startup::verify_bundle(&self.config())?;
         let embedder = startup::load_embedder(&bundle)?;
-        Ok(startup::open_retrieval(&self.data, embedder)?)
+        startup::check_embedder(&self.data, &bundle)?;
+        let retrieval = startup::open_retrieval(&self.data, embedder)?;
+        startup::mark_release(&self.data, &bundle.version)?;
+        Ok(retrieval)
     }
 }
 

@@ -31,3 +31,4 @@ mod startup;
 mod support;
 mod timing;
 mod tls;
+mod upgrade;

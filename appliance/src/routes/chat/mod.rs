@@ -80,8 +80,7 @@ fn citations_of(shown: &airlock_rag::Shown) -> Vec<Citation> {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let excerpt =
-                airlock_rag::passage::excerpt(&c.text, question, CITATION_SNIPPET_BYTES);
+            let excerpt = airlock_rag::passage::excerpt(&c.text, question, CITATION_SNIPPET_BYTES);
             Citation {
                 n: i + 1,
                 doc_id: c.doc_id.clone(),

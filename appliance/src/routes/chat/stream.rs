@@ -19,14 +19,14 @@ use crate::admission::{QueueSlot, Ticket};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::openai::{
-    AirlockResponse, ChatChunk, ChatResponse, ChunkAirlock, ChunkChoice, Delta, PassageUpdate, Usage,
-    unix_now,
+    AirlockResponse, ChatChunk, ChatResponse, ChunkAirlock, ChunkChoice, Delta, PassageUpdate,
+    Usage, unix_now,
 };
 use crate::quota::TokenReservation;
 use crate::routes::RUNG_HEADER;
 
-use super::{CITATION_SNIPPET_BYTES, TurnRecorder};
 use super::receipt::Closer;
+use super::{CITATION_SNIPPET_BYTES, TurnRecorder};
 
 /// The answer when no readable source is relevant enough (see `min_source_similarity`): the
 /// system prompt's own abstention, without generation, in the shape the client asked for.

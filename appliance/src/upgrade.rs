@@ -1,0 +1,346 @@
+//! Safe upgrades and rollbacks of the data directory (issue 26 point 7).
+//!
+//! - **Schema marks** (`DATA/schema-marks.json`): each release that starts on a data directory
+//!   records the schema versions its binary reads and writes (acl, retrieval, appliance
+//!   tables of `airlock.db`), by bundle version. `airlock rollback` compares the previous
+//!   release's mark with what the database holds now: a migration applied after that release
+//!   last ran has no way back (none of ours drops or rewrites data in a way an older binary
+//!   could undo safely), so the rollback is **refused, naming each such migration**, and the
+//!   operator restores the backup taken before the upgrade instead. A previous release with
+//!   no mark (it never started on this data directory) is refused too unless `--force`.
+//! - **Embedder identity** (`DATA/embedder.json`): the model id and a digest of the files of
+//!   the embedder whose vectors the index holds. A bundle whose embedder differs is refused at
+//!   start (vectors of two models are not comparable: search would silently return noise).
+//!
+//! Both files are written atomically (temporary file, fsync, rename, fsync of the directory)
+//! and travel with `airlock backup`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+/// The schema versions a binary reads and writes, per table family of `airlock.db`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaVersions {
+    /// `acl_schema_migrations` (principals, grants, tokens, audit, roles, sessions).
+    pub acl: i64,
+    /// `retrieval_schema` (documents, chunks, anchors).
+    pub retrieval: i64,
+    /// `appliance_schema_migrations` (served completions, feedback, conversations, receipts).
+    pub appliance: i64,
+}
+
+impl SchemaVersions {
+    /// This binary's.
+    pub fn supported() -> Self {
+        SchemaVersions {
+            acl: airlock_acl::SCHEMA_VERSION,
+            retrieval: airlock_retrieval::SCHEMA_VERSION,
+            appliance: crate::feedback::SCHEMA_VERSION,
+        }
+    }
+}
+
+/// The marks file: bundle version → the schema versions its binary supports.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchemaMarks {
+    /// By bundle version.
+    pub releases: BTreeMap<String, SchemaVersions>,
+}
+
+/// `DATA/schema-marks.json`.
+pub fn marks_path(data: &Path) -> PathBuf {
+    data.join("schema-marks.json")
+}
+
+/// `DATA/embedder.json`.
+pub fn embedder_path(data: &Path) -> PathBuf {
+    data.join("embedder.json")
+}
+
+/// Reads the marks (none yet: empty).
+pub fn read_marks(data: &Path) -> anyhow::Result<SchemaMarks> {
+    let path = marks_path(data);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .with_context(|| format!("reading {} (the schema marks)", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SchemaMarks::default()),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Records that the release `bundle_version` (this binary) runs on `data`. Idempotent.
+pub fn record_mark(data: &Path, bundle_version: &str) -> anyhow::Result<()> {
+    let mut marks = read_marks(data)?;
+    let mine = SchemaVersions::supported();
+    if marks.releases.get(bundle_version) == Some(&mine) {
+        return Ok(());
+    }
+    marks.releases.insert(bundle_version.to_string(), mine);
+    write_atomic(&marks_path(data), &serde_json::to_vec_pretty(&marks)?)
+}
+
+/// One migration the database holds beyond what a release supports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocking {
+    /// `acl`, `retrieval` or `appliance`.
+    pub family: &'static str,
+    /// Its version.
+    pub version: i64,
+    /// Its recorded name (retrieval migrations record none).
+    pub name: Option<String>,
+}
+
+impl std::fmt::Display for Blocking {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} migration {}", self.family, self.version)?;
+        if let Some(n) = &self.name {
+            write!(f, " \"{n}\"")?;
+        }
+        Ok(())
+    }
+}
+
+/// The migrations `airlock.db` holds that a release supporting `target` cannot read (none when
+/// there is no database). Opens the database read-only and changes nothing.
+pub fn migrations_beyond(data: &Path, target: &SchemaVersions) -> anyhow::Result<Vec<Blocking>> {
+    let db = crate::startup::db_path(data);
+    if !db.exists() {
+        return Ok(Vec::new());
+    }
+    let conn = rusqlite::Connection::open_with_flags(
+        &db,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("opening {} read-only", db.display()))?;
+    let table_exists = |name: &str| -> anyhow::Result<bool> {
+        Ok(conn.query_row(
+            "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
+            [name],
+            |r| r.get::<_, bool>(0),
+        )?)
+    };
+    let mut out = Vec::new();
+    for (family, table, above, named) in [
+        ("acl", "acl_schema_migrations", target.acl, true),
+        ("retrieval", "retrieval_schema", target.retrieval, false),
+        (
+            "appliance",
+            "appliance_schema_migrations",
+            target.appliance,
+            true,
+        ),
+    ] {
+        if !table_exists(table)? {
+            continue;
+        }
+        let sql = if named {
+            format!("SELECT version, name FROM {table} WHERE version > ?1 ORDER BY version")
+        } else {
+            format!("SELECT version, NULL FROM {table} WHERE version > ?1 ORDER BY version")
+        };
+        let mut stmt = conn.prepare(&sql)?;
+        let rows = stmt.query_map([above], |r| {
+            Ok(Blocking {
+                family,
+                version: r.get(0)?,
+                name: r.get(1)?,
+            })
+        })?;
+        for row in rows {
+            out.push(row?);
+        }
+    }
+    Ok(out)
+}
+
+/// Why `airlock rollback` to `target_version` must not run, or `None` when it may.
+/// `force` allows a target without a mark (never started here); nothing allows a target whose
+/// binary cannot read the database.
+pub fn rollback_refusal(
+    data: &Path,
+    target_version: &str,
+    force: bool,
+) -> anyhow::Result<Option<String>> {
+    let marks = read_marks(data)?;
+    let Some(target) = marks.releases.get(target_version) else {
+        if force || !crate::startup::db_path(data).exists() {
+            return Ok(None);
+        }
+        return Ok(Some(format!(
+            "{target_version} never started on this data directory (no entry in {}), so the \
+             schema its binary reads is unknown; restore the backup taken before the upgrade \
+             (`airlock restore`), or pass --force if you know {target_version} reads this \
+             database",
+            marks_path(data).display()
+        )));
+    };
+    let beyond = migrations_beyond(data, target)?;
+    if beyond.is_empty() {
+        return Ok(None);
+    }
+    let list = beyond
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Ok(Some(format!(
+        "{target_version}'s binary reads acl schema {}, retrieval schema {} and appliance schema \
+         {}, but this data directory has since been migrated by: {list}. These migrations have \
+         no way back; restore the backup taken before the upgrade (`airlock restore`), which \
+         also rolls the bundle back",
+        target.acl, target.retrieval, target.appliance
+    )))
+}
+
+/// The identity of the embedder whose vectors an index holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EmbedderIdentity {
+    /// The catalogue's model id.
+    pub model: String,
+    /// `sha256:<hex>` over its files' paths (relative to the bundle) and digests.
+    pub digest: String,
+}
+
+impl EmbedderIdentity {
+    /// The bundle's embedder (the first catalogue entry with the embedder role).
+    pub fn of(bundle: &crate::startup::VerifiedBundle) -> Option<Self> {
+        use sha2::Digest;
+        let entry = bundle
+            .catalogue
+            .first_with_role(airlock_inference::catalogue::Role::Embedder)?;
+        let mut lines: Vec<String> = entry
+            .files
+            .iter()
+            .map(|f| {
+                let digest = bundle
+                    .file_digests
+                    .iter()
+                    .find(|(p, _)| p.ends_with(f))
+                    .map_or("unknown", |(_, d)| d.as_str());
+                format!("{f} {digest}\n")
+            })
+            .collect();
+        lines.sort();
+        let mut h = sha2::Sha256::new();
+        for l in &lines {
+            h.update(l.as_bytes());
+        }
+        Some(EmbedderIdentity {
+            model: entry.id.clone(),
+            digest: format!("sha256:{}", hex::encode(h.finalize())),
+        })
+    }
+}
+
+/// Checks that the index in `data` was built by `embedder`; records it when no embedder is
+/// recorded yet (a new data directory, or one from before this check: its vectors are taken to
+/// be this embedder's). Errors name both embedders.
+pub fn check_embedder(data: &Path, embedder: &EmbedderIdentity) -> anyhow::Result<()> {
+    let path = embedder_path(data);
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            let indexed: EmbedderIdentity = serde_json::from_slice(&bytes)
+                .with_context(|| format!("reading {}", path.display()))?;
+            if &indexed != embedder {
+                anyhow::bail!(
+                    "the index holds vectors of embedder {} ({}), but the installed bundle's \
+                     embedder is {} ({}); vectors of two models cannot be searched together. \
+                     Roll back to a bundle with the index's embedder (`airlock rollback`), or \
+                     ingest the corpus again into a new data directory with this bundle",
+                    indexed.model,
+                    indexed.digest,
+                    embedder.model,
+                    embedder.digest
+                );
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            write_atomic(&path, &serde_json::to_vec_pretty(embedder)?)
+        }
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Writes `bytes` to `path` atomically and durably.
+fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    airlock_signing::write_atomic(path, bytes)
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_is_marked_once_and_an_unmarked_target_is_refused_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        record_mark(dir.path(), "1.0.0").unwrap();
+        record_mark(dir.path(), "1.0.0").unwrap();
+        let marks = read_marks(dir.path()).unwrap();
+        assert_eq!(marks.releases["1.0.0"], SchemaVersions::supported());
+        // No database: nothing to protect.
+        assert_eq!(rollback_refusal(dir.path(), "0.9.0", false).unwrap(), None);
+        // A database, and a target that never ran here.
+        let db = crate::startup::db_path(dir.path());
+        airlock_acl::Acl::open(&db).unwrap();
+        let why = rollback_refusal(dir.path(), "0.9.0", false)
+            .unwrap()
+            .unwrap();
+        assert!(why.contains("0.9.0 never started"), "{why}");
+        assert_eq!(rollback_refusal(dir.path(), "0.9.0", true).unwrap(), None);
+        assert_eq!(rollback_refusal(dir.path(), "1.0.0", false).unwrap(), None);
+    }
+
+    #[test]
+    fn a_target_older_than_a_migration_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = crate::startup::db_path(dir.path());
+        airlock_acl::Acl::open(&db).unwrap();
+        let mut older = SchemaVersions::supported();
+        older.acl -= 1;
+        let marks = SchemaMarks {
+            releases: [("1.0.0".to_string(), older)].into(),
+        };
+        write_atomic(
+            &marks_path(dir.path()),
+            &serde_json::to_vec(&marks).unwrap(),
+        )
+        .unwrap();
+        let why = rollback_refusal(dir.path(), "1.0.0", true)
+            .unwrap()
+            .unwrap();
+        assert!(
+            why.contains(&format!("acl migration {}", airlock_acl::SCHEMA_VERSION)),
+            "{why}"
+        );
+        assert!(why.contains("restore"), "{why}");
+    }
+
+    #[test]
+    fn another_embedder_is_refused_naming_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = EmbedderIdentity {
+            model: "minilm".into(),
+            digest: "sha256:aa".into(),
+        };
+        let b = EmbedderIdentity {
+            model: "minilm".into(),
+            digest: "sha256:bb".into(),
+        };
+        check_embedder(dir.path(), &a).unwrap();
+        check_embedder(dir.path(), &a).unwrap();
+        let e = check_embedder(dir.path(), &b).unwrap_err().to_string();
+        assert!(e.contains("sha256:aa") && e.contains("sha256:bb"), "{e}");
+        // The record is unchanged by the refusal.
+        let kept: EmbedderIdentity =
+            serde_json::from_slice(&std::fs::read(embedder_path(dir.path())).unwrap()).unwrap();
+        assert_eq!(kept, a);
+    }
+}
