@@ -15,6 +15,7 @@
 mod bm25;
 pub mod chunker;
 mod config;
+mod console;
 mod dense;
 mod engine;
 mod error;
@@ -29,6 +30,7 @@ mod vector_adapter;
 pub mod visibility;
 mod write_lock;
 
+pub use console::{DocumentList, DocumentStatus, DocumentSummary};
 pub use config::{Bm25Config, ChunkConfig, RetrievalConfig, SearchConfig, StopWords};
 pub use engine::{
     DeleteOutcome, IngestReport, JointWrite, Progress, PurgeReport, PurgedDocument,
