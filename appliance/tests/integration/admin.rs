@@ -131,8 +131,8 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
         ("/v1/admin/syncs", "fooo"),
         ("/v1/admin/capacity", "fooo"),
         ("/v1/admin/feedback", "foff"),
-        ("/v1/admin/evals", "foof"),
-        ("/v1/admin/evals/bank-set-2026-12-01", "foof"),
+        ("/v1/admin/evals", "fofo"),
+        ("/v1/admin/evals/bank-set-2026-12-01", "fofo"),
         ("/v1/admin/audit", "ffoo"),
     ];
     let who = [&user, &ops, &adm, &aud, &prom];
