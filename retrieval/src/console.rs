@@ -120,7 +120,8 @@ impl Retrieval {
     /// The ordinals of every live (not deleted) document.
     pub fn live_ordinals(&self) -> Result<Vec<u32>> {
         self.with_reader(|c| {
-            let mut st = c.prepare_cached("SELECT ordinal FROM documents WHERE deleted_at IS NULL")?;
+            let mut st =
+                c.prepare_cached("SELECT ordinal FROM documents WHERE deleted_at IS NULL")?;
             let rows = st.query_map([], |r| r.get::<_, u32>(0))?;
             rows.collect()
         })

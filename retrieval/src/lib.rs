@@ -30,8 +30,8 @@ mod vector_adapter;
 pub mod visibility;
 mod write_lock;
 
-pub use console::{DocumentList, DocumentStatus, DocumentSummary};
 pub use config::{Bm25Config, ChunkConfig, RetrievalConfig, SearchConfig, StopWords};
+pub use console::{DocumentList, DocumentStatus, DocumentSummary};
 pub use engine::{
     DeleteOutcome, IngestReport, JointWrite, Progress, PurgeReport, PurgedDocument,
     ReconcileReport, ReindexReport, RepairReport, Retrieval, SearchMode, SearchRequest,

@@ -166,7 +166,9 @@ pub async fn documents(
     let services = state.services()?;
     let rows = blocking(move || Ok(services.retrieval.list_documents(&q)?)).await?;
     let (rows, more) = split_page(rows, limit);
-    let next = more.then(|| rows.last().map(|d| d.doc_id.clone())).flatten();
+    let next = more
+        .then(|| rows.last().map(|d| d.doc_id.clone()))
+        .flatten();
     Ok(Json(json!({
         "documents": rows.iter().map(summary_json).collect::<Vec<_>>(),
         "next_after": next,
@@ -326,7 +328,9 @@ pub async fn groups(
                 json!({"group_id": g, "members": n, "readable_documents": readable})
             })
             .collect();
-        let next = more.then(|| page.last().map(|(g, _)| (*g).clone())).flatten();
+        let next = more
+            .then(|| page.last().map(|(g, _)| (*g).clone()))
+            .flatten();
         Ok(Json(
             json!({"groups": groups, "next_after": next, "total": total}),
         ))
@@ -450,8 +454,16 @@ pub async fn capacity(
     let now = now_s();
     let recent: Vec<(f64, &'static str)> = m.recent_sheds.lock().iter().rev().copied().collect();
     let last_minute = recent.iter().filter(|(t, _)| now - t <= 60.0).count();
-    let shed = |priority| m.shed_total.get_or_create(&PriorityLabel { priority }).get();
-    let limited = |quota| m.rate_limited_total.get_or_create(&QuotaKind { quota }).get();
+    let shed = |priority| {
+        m.shed_total
+            .get_or_create(&PriorityLabel { priority })
+            .get()
+    };
+    let limited = |quota| {
+        m.rate_limited_total
+            .get_or_create(&QuotaKind { quota })
+            .get()
+    };
     Ok(Json(json!({
         "at": rfc3339_s(now),
         "at_unix": now,

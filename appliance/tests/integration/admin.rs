@@ -71,7 +71,12 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
     let prom = app.add_user("u-prom", &[], vec![Role::Metrics]);
     for (id, title, word, groups) in [
         ("doc-a1", "Alpha ledger", SECRET_WORDS[0], &["g-ops"][..]),
-        ("doc-a2", "Alpha policy", SECRET_WORDS[1], &["g-ops", "g-risk"][..]),
+        (
+            "doc-a2",
+            "Alpha policy",
+            SECRET_WORDS[1],
+            &["g-ops", "g-risk"][..],
+        ),
         ("doc-b1", "Beta memo", SECRET_WORDS[2], &["g-risk"][..]),
     ] {
         let r = app
@@ -96,7 +101,12 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
     assert!(r.status.is_success(), "{}", r.text);
     for id in ["doc-b1", "doc-a2"] {
         let r = app
-            .call(Method::DELETE, &format!("/v1/documents/{id}"), Some(&app.admin), None)
+            .call(
+                Method::DELETE,
+                &format!("/v1/documents/{id}"),
+                Some(&app.admin),
+                None,
+            )
             .await;
         assert_eq!(r.status, 200, "{}", r.text);
         if id == "doc-b1" {
@@ -118,7 +128,12 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
         })
         .unwrap();
     store
-        .put_feedback("u-plain", "chatcmpl-1", Rating::Down, Some("missed the cut-off"))
+        .put_feedback(
+            "u-plain",
+            "chatcmpl-1",
+            Rating::Down,
+            Some("missed the cut-off"),
+        )
         .unwrap();
 
     // Who may read which page: o = 200, f = 403 (u = 401 without a token).
@@ -172,13 +187,30 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
     assert_eq!(docs[0]["doc_id"], "doc-a1");
     assert_eq!(docs[0]["status"], "live");
     assert!(docs[0]["chunks"].as_u64().unwrap() >= 1);
-    assert_eq!(docs[0]["anchored_chunks"], 0, "text documents have no anchors");
+    assert_eq!(
+        docs[0]["anchored_chunks"], 0,
+        "text documents have no anchors"
+    );
     assert_eq!(docs[1]["status"], "deleted");
     let r = get(&app, "/v1/admin/documents?status=live", &ops).await;
-    assert_eq!(r.json["documents"].as_array().unwrap().len(), 1, "{}", r.text);
+    assert_eq!(
+        r.json["documents"].as_array().unwrap().len(),
+        1,
+        "{}",
+        r.text
+    );
     let r = get(&app, "/v1/admin/documents/doc-a1", &ops).await;
-    assert_eq!(r.json["versions"].as_array().unwrap().len(), 2, "{}", r.text);
-    assert_eq!(r.json["readable_by_users"], 3, "u-plain, u-ops, u-synced: {}", r.text);
+    assert_eq!(
+        r.json["versions"].as_array().unwrap().len(),
+        2,
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        r.json["readable_by_users"], 3,
+        "u-plain, u-ops, u-synced: {}",
+        r.text
+    );
     let r = get(&app, "/v1/admin/documents/doc-b1", &ops).await;
     assert_eq!(r.json["status"], "purged", "{}", r.text);
     let r = get(&app, "/v1/admin/documents/never-seen", &ops).await;
@@ -198,7 +230,11 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
     let runs = r.json["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "{}", r.text);
     assert_eq!(runs[0]["outcome"], "failed");
-    assert!(runs[0]["error"].as_str().unwrap().contains("line 1"), "{}", r.text);
+    assert!(
+        runs[0]["error"].as_str().unwrap().contains("line 1"),
+        "{}",
+        r.text
+    );
     assert_eq!(runs[1]["outcome"], "applied");
     assert_eq!(runs[1]["counts"]["users_added"], 1);
     assert!(r.json["freshness"]["age_seconds"].as_u64().unwrap() < 600);
@@ -210,10 +246,19 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
 
     // Feedback: the rating and comment, never question or answer.
     let r = get(&app, "/v1/admin/feedback?rating=down", &ops).await;
-    assert_eq!(r.json["feedback"][0]["comment"], "missed the cut-off", "{}", r.text);
+    assert_eq!(
+        r.json["feedback"][0]["comment"], "missed the cut-off",
+        "{}",
+        r.text
+    );
     assert_eq!(r.json["totals"]["down"], 1);
     let r = get(&app, "/v1/admin/feedback?rating=up", &ops).await;
-    assert_eq!(r.json["feedback"].as_array().unwrap().len(), 0, "{}", r.text);
+    assert_eq!(
+        r.json["feedback"].as_array().unwrap().len(),
+        0,
+        "{}",
+        r.text
+    );
 
     // Eval reports: listed (the dot directory is not), opened without cases.
     let r = get(&app, "/v1/admin/evals", &aud).await;
@@ -232,7 +277,12 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
     assert_eq!(page1.len(), 2, "{}", r.text);
     assert!(page1[0]["seq"].as_i64() > page1[1]["seq"].as_i64());
     let next = r.json["next_before"].as_i64().expect("a second page");
-    let r = get(&app, &format!("/v1/admin/audit?doc_id=doc-a1&limit=2&before={next}"), &aud).await;
+    let r = get(
+        &app,
+        &format!("/v1/admin/audit?doc_id=doc-a1&limit=2&before={next}"),
+        &aud,
+    )
+    .await;
     let page2 = r.json["entries"].as_array().unwrap();
     assert!(!page2.is_empty(), "{}", r.text);
     assert!(page2.iter().all(|e| e["seq"].as_i64().unwrap() < next));
@@ -249,7 +299,11 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
         let r = get(&app, &path, &adm).await;
         let users = r.json["users"].as_array().unwrap();
         assert!(users.len() <= 1, "{}", r.text);
-        seen.extend(users.iter().map(|u| u["user_id"].as_str().unwrap().to_owned()));
+        seen.extend(
+            users
+                .iter()
+                .map(|u| u["user_id"].as_str().unwrap().to_owned()),
+        );
         match r.json["next_after"].as_str() {
             Some(n) => after = format!("&after={n}"),
             None => break,
@@ -311,7 +365,10 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
         .audit_query(&airlock_acl::AuditQuery::default())
         .unwrap()
         .len();
-    assert_eq!(audit_before, audit_after, "reading the console wrote nothing");
+    assert_eq!(
+        audit_before, audit_after,
+        "reading the console wrote nothing"
+    );
 }
 
 async fn r_total(app: &TestApp, token: &str) -> u64 {
