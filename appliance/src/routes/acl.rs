@@ -124,7 +124,11 @@ pub async fn sync(
             .sync_snapshot_with(actor, Cursor::new(body), options)
             .map_err(|e| {
                 let e = ApiError::from(e);
-                crate::routes::admin::record_sync_failure(&acl, actor, "snapshot", &e);
+                // A server-side failure is a failed run of the sync history (routes/admin.rs);
+                // a refused snapshot (4xx) changes nothing, the audit log included.
+                if e.slug_status().1.is_server_error() {
+                    crate::routes::admin::record_sync_failure(&acl, actor, "snapshot", &e);
+                }
                 e
             })?;
         // Users the snapshot removed lose their server-kept conversations.

@@ -361,8 +361,10 @@ fn before(v: Option<i64>) -> Result<Option<i64>, ApiError> {
 }
 
 /// Records a full IAM sync that failed (`admin` audit entry `{"action": "sync_failed",
-/// "source", "error"}`), for the console's sync history. The error names ids and lines at
-/// most, never content. A failure to record is logged, not returned.
+/// "source", "error"}`), for the console's sync history: a directory sync that failed (over
+/// HTTP or on its schedule: the caller sent nothing that could be refused) or a snapshot sync
+/// that failed on the server's side (a refused snapshot records nothing). The error names ids
+/// and lines at most, never content. A failure to record is logged, not returned.
 pub fn record_sync_failure(
     acl: &airlock_acl::Acl,
     actor: Actor<'_>,

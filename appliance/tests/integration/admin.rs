@@ -44,12 +44,39 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
     )
     .unwrap();
     std::fs::create_dir_all(reports.path().join(".hidden")).unwrap();
+    // A directory nobody answers for: its sync fails (503) and is a failed run.
+    let pki = crate::tls::Pki::new();
+    let ca = pki.ca("dir-ca");
+    let pw = reports.path().join(".bind-pw");
+    std::fs::write(&pw, "pw\n").unwrap();
+    std::fs::set_permissions(&pw, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    #[derive(serde::Deserialize)]
+    struct T {
+        ldap: airlock::ldap::LdapConfig,
+    }
+    let ldap = toml::from_str::<T>(&format!(
+        "[ldap]\nurl = \"ldaps://127.0.0.1:{closed}\"\nca_file = \"{ca}\"\n\
+         bind_dn = \"cn=svc\"\nbind_password_file = \"{pw}\"\nuser_base = \"ou=p\"\n\
+         user_filter = \"(uid={{username}})\"\nuser_id_attr = \"uid\"\ngroup_base = \"ou=g\"\n\
+         group_filter = \"(member={{user_dn}})\"\ngroup_name_attr = \"cn\"\n",
+        ca = ca.cert.display(),
+        pw = pw.display(),
+    ))
+    .unwrap()
+    .ldap;
     let app = TestApp::with_config(Config {
         eval_reports_dir: Some(reports.path().to_owned()),
+        ldap: Some(ldap),
         ..test_config()
     });
     // First (an IAM snapshot replaces every non-local user and grant): one IAM snapshot sync
-    // applied, one refused (recorded as a failed run).
+    // applied, one refused (not a run: a refused request changes nothing), one directory sync
+    // failed (a failed run).
     let sync = |body: &'static str| {
         let req = axum::http::Request::builder()
             .method(Method::POST)
@@ -64,6 +91,10 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
     assert_eq!(ok.status, 200, "{}", ok.text);
     let bad = sync("{\"user\": 7}\n").await;
     assert_eq!(bad.status, 400, "{}", bad.text);
+    let down = app
+        .call(Method::POST, "/v1/acl/sync/ldap", Some(&app.admin), None)
+        .await;
+    assert_eq!(down.status, 503, "{}", down.text);
     let user = app.user("u-plain", &["g-ops"]);
     let ops = app.add_user("u-ops", &["g-ops"], vec![Role::Operator]);
     let adm = app.add_user("u-adm", &[], vec![Role::Admin]);
@@ -230,8 +261,9 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
     let runs = r.json["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 2, "{}", r.text);
     assert_eq!(runs[0]["outcome"], "failed");
+    assert_eq!(runs[0]["source"], "directory");
     assert!(
-        runs[0]["error"].as_str().unwrap().contains("line 1"),
+        runs[0]["error"].as_str().unwrap().contains("unavailable"),
         "{}",
         r.text
     );
