@@ -621,7 +621,7 @@ pub fn valid_report_name(name: &str) -> bool {
 }
 
 /// The aggregate parts of a `report.json` (never its `cases`: their queries, answers and ids).
-const REPORT_KEYS: [&str; 7] = [
+pub const REPORT_KEYS: [&str; 7] = [
     "set",
     "bundle_version",
     "rung",
@@ -643,10 +643,9 @@ fn read_report(dir: &FsPath, name: &str) -> Result<Value, ApiError> {
     }
     let bytes = std::fs::read(&path)
         .map_err(|e| ApiError::internal(format!("reading eval report {name}: {e}")))?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|_| {
+    let mut out = report_aggregates(&bytes).ok_or_else(|| {
         ApiError::InvalidRequest(format!("eval report `{name}` is not a report.json"))
     })?;
-    let mut out = serde_json::Map::new();
     out.insert("name".into(), json!(name));
     if let Some(t) = meta.modified().ok().and_then(|t| {
         t.duration_since(std::time::UNIX_EPOCH)
@@ -655,12 +654,21 @@ fn read_report(dir: &FsPath, name: &str) -> Result<Value, ApiError> {
     }) {
         out.insert("modified_at".into(), json!(t));
     }
-    for k in REPORT_KEYS {
-        if let Some(x) = v.get(k) {
-            out.insert(k.into(), x.clone());
-        }
-    }
     Ok(Value::Object(out))
+}
+
+/// The [`REPORT_KEYS`] of a `report.json`'s bytes (`None`: not a JSON object). Nothing else of
+/// the file is kept (the fuzz target `console_report` checks it).
+pub fn report_aggregates(bytes: &[u8]) -> Option<serde_json::Map<String, Value>> {
+    let Ok(Value::Object(v)) = serde_json::from_slice::<Value>(bytes) else {
+        return None;
+    };
+    Some(
+        REPORT_KEYS
+            .iter()
+            .filter_map(|k| v.get(*k).map(|x| ((*k).to_owned(), x.clone())))
+            .collect(),
+    )
 }
 
 fn reports_dir(state: &AppState) -> Option<PathBuf> {
