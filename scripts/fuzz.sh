@@ -7,7 +7,7 @@
 # replays it) and fix the bug. See docs/FUZZING.md.
 #
 #   scripts/fuzz.sh [SECONDS]            every target but the daemon's (chat_body, rack_*)
-#   AIRLOCK_FUZZ_APPLIANCE=1 scripts/fuzz.sh   also chat_body, rack_stream, rack_metrics, answer_receipt, backup_archive (builds the
+#   AIRLOCK_FUZZ_APPLIANCE=1 scripts/fuzz.sh   also chat_body, rack_stream, rack_metrics, answer_receipt, backup_archive, console_report (builds the
 #                                        whole daemon instrumented)
 #   AIRLOCK_FUZZ_TARGETS="acl_snapshot keyring_json" scripts/fuzz.sh 30
 set -euo pipefail
@@ -27,7 +27,7 @@ flags=(--sanitizer none)
 targets=${AIRLOCK_FUZZ_TARGETS:-"bundle_verify bundle_payload bundle_manifest keyring_json acl_snapshot golden_jsonl eval_export ingest_html ingest_jsonl extract_pdf extract_docx extract_xlsx extract_pptx extract_eml extract_csv"}
 if [ "${AIRLOCK_FUZZ_APPLIANCE:-0}" = 1 ]; then
   flags+=(--features appliance)
-  for t in chat_body rack_stream rack_metrics answer_receipt backup_archive; do
+  for t in chat_body rack_stream rack_metrics answer_receipt backup_archive console_report; do
     case " $targets " in *" $t "*) ;; *) targets="$targets $t" ;; esac
   done
 fi

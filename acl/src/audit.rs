@@ -125,7 +125,7 @@ pub(crate) fn append(c: &Connection, r: &Record<'_>) -> Result<(), Error> {
     Ok(())
 }
 
-fn to_us(t: OffsetDateTime) -> i64 {
+pub(crate) fn to_us(t: OffsetDateTime) -> i64 {
     i64::try_from(t.unix_timestamp_nanos() / 1000).unwrap_or(i64::MAX)
 }
 
@@ -211,7 +211,7 @@ pub(crate) fn query_after(
     rows(c, &sql, args)
 }
 
-fn rows(c: &Connection, sql: &str, args: Vec<Value>) -> Result<Vec<AuditEntry>, Error> {
+pub(crate) fn rows(c: &Connection, sql: &str, args: Vec<Value>) -> Result<Vec<AuditEntry>, Error> {
     let e = Error::db("querying the audit log");
     let mut st = c.prepare_cached(sql).map_err(e)?;
     let rows = st

@@ -24,6 +24,7 @@
 mod acl;
 mod allow;
 pub mod audit;
+mod console;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -40,6 +41,7 @@ pub use acl::{
 };
 pub use allow::AllowSet;
 pub use audit::{AuditEntry, AuditKind, AuditQuery, AuditSink};
+pub use console::AuditSearch;
 pub use error::{Error, IdKind, LineError, MAX_ID_BYTES};
 pub use model::{Role, materialise};
 pub use session::{NewSession, SessionCaller, SignIn, TokenInfo};

@@ -354,6 +354,11 @@ pub struct Config {
     #[arg(skip)]
     pub audit_sink: Option<crate::audit_sink::AuditSinkConfig>,
 
+    /// Directory of eval reports (one subdirectory per run with its `report.json`, as
+    /// `airlock eval run --out` writes them) that the operator console lists [default: none].
+    #[arg(long, env = "AIRLOCK_EVAL_REPORTS_DIR")]
+    pub eval_reports_dir: Option<PathBuf>,
+
     /// Log format: `text` or `json` [default: text].
     #[arg(long, env = "AIRLOCK_LOG_FORMAT")]
     pub log_format: Option<String>,
@@ -457,6 +462,7 @@ impl fmt::Debug for Config {
             .field("oidc", &self.oidc)
             .field("sessions", &self.sessions)
             .field("audit_sink", &self.audit_sink)
+            .field("eval_reports_dir", &self.eval_reports_dir)
             .field("allow_plain_http", &self.allow_plain_http)
             .field("tls", &self.tls)
             .finish()
@@ -579,6 +585,7 @@ impl Config {
             oidc: self.oidc.or(lower.oidc),
             sessions: self.sessions.or(lower.sessions),
             audit_sink: self.audit_sink.or(lower.audit_sink),
+            eval_reports_dir: self.eval_reports_dir.or(lower.eval_reports_dir),
             log_format: self.log_format.or(lower.log_format),
             remote_generators: if self.remote_generators.is_empty() {
                 lower.remote_generators

@@ -307,6 +307,27 @@ pub fn backup_seed() -> Vec<u8> {
     bytes
 }
 
+/// Target `console_report`: `data` is a `report.json` in the configured eval reports directory,
+/// as the operator console reads it (`routes::admin::report_aggregates`). Invariants: no panic
+/// on any bytes; what is kept holds only the aggregate keys (never `cases`), each as the file
+/// has it; a JSON object is always accepted.
+pub fn console_report(data: &[u8]) {
+    use crate::routes::admin::{REPORT_KEYS, report_aggregates};
+    let parsed = serde_json::from_slice::<serde_json::Value>(data).ok();
+    match (report_aggregates(data), parsed) {
+        (Some(kept), Some(serde_json::Value::Object(all))) => {
+            for (k, v) in &kept {
+                assert!(REPORT_KEYS.contains(&k.as_str()), "kept {k}");
+                assert_eq!(all.get(k), Some(v));
+            }
+            assert!(!kept.contains_key("cases"));
+        }
+        (None, Some(serde_json::Value::Object(_))) => panic!("a JSON object was refused"),
+        (Some(_), _) => panic!("accepted bytes that are not a JSON object"),
+        (None, _) => {}
+    }
+}
+
 #[cfg(test)]
 #[path = "../../fuzz/replay.rs"]
 mod replay;
@@ -345,6 +366,17 @@ mod tests {
 data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3}}\n\n\
 data: [DONE]\n\n";
         replay::run("rack_stream", &[seed.to_vec()], 2000, rack_stream);
+    }
+
+    #[test]
+    fn console_report_seeds_and_mutations() {
+        let seed = br#"{"set": "bank-dev", "bundle_version": "1.0.0", "rung": null,
+"overall": {"cases": 2, "leaking_cases": 0, "failed_cases": 0, "metrics": {"recall_10": {"mean": 0.5, "lo": 0.1, "hi": 0.9}}},
+"per_kind": {"injection": {"cases": 2, "leaking_cases": 0, "metrics": {}}}, "per_phase": {}, "latency_ms": {"retrieval_total": {"p50": 4.0}},
+"cases": [{"id": "c1", "query": "q", "answer": "a"}]}"#;
+        let kept = crate::routes::admin::report_aggregates(seed).unwrap();
+        assert_eq!(kept.len(), 7, "{kept:?}");
+        replay::run("console_report", &[seed.to_vec()], 2000, console_report);
     }
 
     #[test]

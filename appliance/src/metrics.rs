@@ -163,7 +163,13 @@ pub struct Metrics {
     pub connections_refused: Family<LimitLabel, Counter>,
     /// The inference rack's metrics (remote generators, tokens by backend, fallbacks).
     pub rack: crate::rack_metrics::RackMetrics,
+    /// The last [`RECENT_SHEDS`] sheds (Unix seconds, priority), oldest first: the operator
+    /// console's capacity page (not exported).
+    pub recent_sheds: Arc<Mutex<std::collections::VecDeque<(f64, &'static str)>>>,
 }
+
+/// How many sheds [`Metrics::recent_sheds`] keeps.
+pub const RECENT_SHEDS: usize = 50;
 
 /// The stages reported in `airlock_retrieval_stage_seconds` (created at start so every scrape
 /// lists them).
@@ -208,6 +214,7 @@ impl Metrics {
             requests: Family::default(),
             request_duration: Family::new_with_constructor(latency_histogram),
             iam_sync_last_success: Gauge::default(),
+            recent_sheds: Arc::default(),
             ttft: latency_histogram(),
             tpot: Histogram::new(exponential_buckets(0.001, 2.0, 14)),
             queue_depth: Gauge::default(),
@@ -450,6 +457,15 @@ impl Metrics {
         self.shed_total
             .get_or_create(&PriorityLabel { priority })
             .inc();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let mut recent = self.recent_sheds.lock();
+        if recent.len() == RECENT_SHEDS {
+            recent.pop_front();
+        }
+        recent.push_back((now, priority));
     }
 
     /// Counts one request refused by the `quota` (`requests` or `tokens`) quota.

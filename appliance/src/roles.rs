@@ -14,6 +14,10 @@
 //! embeddings, conversations, feedback), whatever else it holds; a `metrics` principal reaches
 //! `/metrics` only. With `tls.client_ca` set, every role-gated route also needs a verified client
 //! certificate (mTLS). Routes missing from the table are refused (`403`).
+//!
+//! The operator console's pages (`/v1/admin/...`): documents and feedback `operator`; users and
+//! groups, IAM syncs and capacity `admin`, `operator` or `auditor`; eval reports `operator` or
+//! `auditor`; the audit search `admin` or `auditor` (as `/v1/audit`).
 
 use airlock_acl::Role;
 use axum::extract::{FromRequestParts, MatchedPath, Request, State};
@@ -46,6 +50,10 @@ const ADMIN: Access = Access::Roles(&[Role::Admin]);
 const OPERATOR: Access = Access::Roles(&[Role::Operator]);
 const AUDIT: Access = Access::Roles(&[Role::Admin, Role::Auditor]);
 const METRICS: Access = Access::Roles(&[Role::Admin, Role::Auditor, Role::Metrics]);
+/// The operator console's pages without document content (users, syncs, capacity).
+const CONSOLE: Access = Access::Roles(&[Role::Admin, Role::Operator, Role::Auditor]);
+/// The console's eval reports (aggregates only).
+const EVALS: Access = Access::Roles(&[Role::Operator, Role::Auditor]);
 
 /// Every route of [`crate::app`]: method, path template, access. The route-by-role test walks it.
 pub const ROUTES: &[(&str, &str, Access)] = &[
@@ -83,6 +91,19 @@ pub const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/v1/auth/oidc/callback", Access::Public),
     ("PUT", "/v1/acl/users/{user_id}", ADMIN),
     ("POST", "/v1/acl/users/{user_id}/token", ADMIN),
+    // The operator console (`/admin`, routes/admin.rs): read-only, per page.
+    ("GET", "/admin", Access::Public),
+    ("GET", "/admin.css", Access::Public),
+    ("GET", "/v1/admin/documents", OPERATOR),
+    ("GET", "/v1/admin/documents/{doc_id}", OPERATOR),
+    ("GET", "/v1/admin/users", CONSOLE),
+    ("GET", "/v1/admin/groups", CONSOLE),
+    ("GET", "/v1/admin/syncs", CONSOLE),
+    ("GET", "/v1/admin/capacity", CONSOLE),
+    ("GET", "/v1/admin/feedback", OPERATOR),
+    ("GET", "/v1/admin/evals", EVALS),
+    ("GET", "/v1/admin/evals/{name}", EVALS),
+    ("GET", "/v1/admin/audit", AUDIT),
 ];
 
 /// The access of `method` on `route` (a path template); HEAD is GET's. `None`: no entry.
@@ -115,7 +136,14 @@ pub fn refusal(access: Access, caller: &Caller, mtls_ok: bool) -> Option<&'stati
             [Role::Admin] => "this endpoint needs the admin role",
             [Role::Operator] => "this endpoint needs the operator role",
             [Role::Admin, Role::Auditor] => "this endpoint needs the admin or auditor role",
-            _ => "this endpoint needs the admin, auditor or metrics role",
+            [Role::Admin, Role::Operator, Role::Auditor] => {
+                "this endpoint needs the admin, operator or auditor role"
+            }
+            [Role::Operator, Role::Auditor] => "this endpoint needs the operator or auditor role",
+            [Role::Admin, Role::Auditor, Role::Metrics] => {
+                "this endpoint needs the admin, auditor or metrics role"
+            }
+            _ => "this endpoint needs a role the caller does not hold",
         }),
         Access::Roles(_) if !mtls_ok => Some(CLIENT_CERT_REQUIRED),
         Access::Roles(_) => None,

@@ -1301,7 +1301,10 @@ impl Retrieval {
         Ok(SearchResponse { results, timings })
     }
 
-    fn with_reader<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+    pub(crate) fn with_reader<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T> {
         let conn = self.readers.lock().pop();
         let conn = match conn {
             Some(c) => c,

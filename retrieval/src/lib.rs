@@ -15,6 +15,7 @@
 mod bm25;
 pub mod chunker;
 mod config;
+mod console;
 mod dense;
 mod engine;
 mod error;
@@ -30,6 +31,7 @@ pub mod visibility;
 mod write_lock;
 
 pub use config::{Bm25Config, ChunkConfig, RetrievalConfig, SearchConfig, StopWords};
+pub use console::{DocumentList, DocumentStatus, DocumentSummary};
 pub use engine::{
     DeleteOutcome, IngestReport, JointWrite, Progress, PurgeReport, PurgedDocument,
     ReconcileReport, ReindexReport, RepairReport, Retrieval, SearchMode, SearchRequest,

@@ -119,8 +119,18 @@ pub async fn sync(
     let acl = services.acl.clone();
     let conversations = services.feedback.clone();
     let counts = blocking(move || {
-        let counts =
-            acl.sync_snapshot_with(actor_of(&actor, &request_id), Cursor::new(body), options)?;
+        let actor = actor_of(&actor, &request_id);
+        let counts = acl
+            .sync_snapshot_with(actor, Cursor::new(body), options)
+            .map_err(|e| {
+                let e = ApiError::from(e);
+                // A server-side failure is a failed run of the sync history (routes/admin.rs);
+                // a refused snapshot (4xx) changes nothing, the audit log included.
+                if e.slug_status().1.is_server_error() {
+                    crate::routes::admin::record_sync_failure(&acl, actor, "snapshot", &e);
+                }
+                e
+            })?;
         // Users the snapshot removed lose their server-kept conversations.
         if counts.users_removed > 0
             && let Some(store) = conversations

@@ -299,14 +299,27 @@ pub async fn sync(
         ));
     };
     let services = state.services()?;
-    let users = Directory::new(cfg).all_users().await.map_err(|e| match e {
-        DirectoryError::Unavailable(c) => ApiError::DirectoryUnavailable(c),
-        other => ApiError::internal(other),
-    })?;
+    // A failed run is recorded for the console's sync history (routes/admin.rs).
+    let (acl, who, rid) = (services.acl.clone(), actor.clone(), request_id.clone());
+    let failed = move |e: ApiError| {
+        crate::routes::admin::record_sync_failure(&acl, actor_of(&who, &rid), "directory", &e);
+        e
+    };
+    let users = match Directory::new(cfg).all_users().await {
+        Ok(u) => u,
+        Err(e) => {
+            let e = match e {
+                DirectoryError::Unavailable(c) => ApiError::DirectoryUnavailable(c),
+                other => ApiError::internal(other),
+            };
+            return Err(blocking(move || Ok(failed(e))).await?);
+        }
+    };
     let acl = services.acl.clone();
     let counts = blocking(move || {
         let list = crate::ldap::membership_list(users);
-        Ok(acl.sync_directory(actor_of(&actor, &request_id), &list)?)
+        acl.sync_directory(actor_of(&actor, &request_id), &list)
+            .map_err(|e| failed(ApiError::from(e)))
     })
     .await?;
     state.metrics().iam_synced_now();
@@ -333,6 +346,17 @@ pub async fn sync_schedule(state: AppState) {
             Ok(u) => u,
             Err(e) => {
                 tracing::warn!(error = %e, "scheduled directory sync failed");
+                let (acl, e) = (services.acl.clone(), e.to_string());
+                let _ = blocking(move || {
+                    crate::routes::admin::record_sync_failure(
+                        &acl,
+                        "ldap-schedule".into(),
+                        "directory",
+                        &e,
+                    );
+                    Ok(())
+                })
+                .await;
                 continue;
             }
         };
@@ -353,7 +377,20 @@ pub async fn sync_schedule(state: AppState) {
                 users_access_changed = c.users_access_changed,
                 "scheduled directory sync applied"
             ),
-            Err(e) => tracing::warn!(error = %e, "scheduled directory sync failed"),
+            Err(e) => {
+                tracing::warn!(error = %e, "scheduled directory sync failed");
+                let acl = services.acl.clone();
+                let _ = blocking(move || {
+                    crate::routes::admin::record_sync_failure(
+                        &acl,
+                        "ldap-schedule".into(),
+                        "directory",
+                        &e,
+                    );
+                    Ok(())
+                })
+                .await;
+            }
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::state::AppState;
 pub use crate::extract::{MAX_REQUEST_ID_LEN, REQUEST_ID, valid_request_id};
 
 pub mod acl;
+pub mod admin;
 pub mod audit;
 pub mod auth;
 pub mod chat;
@@ -78,6 +79,16 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/auth/logout", post(auth::logout))
         .route("/v1/auth/oidc/login", get(oidc::login))
         .route("/v1/auth/oidc/callback", get(oidc::callback))
+        .route("/v1/admin/documents", get(admin::documents))
+        .route("/v1/admin/documents/{doc_id}", get(admin::document))
+        .route("/v1/admin/users", get(admin::users))
+        .route("/v1/admin/groups", get(admin::groups))
+        .route("/v1/admin/syncs", get(admin::syncs))
+        .route("/v1/admin/capacity", get(admin::capacity))
+        .route("/v1/admin/feedback", get(admin::feedback))
+        .route("/v1/admin/evals", get(admin::evals))
+        .route("/v1/admin/evals/{name}", get(admin::eval))
+        .route("/v1/admin/audit", get(admin::audit))
         .merge(ui::routes())
         // Who may call what (crate::roles::ROUTES), before any handler and its body extractor.
         .route_layer(middleware::from_fn_with_state(

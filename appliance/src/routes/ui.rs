@@ -22,12 +22,16 @@ img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'self
 /// Added to the page's head in trusted-header mode (the page then tries the proxy's sign-in).
 pub const SSO_META: &str = r#"<meta name="airlock-sign-in" content="proxy">"#;
 
-/// `GET /`, `GET /app.css`, `GET /js/{file}`.
+/// `GET /`, `GET /app.css`, `GET /js/{file}`, and the operator console `GET /admin`,
+/// `GET /admin.css`.
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/", get(index))
         .route("/index.html", get(index))
         .route("/app.css", get(|| async { asset("app.css") }))
+        // The operator console (its data comes from `/v1/admin/...`, behind the role table).
+        .route("/admin", get(|| async { asset("admin.html") }))
+        .route("/admin.css", get(|| async { asset("admin.css") }))
         .route("/js/{file}", get(js))
 }
 

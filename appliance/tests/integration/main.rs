@@ -1,5 +1,6 @@
 //! Integration tests of the `airlock` crate (one binary for link time).
 
+mod admin;
 mod api;
 mod audit;
 mod backup;

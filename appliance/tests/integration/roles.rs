@@ -60,6 +60,18 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("GET", "/v1/auth/oidc/callback", "oooooo"),
     ("PUT", "/v1/acl/users/{user_id}", "ufofff"),
     ("POST", "/v1/acl/users/{user_id}/token", "ufofff"),
+    ("GET", "/admin", "oooooo"),
+    ("GET", "/admin.css", "oooooo"),
+    ("GET", "/v1/admin/documents", "uffoff"),
+    ("GET", "/v1/admin/documents/{doc_id}", "uffoff"),
+    ("GET", "/v1/admin/users", "ufooof"),
+    ("GET", "/v1/admin/groups", "ufooof"),
+    ("GET", "/v1/admin/syncs", "ufooof"),
+    ("GET", "/v1/admin/capacity", "ufooof"),
+    ("GET", "/v1/admin/feedback", "uffoff"),
+    ("GET", "/v1/admin/evals", "uffoof"),
+    ("GET", "/v1/admin/evals/{name}", "uffoof"),
+    ("GET", "/v1/admin/audit", "ufofof"),
 ];
 
 /// A concrete request for a route: a path and a body that would change state if accepted.
@@ -82,6 +94,8 @@ fn request(method: &str, route: &str) -> (String, Option<Value>) {
             ),
         ),
         (_, "/v1/documents/{doc_id}") => ("/v1/documents/doc1".into(), None),
+        (_, "/v1/admin/documents/{doc_id}") => ("/v1/admin/documents/doc1".into(), None),
+        (_, "/v1/admin/evals/{name}") => ("/v1/admin/evals/report-1".into(), None),
         ("POST", "/v1/reconcile") => (route.into(), Some(json!({"source_ids": ["other"]}))),
         ("POST", "/v1/purge") => (route.into(), Some(json!({}))),
         ("PUT", "/v1/acl/documents/{doc_id}") => (
