@@ -20,6 +20,11 @@
 //! 128), `AIRLOCK_BENCH_REPS` (timed runs after the warm-up, default 2) and
 //! `AIRLOCK_BENCH_STREAMS` (comma-separated stream counts, default `1,2,4,8,16`; empty skips the
 //! engine part).
+//! - chunked prefill that does not starve decoders: 4 streams decode 64 tokens each,
+//!   undisturbed and then with a long prompt (`AIRLOCK_BENCH_INTRUDER`, default 450 tokens, the
+//!   size of a RAG prompt) submitted once all four are decoding; the time per output token of
+//!   the four streams, p50 and p99 over every gap between two of their tokens, and the p99
+//!   ratio disturbed / undisturbed (goal ≤ 2×).
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -31,6 +36,9 @@ use airlock_inference::generate::{
 
 const STREAM_PROMPT: usize = 16;
 const STREAM_TOKENS: usize = 32;
+/// Decoding streams and their tokens in the chunked-prefill measurement.
+const TPOT_STREAMS: usize = 4;
+const TPOT_TOKENS: usize = 64;
 
 fn models_dir() -> PathBuf {
     std::env::var_os("AIRLOCK_MODELS_DIR")
@@ -204,6 +212,64 @@ fn aggregate(engine: &Engine, n: usize) -> Rate {
     }
 }
 
+/// Time per output token (ms) of [`TPOT_STREAMS`] decoding streams, p50 and p99 over every gap
+/// between two consecutive tokens of a stream, while a prompt of `intruder` tokens (if any) is
+/// submitted once every stream has its first token.
+fn tpot(engine: &Engine, intruder: Option<usize>, salt: u64) -> (f64, f64) {
+    let started = std::sync::Arc::new(std::sync::Barrier::new(TPOT_STREAMS + 1));
+    let readers: Vec<_> = (0..TPOT_STREAMS)
+        .map(|i| {
+            let mut s = engine
+                .submit(GenerateRequest {
+                    prompt: prompt(STREAM_PROMPT, salt + i as u64),
+                    params: SamplingParams {
+                        temperature: 0.8,
+                        top_p: 0.95,
+                        seed: Some(salt + i as u64),
+                        ..SamplingParams::greedy(TPOT_TOKENS)
+                    },
+                })
+                .expect("submit");
+            let started = started.clone();
+            std::thread::spawn(move || {
+                let mut at = Vec::new();
+                while let Some(ev) = s.blocking_recv() {
+                    if let Event::Token { .. } = ev {
+                        at.push(Instant::now());
+                        if at.len() == 1 {
+                            started.wait();
+                        }
+                    }
+                }
+                if at.is_empty() {
+                    started.wait();
+                }
+                at
+            })
+        })
+        .collect();
+    started.wait();
+    let long = intruder.map(|n| {
+        engine
+            .submit(GenerateRequest {
+                prompt: prompt(n, salt + 999),
+                params: SamplingParams::greedy(1),
+            })
+            .expect("submit the long prompt")
+    });
+    let mut gaps: Vec<f64> = Vec::new();
+    for r in readers {
+        let at = r.join().expect("reader");
+        gaps.extend(at.windows(2).map(|w| (w[1] - w[0]).as_secs_f64() * 1e3));
+    }
+    if let Some(mut s) = long {
+        while s.blocking_recv().is_some() {}
+    }
+    gaps.sort_by(f64::total_cmp);
+    let q = |p: f64| gaps[((gaps.len() as f64 * p) as usize).min(gaps.len() - 1)];
+    (q(0.5), q(0.99))
+}
+
 fn main() {
     // `cargo bench` passes `--bench`; nothing to parse.
     let which = std::env::var("AIRLOCK_BENCH_MODELS").unwrap_or_else(|_| "smollm2,qwen".into());
@@ -276,6 +342,27 @@ fn main() {
                 rate.cpu / b.cpu
             );
         }
+        let intruder = knob("AIRLOCK_BENCH_INTRUDER", 450);
+        let (mut calm, mut hit) = (Vec::new(), Vec::new());
+        for rep in 0..sz.reps as u64 {
+            calm.push(tpot(&engine, None, 1000 + rep * 10));
+            hit.push(tpot(&engine, Some(intruder), 2000 + rep * 10));
+        }
+        let (c50, c99) = (
+            median(calm.iter().map(|t| t.0).collect()),
+            median(calm.iter().map(|t| t.1).collect()),
+        );
+        let (h50, h99) = (
+            median(hit.iter().map(|t| t.0).collect()),
+            median(hit.iter().map(|t| t.1).collect()),
+        );
+        println!(
+            "decode TPOT, {TPOT_STREAMS} streams: undisturbed p50 {c50:.1} ms p99 {c99:.1} ms; \
+             with a {intruder}-token prompt arriving (prefill chunk {}): p50 {h50:.1} ms p99 \
+             {h99:.1} ms; p99 ratio {:.2}x (goal <= 2x)",
+            EngineConfig::default().prefill_chunk,
+            h99 / c99
+        );
         let m = engine.metrics();
         println!(
             "engine: {} steps, {} tokens, {} preemptions",

@@ -322,14 +322,25 @@ mod tests {
             | Savings plus | open | 1.25% |\n\
             Rates are gross and subject to change without notice at any time by the bank.";
         let e = excerpt(text, "What is the rate for a 24 months fixed deposit?", 90);
-        assert_eq!(e.passage.as_deref(), Some("| Fixed deposit | 24 months | 3.35% |"));
-        assert!(e.snippet.starts_with("| Product | Term | Rate |\n"), "{}", e.snippet);
+        assert_eq!(
+            e.passage.as_deref(),
+            Some("| Fixed deposit | 24 months | 3.35% |")
+        );
+        assert!(
+            e.snippet.starts_with("| Product | Term | Rate |\n"),
+            "{}",
+            e.snippet
+        );
         assert!(e.snippet.contains("| Fixed deposit | 24 months | 3.35% |"));
         // An extracted table's rows (no outer bars) likewise.
         let text = "Product | Term | Rate\nBond 12 | 12 | 2.90%\nBond 68 | 68 | 4.15%\nBond 90 | 90 | 4.40%";
         let e = excerpt(text, "Bond 68 rate", 60);
         assert_eq!(e.passage.as_deref(), Some("Bond 68 | 68 | 4.15%"));
-        assert!(e.snippet.starts_with("Product | Term | Rate\n"), "{}", e.snippet);
+        assert!(
+            e.snippet.starts_with("Product | Term | Rate\n"),
+            "{}",
+            e.snippet
+        );
     }
 
     #[test]

@@ -425,6 +425,42 @@ fn batch_has_its_own_queue_limit() {
     }
 }
 
+/// The prefix cache is no timing side channel: what one user asked never changes how much of
+/// another user's prompt is prefilled (the work that sets time to first token). User B's
+/// request prefills the same number of tokens whether user A asked B's very question just
+/// before, or another one: only the platform's fixed prefix is ever reused.
+#[test]
+fn another_users_question_never_shortens_a_prefill() {
+    let cases = prompts();
+    let prefix: Vec<u32> = cases[4].0[..37].to_vec();
+    let with_tail = |i: usize| -> Vec<u32> {
+        let mut p = prefix.clone();
+        p.extend_from_slice(&cases[i].0);
+        p
+    };
+    let (a, b) = (with_tail(1), with_tail(2));
+    // B's prefilled tokens after A asked `first`.
+    let prefilled_for_b = |first: &[u32]| -> (u64, Vec<u32>) {
+        let e = engine(EngineConfig {
+            prefill_chunk: 16,
+            ..EngineConfig::default()
+        });
+        e.set_shared_prefix(prefix.clone());
+        let _ = collect(e.submit(req(first, 4)).unwrap());
+        let before = e.metrics().prompt_tokens_processed;
+        let answer = collect(e.submit(req(&b, 8)).unwrap());
+        (e.metrics().prompt_tokens_processed - before, answer.tokens)
+    };
+    let (after_same, same_answer) = prefilled_for_b(&b);
+    let (after_other, other_answer) = prefilled_for_b(&a);
+    assert_eq!(
+        after_same, after_other,
+        "B's prefill depends on what A asked"
+    );
+    assert_eq!(after_same, (b.len() - prefix.len()) as u64);
+    assert_eq!(same_answer, other_answer);
+}
+
 #[test]
 fn shared_prefix_is_computed_once_and_reused_bit_identically() {
     // A "system prompt" prefix (the first 37 ids of a 57-id fixture prompt, not a multiple of
