@@ -22,6 +22,8 @@ mod fusion;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ingest;
+pub mod originals;
+pub mod sidecar;
 mod store;
 mod traits;
 pub mod vector;
@@ -32,11 +34,12 @@ mod write_lock;
 pub use config::{Bm25Config, ChunkConfig, RetrievalConfig, SearchConfig, StopWords};
 pub use engine::{
     DeleteOutcome, IngestReport, JointWrite, Progress, PurgeReport, PurgedDocument,
-    ReconcileReport, ReindexReport, RepairReport, Retrieval, SearchMode, SearchRequest,
-    SearchResponse, SearchResult, StageScores, Staged, Stats, Timings,
+    OriginalFile, ReconcileReport, ReindexReport, RepairReport, Retrieval, SearchMode, SearchRequest,
+    SearchResponse, SearchResult, StageScores, Staged, Stats, Timings, originals_dir,
 };
 pub use error::{Error, Result};
 pub use ingest::{DocumentInput, SourceFormat};
+pub use originals::{Original, sha256_hex};
 pub use store::{DocumentInfo, UpsertOutcome, UpsertStatus, stored_index_generation};
 pub use traits::{Embed, ModelError, Rerank};
 pub use visibility::{ChunkMap, Visibility};
