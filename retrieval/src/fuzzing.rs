@@ -98,7 +98,9 @@ pub fn ingest_sidecar(data: &[u8]) {
     assert!(s.rules.len() <= MAX_SIDECAR_RULES);
     assert!(s.rules.windows(2).all(|w| w[0].line < w[1].line));
     for r in &s.rules {
-        r.grants.validate("fuzz").expect("accepted grants are valid");
+        r.grants
+            .validate("fuzz")
+            .expect("accepted grants are valid");
         if !r.glob.contains(['*', '?']) {
             assert!(glob_match(&r.glob, &r.glob), "{:?} matches itself", r.glob);
         }

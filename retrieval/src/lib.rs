@@ -33,8 +33,8 @@ mod write_lock;
 
 pub use config::{Bm25Config, ChunkConfig, RetrievalConfig, SearchConfig, StopWords};
 pub use engine::{
-    DeleteOutcome, IngestReport, JointWrite, Progress, PurgeReport, PurgedDocument,
-    OriginalFile, ReconcileReport, ReindexReport, RepairReport, Retrieval, SearchMode, SearchRequest,
+    DeleteOutcome, IngestReport, JointWrite, OriginalFile, Progress, PurgeReport, PurgedDocument,
+    ReconcileReport, ReindexReport, RepairReport, Retrieval, SearchMode, SearchRequest,
     SearchResponse, SearchResult, StageScores, Staged, Stats, Timings, originals_dir,
 };
 pub use error::{Error, Result};

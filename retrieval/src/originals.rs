@@ -43,7 +43,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Whether `s` is a SHA-256 digest in lowercase hex (the only names in the directory).
 pub(crate) fn is_digest(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// The originals directory.

@@ -115,7 +115,10 @@ impl Sidecar {
 
     /// The rule for the file at `rel_path` (relative, `/`-separated): the last matching one.
     pub fn rule_for(&self, rel_path: &str) -> Option<&AclRule> {
-        self.rules.iter().rev().find(|r| glob_match(&r.glob, rel_path))
+        self.rules
+            .iter()
+            .rev()
+            .find(|r| glob_match(&r.glob, rel_path))
     }
 }
 
@@ -132,7 +135,10 @@ fn check_glob(glob: &str) -> std::result::Result<(), String> {
                 .into(),
         );
     }
-    if glob.split('/').any(|s| s.is_empty() || s == "." || s == "..") {
+    if glob
+        .split('/')
+        .any(|s| s.is_empty() || s == "." || s == "..")
+    {
         return Err("`path` has an empty, `.` or `..` segment".into());
     }
     if glob.matches('*').count() > MAX_GLOB_STARS {

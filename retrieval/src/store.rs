@@ -575,7 +575,13 @@ impl Store {
             "SELECT ordinal, original, media_type FROM documents
              WHERE doc_id = ?1 AND deleted_at IS NULL AND original IS NOT NULL",
             [doc_id],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, Option<String>>(2)?.unwrap_or_default())),
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                ))
+            },
         )
         .optional()
     }
@@ -585,8 +591,9 @@ impl Store {
         conn: &Connection,
         doc_ids: &[&str],
     ) -> rusqlite::Result<Vec<String>> {
-        let mut st =
-            conn.prepare_cached("SELECT original FROM documents WHERE doc_id = ?1 AND original IS NOT NULL")?;
+        let mut st = conn.prepare_cached(
+            "SELECT original FROM documents WHERE doc_id = ?1 AND original IS NOT NULL",
+        )?;
         let mut out = Vec::new();
         for id in doc_ids {
             if let Some(d) = st.query_row([id], |r| r.get(0)).optional()? {

@@ -284,7 +284,10 @@ fn originals_are_shared_served_to_readers_and_swept() {
         d.original = Some(Original::new("text/plain", bytes.to_vec()));
         d
     };
-    let (a, b) = (b"Overdraft fees are waived.".as_slice(), b"Wire cut-off is 4pm.".as_slice());
+    let (a, b) = (
+        b"Overdraft fees are waived.".as_slice(),
+        b"Wire cut-off is 4pm.".as_slice(),
+    );
     let r = env.open_bm25(test_config());
     let ra = r.upsert_one(doc("a.txt", a)).unwrap();
     let rb = r.upsert_one(doc("b.txt", a)).unwrap();
@@ -296,7 +299,10 @@ fn originals_are_shared_served_to_readers_and_swept() {
     assert_ne!(ra.version, ra2.version);
     assert!(r.original("a.txt", &allow([rb.ordinal])).unwrap().is_none());
     let got = r.original("a.txt", &allow([ra.ordinal])).unwrap().unwrap();
-    assert_eq!((got.media_type.as_str(), got.len), ("text/markdown", a.len() as u64));
+    assert_eq!(
+        (got.media_type.as_str(), got.len),
+        ("text/markdown", a.len() as u64)
+    );
     assert_eq!(r.original_digest("a.txt").unwrap(), Some(sha256_hex(a)));
     // Replacing one with another file keeps the shared one for the other document.
     r.upsert_one(doc("a.txt", b)).unwrap();
