@@ -327,13 +327,13 @@ pub fn backup(data: &Path, out: &Path, opts: BackupOptions) -> anyhow::Result<Ba
     let originals = airlock_retrieval::originals_dir(&index_root);
     if originals.is_dir() {
         copy_stable(&data, &originals, &staging)?;
-        let mut copied = Vec::new();
-        walk(
-            &staging,
-            &staging.join(rel_of(&data, &originals)?),
-            &mut copied,
-        )?;
-        staged.extend(copied);
+        let copied_dir = staging.join(rel_of(&data, &originals)?);
+        if copied_dir.is_dir() {
+            // (absent when there is no original yet)
+            let mut copied = Vec::new();
+            walk(&staging, &copied_dir, &mut copied)?;
+            staged.extend(copied);
+        }
     }
     drop(lock);
     let locked = locked_at.elapsed();
