@@ -148,18 +148,15 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonOrFile<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let essence = match req.headers().get(header::CONTENT_TYPE) {
-            None => None,
-            Some(ct) => Some(
-                ct.to_str()
-                    .unwrap_or("")
-                    .split(';')
-                    .next()
-                    .unwrap_or("")
-                    .trim()
-                    .to_ascii_lowercase(),
-            ),
-        };
+        let essence = req.headers().get(header::CONTENT_TYPE).map(|ct| {
+            ct.to_str()
+                .unwrap_or("")
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
         match essence {
             None => {}
             Some(e) if e == "application/json" || e.ends_with("+json") => {}

@@ -105,7 +105,7 @@ struct Refused {
 
 fn code_of(e: &Error) -> &'static str {
     match e {
-        Error::Extraction { code, .. } => *code,
+        Error::Extraction { code, .. } => code,
         Error::UnsupportedFormat { .. } => "unsupported_format",
         Error::DocumentTooLarge { .. } => "too_large",
         Error::InvalidUtf8 { .. } => "invalid_utf8",

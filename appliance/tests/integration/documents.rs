@@ -451,7 +451,7 @@ fn folder_ingest_with_sidecar_report_resume_and_refusals() {
     assert_eq!(codes["old.msg"], "unsupported");
     assert_eq!(codes["notes.bin"], "unsupported_format");
     // Grants from the sidecar, in the documents' own transactions; originals on disk.
-    let acl = airlock_acl::Acl::open(&data.join("airlock.db")).unwrap();
+    let acl = airlock_acl::Acl::open(data.join("airlock.db")).unwrap();
     let g = acl
         .document_grants("board/committee.pptx")
         .unwrap()
@@ -494,7 +494,7 @@ fn folder_ingest_with_sidecar_report_resume_and_refusals() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(".acl.jsonl line 2"), "{stderr}");
-    let acl = airlock_acl::Acl::open(&data.join("airlock.db")).unwrap();
+    let acl = airlock_acl::Acl::open(data.join("airlock.db")).unwrap();
     assert!(
         acl.ordinal("two.pdf").unwrap().is_none(),
         "nothing was written"
