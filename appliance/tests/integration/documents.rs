@@ -116,10 +116,16 @@ async fn the_original_goes_to_readers_only_and_leaves_with_the_last_document() {
         .await;
     assert_eq!(info.json["title"], "Deposit rates", "{}", info.text);
     assert_eq!(originals(&t), vec![sha.clone()]);
-    // The same bytes again under another id share the stored file.
-    let r = put_file(&t, "/v1/documents/copy", PDF, bytes.clone()).await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
-    assert_eq!(originals(&t), vec![sha.clone()]);
+    // The same bytes under two ids share one stored file (a small CSV: cheap to embed).
+    let csv = std::fs::read(fixture("branches.csv")).unwrap();
+    let csv_sha = airlock_retrieval::sha256_hex(&csv);
+    for id in ["b1", "b2"] {
+        let r = put_file(&t, &format!("/v1/documents/{id}"), "text/csv", csv.clone()).await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    }
+    let mut both = vec![sha.clone(), csv_sha.clone()];
+    both.sort();
+    assert_eq!(originals(&t), both);
     grant(&t, "rates/sheet.pdf", &["carol"]).await;
 
     // A reader gets the bytes, typed, with a safe inline disposition; it is audited as shown.
@@ -183,37 +189,36 @@ async fn the_original_goes_to_readers_only_and_leaves_with_the_last_document() {
         .unwrap();
     assert!(none_for_dave.is_empty(), "{none_for_dave:?}");
 
-    // Deleting one of the two keeps the shared file; deleting the last removes it.
-    let r = t
-        .call(
-            Method::DELETE,
-            "/v1/documents/rates%2Fsheet.pdf",
-            Some(&t.admin),
-            None,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert_eq!(originals(&t), vec![sha.clone()]);
+    // Deleting a document removes its file; a shared file stays while one document names it.
+    let delete = |id: &'static str| {
+        let t = &t;
+        async move {
+            let r = t
+                .call(
+                    Method::DELETE,
+                    &format!("/v1/documents/{id}"),
+                    Some(&t.admin),
+                    None,
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+        }
+    };
+    delete("rates%2Fsheet.pdf").await;
+    assert_eq!(originals(&t), vec![csv_sha.clone()]);
     assert_eq!(
         get_file(&t, "rates%2Fsheet.pdf", &carol).await.text,
         missing.text
     );
-    let r = t
-        .call(Method::DELETE, "/v1/documents/copy", Some(&t.admin), None)
-        .await;
+    delete("b1").await;
+    assert_eq!(originals(&t), vec![csv_sha.clone()]);
+    // Replacing a document's file removes the old one; delete and purge leave no file behind.
+    let md = b"# Branches\n\nAll branches open at nine.".to_vec();
+    let r = put_file(&t, "/v1/documents/b2", "text/markdown", md.clone()).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(originals(&t), vec![airlock_retrieval::sha256_hex(&md)]);
+    delete("b2").await;
     assert!(originals(&t).is_empty(), "{:?}", originals(&t));
-    // Replacing a document's file removes the old one; purge leaves no file behind.
-    let plain = std::fs::read(fixture("plain.pdf")).unwrap();
-    let r = put_file(&t, "/v1/documents/copy", PDF, bytes.clone()).await;
-    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
-    let r = put_file(&t, "/v1/documents/copy", PDF, plain.clone()).await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    assert_eq!(originals(&t), vec![airlock_retrieval::sha256_hex(&plain)]);
-    let r = t
-        .call(Method::DELETE, "/v1/documents/copy", Some(&t.admin), None)
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let r = t
         .call(Method::POST, "/v1/purge", Some(&t.admin), Some(json!({})))
         .await;
