@@ -285,5 +285,15 @@ mod tests {
         assert!(Sidecar::parse("s", many.as_bytes()).is_err());
         let stars = format!("{{\"path\": \"{}\"}}", "*a".repeat(MAX_GLOB_STARS + 1));
         assert!(Sidecar::parse("s", stars.as_bytes()).is_err());
+        let long = format!("{{\"path\": \"{}\"}}", "a".repeat(MAX_GLOB_BYTES + 1));
+        assert!(Sidecar::parse("s", long.as_bytes()).is_err());
+        let ok = format!("{{\"path\": \"{}\"}}", "a".repeat(MAX_GLOB_BYTES));
+        assert!(Sidecar::parse("s", ok.as_bytes()).is_ok());
+        let big = vec![b'\n'; MAX_SIDECAR_BYTES + 1];
+        assert!(matches!(
+            Sidecar::parse("s", &big),
+            Err(Error::InvalidJsonl { line: 0, .. })
+        ));
+        assert!(Sidecar::parse("s", &big[1..]).unwrap().rules.is_empty());
     }
 }
