@@ -5,8 +5,9 @@
 #
 # Fetches the pinned models (digests checked), builds the appliance, then `airlock demo`:
 # a demo signing key and keyring, the demo bundle built + signed + installed, bank-dev and
-# Cranfield ingested with their permissions, demo users with tokens in
-# $AIRLOCK_DATA/demo/tokens.json, and the chat UI served. Re-running is safe and fast.
+# Cranfield ingested with their permissions, three generated files (PDF, XLSX, DOCX) ingested as
+# files, demo users with tokens in $AIRLOCK_DATA/demo/tokens.json, and the chat UI served.
+# Re-running is safe and fast.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -53,8 +54,10 @@ if [ "$RACK" = 1 ]; then
   export AIRLOCK_CONFIG="$AIRLOCK_DATA/rack.toml"
   # Not exec: the trap stops the rack when the daemon exits.
   "$ROOT/target/release/airlock" demo --data "$AIRLOCK_DATA" \
-    --staging "$CACHE/staging" --sample-data "$SAMPLE" "${ARGS[@]}"
+    --staging "$CACHE/staging" --sample-data "$SAMPLE" \
+    --sample-files "$ROOT/extract/tests/fixtures" "${ARGS[@]}"
   exit $?
 fi
 exec "$ROOT/target/release/airlock" demo --data "$AIRLOCK_DATA" \
-  --staging "$CACHE/staging" --sample-data "$SAMPLE" "${ARGS[@]}"
+  --staging "$CACHE/staging" --sample-data "$SAMPLE" \
+  --sample-files "$ROOT/extract/tests/fixtures" "${ARGS[@]}"

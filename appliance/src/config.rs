@@ -345,6 +345,12 @@ pub struct Config {
     #[arg(skip)]
     pub oidc: Option<crate::oidc::OidcConfig>,
 
+    /// `[extract]`: the limits every extracted file (PDF, Office, e-mail, CSV) is read under,
+    /// in the API and in `airlock ingest`; absent fields keep their defaults
+    /// (docs/EXTRACTION.md "Limits"); TOML only.
+    #[arg(skip)]
+    pub extract: Option<airlock_retrieval::ingest::ExtractLimits>,
+
     /// `[sessions]`: sign-in session lifetimes; TOML only.
     #[arg(skip)]
     pub sessions: Option<crate::session::SessionConfig>,
@@ -461,6 +467,7 @@ impl fmt::Debug for Config {
             .field("ldap", &self.ldap)
             .field("oidc", &self.oidc)
             .field("sessions", &self.sessions)
+            .field("extract", &self.extract)
             .field("audit_sink", &self.audit_sink)
             .field("eval_reports_dir", &self.eval_reports_dir)
             .field("allow_plain_http", &self.allow_plain_http)
@@ -584,6 +591,7 @@ impl Config {
             ldap: self.ldap.or(lower.ldap),
             oidc: self.oidc.or(lower.oidc),
             sessions: self.sessions.or(lower.sessions),
+            extract: self.extract.or(lower.extract),
             audit_sink: self.audit_sink.or(lower.audit_sink),
             eval_reports_dir: self.eval_reports_dir.or(lower.eval_reports_dir),
             log_format: self.log_format.or(lower.log_format),
@@ -700,6 +708,12 @@ impl Config {
             o.validate().map_err(|(f, r)| invalid(f, r))?;
         }
         self.sessions().validate().map_err(|(f, r)| invalid(f, r))?;
+        if let Some(field) = zero_limit(&self.extract_limits()) {
+            return Err(invalid(
+                "extract",
+                format!("{field} must be positive (a zero limit refuses every file)"),
+            ));
+        }
         if self.ladder_step_down.as_ref().is_some_and(|v| v.len() != 5) {
             return Err(invalid(
                 "ladder_step_down",
@@ -854,6 +868,11 @@ impl Config {
             (idle / 2).clamp(1, 15)
         });
         Duration::from_secs(secs)
+    }
+
+    /// The extraction limits (`[extract]`, defaults when absent).
+    pub fn extract_limits(&self) -> airlock_retrieval::ingest::ExtractLimits {
+        self.extract.clone().unwrap_or_default()
     }
 
     /// The `[sessions]` lifetimes (defaults when absent).
@@ -1128,9 +1147,41 @@ fn parse_follow_ups(s: &str) -> Result<airlock_rag::FollowUps, String> {
     }
 }
 
+/// The first field of `limits` set to zero (`max_attachments` may be 0: no attachment is read).
+fn zero_limit(limits: &airlock_retrieval::ingest::ExtractLimits) -> Option<String> {
+    let serde_json::Value::Object(fields) = serde_json::to_value(limits).ok()? else {
+        return None;
+    };
+    fields
+        .into_iter()
+        .find(|(k, v)| k != "max_attachments" && v.as_u64() == Some(0))
+        .map(|(k, _)| k)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extract_limits_come_from_the_extract_table() {
+        let p = std::path::Path::new("airlock.toml");
+        let c = Config::from_toml("[extract]\nmax_pages = 10\n", p).unwrap();
+        c.validate().unwrap();
+        let l = c.extract_limits();
+        assert_eq!(l.max_pages, 10);
+        let d = airlock_retrieval::ingest::ExtractLimits::default();
+        assert_eq!(
+            (l.max_sheets, l.max_zip_ratio),
+            (d.max_sheets, d.max_zip_ratio)
+        );
+        assert_eq!(Config::default().extract_limits(), d);
+        assert!(Config::from_toml("[extract]\nmax_pagez = 1\n", p).is_err());
+        let zero = Config::from_toml("[extract]\nmax_pages = 0\n", p).unwrap();
+        let e = zero.validate().unwrap_err().to_string();
+        assert!(e.contains("max_pages must be positive"), "{e}");
+        let no_attachments = Config::from_toml("[extract]\nmax_attachments = 0\n", p).unwrap();
+        no_attachments.validate().unwrap();
+    }
 
     #[test]
     fn defaults_are_loopback_and_local() {

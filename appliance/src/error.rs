@@ -52,6 +52,14 @@ pub enum ApiError {
     /// The change conflicts with the current state (e.g. removing the last admin); nothing changed.
     #[error("{0}")]
     Conflict(String),
+    /// A body of a media type the route does not take (`PUT /v1/documents/{id}`: JSON or a
+    /// file of a format the extractors read).
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// A well-formed request for content the server will not process: an uploaded file the
+    /// extractor refused (scan, encryption, a limit, malformed, MSG, ...); the detail says why.
+    #[error("{0}")]
+    Unprocessable(String),
     /// Known route, wrong method.
     #[error("method {0} is not allowed on this route")]
     MethodNotAllowed(String),
@@ -152,6 +160,10 @@ impl ApiError {
             ApiError::NotFound(_) => ("not-found", StatusCode::NOT_FOUND),
             ApiError::Conflict(_) => ("conflict", StatusCode::CONFLICT),
             ApiError::MethodNotAllowed(_) => ("method-not-allowed", StatusCode::METHOD_NOT_ALLOWED),
+            ApiError::UnsupportedMediaType(_) => {
+                ("unsupported-media-type", StatusCode::UNSUPPORTED_MEDIA_TYPE)
+            }
+            ApiError::Unprocessable(_) => ("not-extracted", StatusCode::UNPROCESSABLE_ENTITY),
             ApiError::PayloadTooLarge { .. } => {
                 ("payload-too-large", StatusCode::PAYLOAD_TOO_LARGE)
             }

@@ -125,6 +125,64 @@ impl<T: DeserializeOwned> FromRequest<AppState> for UploadJson<T> {
     }
 }
 
+/// A document upload (`PUT /v1/documents/{id}`) under the upload limit: a JSON body (no
+/// `Content-Type`, `application/json` or `+json`), or the raw file with its media type as
+/// `Content-Type` (any type [`airlock_retrieval::SourceFormat::from_media_type`] knows). Any
+/// other type is refused with 415 before the body is read.
+#[derive(Debug)]
+pub enum JsonOrFile<T> {
+    /// The JSON body.
+    Json(T),
+    /// A raw file.
+    File {
+        /// The `Content-Type` essence, lowercase (`application/pdf`).
+        media_type: String,
+        /// Its format.
+        format: airlock_retrieval::SourceFormat,
+        /// The file.
+        bytes: Bytes,
+    },
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for JsonOrFile<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let essence = req.headers().get(header::CONTENT_TYPE).map(|ct| {
+            ct.to_str()
+                .unwrap_or("")
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+        match essence {
+            None => {}
+            Some(e) if e == "application/json" || e.ends_with("+json") => {}
+            Some(media_type) => {
+                let Some(format) = airlock_retrieval::SourceFormat::from_media_type(&media_type)
+                else {
+                    return Err(ApiError::UnsupportedMediaType(format!(
+                        "unsupported content type `{:.100}`; send JSON or a file as \
+                         application/pdf, an Office Open XML type (.docx, .xlsx, .pptx), \
+                         message/rfc822, text/csv, text/plain, text/markdown or text/html",
+                        media_type
+                    )));
+                };
+                let bytes = read_body(req, state, Limit::Upload).await?;
+                return Ok(JsonOrFile::File {
+                    media_type,
+                    format,
+                    bytes,
+                });
+            }
+        }
+        let bytes = read_body(req, state, Limit::Upload).await?;
+        parse_json(&bytes).map(JsonOrFile::Json)
+    }
+}
+
 /// A JSON Lines body under the upload limit (IAM syncs), as raw UTF-8 text.
 #[derive(Debug)]
 pub struct NdjsonText(pub String);

@@ -79,6 +79,7 @@ pub const ROUTES: &[(&str, &str, Access)] = &[
     ("PUT", "/v1/documents/{doc_id}", OPERATOR),
     ("GET", "/v1/documents/{doc_id}", OPERATOR),
     ("DELETE", "/v1/documents/{doc_id}", OPERATOR),
+    ("GET", "/v1/documents/{doc_id}/file", Access::Content),
     ("POST", "/v1/reconcile", OPERATOR),
     ("POST", "/v1/purge", OPERATOR),
     ("PUT", "/v1/acl/documents/{doc_id}", OPERATOR),

@@ -31,6 +31,7 @@ use crate::dense::DenseIndex;
 use crate::error::{Error, Result};
 use crate::fusion;
 use crate::ingest::{self, DocumentInput};
+use crate::originals::Originals;
 use crate::store::{self, Committed, DocumentInfo, NewChunk, NewDocument, Store, UpsertOutcome};
 use crate::traits::{Embed, Rerank};
 use crate::visibility::{ChunkMap, Visibility};
@@ -330,6 +331,30 @@ pub struct Retrieval {
     snapshot: ArcSwap<Snapshot>,
     indexes: ArcSwap<Indexes>,
     repair: RepairReport,
+    originals: Originals,
+}
+
+/// An original file a caller may read (see [`Retrieval::original`]).
+#[derive(Debug)]
+pub struct OriginalFile {
+    /// Its media type, as stored.
+    pub media_type: String,
+    /// SHA-256 of its bytes, lowercase hex.
+    pub sha256: String,
+    /// The open file.
+    pub file: std::fs::File,
+    /// Its size in bytes.
+    pub len: u64,
+}
+
+/// Where the originals of the store whose indexes are under `index_root` live: the sibling
+/// directory `originals/` (`<data>/originals`).
+pub fn originals_dir(index_root: &Path) -> PathBuf {
+    index_root
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."))
+        .join("originals")
 }
 
 impl std::fmt::Debug for Retrieval {
@@ -411,7 +436,15 @@ impl Retrieval {
         )?;
         let snapshot = load_snapshot(&store)?;
         let repair = repair_indexes(&store, &indexes, &snapshot)?;
+        let originals = Originals::open(&originals_dir(index_root))?;
+        let swept = sweep_originals(&store, &originals)?;
         drop(cross);
+        if swept > 0 {
+            tracing::warn!(
+                files = swept,
+                "retrieval: removed original files no document names (an interrupted write)"
+            );
+        }
         if repair != RepairReport::default() {
             tracing::warn!(
                 bm25_added = repair.bm25_added,
@@ -432,6 +465,7 @@ impl Retrieval {
             snapshot: ArcSwap::from_pointee(snapshot),
             indexes: ArcSwap::from_pointee(indexes),
             repair,
+            originals,
         })
     }
 
@@ -726,6 +760,7 @@ impl Retrieval {
                     metadata: p.doc.metadata,
                     version: p.version,
                     chunks,
+                    original: p.doc.original,
                 }
             })
             .collect())
@@ -741,9 +776,52 @@ impl Retrieval {
         if docs.is_empty() {
             return Ok(());
         }
-        let committed = store.upsert(docs)?;
+        let mut check = Vec::new();
+        let committed = self
+            .put_originals(&store, &docs, &mut check)
+            .and_then(|()| store.upsert(docs));
+        let committed = match committed {
+            Ok(c) => c,
+            Err(e) => {
+                // Nothing committed: the files just written may name nothing.
+                let _ = self.drop_unnamed_originals(&store, check);
+                return Err(e);
+            }
+        };
         self.publish_and_index(&store, committed, Publish::All, report, progress)?;
+        self.drop_unnamed_originals(&store, check)?;
         drop(store);
+        Ok(())
+    }
+
+    /// Stores the original files of `docs` (before their rows are committed) and adds to
+    /// `check` the digests to look at once the write is over: those the documents name now,
+    /// which the write may replace, and the new ones.
+    fn put_originals(
+        &self,
+        store: &Store,
+        docs: &[NewDocument],
+        check: &mut Vec<String>,
+    ) -> Result<()> {
+        let ids: Vec<&str> = docs.iter().map(|d| d.doc_id.as_str()).collect();
+        check.extend(Store::originals_named(&store.conn, &ids).map_err(|e| store.err(e))?);
+        for o in docs.iter().filter_map(|d| d.original.as_ref()) {
+            check.push(o.sha256.clone());
+            self.originals.put(o)?;
+        }
+        Ok(())
+    }
+
+    /// Removes those of `digests` that no live document names (any more, or after a failed
+    /// write, at all).
+    fn drop_unnamed_originals(&self, store: &Store, mut digests: Vec<String>) -> Result<()> {
+        digests.sort_unstable();
+        digests.dedup();
+        for d in digests {
+            if !Store::original_is_named(&store.conn, &d).map_err(|e| store.err(e))? {
+                self.originals.remove(&d)?;
+            }
+        }
         Ok(())
     }
 
@@ -901,10 +979,14 @@ impl Retrieval {
             doc: staged.doc,
             committed: None,
             hidden: false,
+            check: Vec::new(),
         };
         let result = commit(&mut joint);
         let JointWrite {
-            committed, hidden, ..
+            committed,
+            hidden,
+            check,
+            ..
         } = joint;
         let mut report = IngestReport::default();
         if let Some(committed) = committed {
@@ -924,7 +1006,11 @@ impl Retrieval {
                 self.publish_and_index(&store, committed, only, &mut report, &mut |_| {})?;
             }
         }
+        // After a commit, the replaced version's file may be unnamed; after a failure, the new
+        // one.
+        let dropped = self.drop_unnamed_originals(&store, check);
         result?;
+        dropped?;
         drop(store);
         if let Some(outcome) = report.outcomes.pop().or(staged.unchanged) {
             return Ok(outcome);
@@ -945,6 +1031,7 @@ impl Retrieval {
     fn delete_many(&self, doc_ids: &[&str]) -> Result<Vec<DeleteOutcome>> {
         let mut store = self.writer.lock();
         let _cross = self.write_lock()?;
+        let check = Store::originals_named(&store.conn, doc_ids).map_err(|e| store.err(e))?;
         let deleted = store.delete(doc_ids)?;
         let old = self.snapshot.load_full();
         let mut map = old.map.clone();
@@ -979,6 +1066,7 @@ impl Retrieval {
             // hides them, and repair on open finishes this if it is interrupted.
             self.indexes.load().bm25.write(&[], &dead_ids)?;
         }
+        self.drop_unnamed_originals(&store, check)?;
         Ok(out)
     }
 
@@ -1048,6 +1136,9 @@ impl Retrieval {
             store.vacuum()?;
             Some(r)
         };
+        // A tombstoned document's original went with its delete; this also removes any file
+        // an interrupted write left behind.
+        sweep_originals(&store, &self.originals)?;
         Ok(PurgeReport {
             purged: purged
                 .into_iter()
@@ -1128,6 +1219,46 @@ impl Retrieval {
     /// Admin view of a document (live or tombstoned), `None` if never stored.
     pub fn document(&self, doc_id: &str) -> Result<Option<DocumentInfo>> {
         self.with_reader(|c| Store::document(c, doc_id))
+    }
+
+    /// The original file of the live document `doc_id` if `allow` contains it; `None` when the
+    /// document is unknown, tombstoned, has no original (given as text) or is not in `allow`,
+    /// which the caller cannot tell apart.
+    pub fn original(&self, doc_id: &str, allow: &AllowSet) -> Result<Option<OriginalFile>> {
+        let Some((ordinal, sha256, media_type)) =
+            self.with_reader(|c| Store::original_of(c, doc_id))?
+        else {
+            return Ok(None);
+        };
+        if !allow.contains(ordinal) {
+            return Ok(None);
+        }
+        let Some(path) = self.originals.path(&sha256) else {
+            return Err(Error::Corrupt(format!(
+                "document {doc_id:.80}: stored original is not a digest"
+            )));
+        };
+        let file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            // Replaced or deleted since the row was read.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        let len = file.metadata().map_err(|e| Error::io(&path, e))?.len();
+        Ok(Some(OriginalFile {
+            media_type,
+            sha256,
+            file,
+            len,
+        }))
+    }
+
+    /// The SHA-256 of the live document `doc_id`'s original file, if it has one (`airlock
+    /// ingest DIR` skips a file whose digest is already stored under its id).
+    pub fn original_digest(&self, doc_id: &str) -> Result<Option<String>> {
+        Ok(self
+            .with_reader(|c| Store::original_of(c, doc_id))?
+            .map(|(_, sha256, _)| sha256))
     }
 
     /// Whether `chunk_id` is live and readable under `allow` right now (the generation-time
@@ -1347,6 +1478,8 @@ pub struct JointWrite<'a> {
     doc: Option<NewDocument>,
     committed: Option<Committed>,
     hidden: bool,
+    /// Originals to look at after the write (see [`Retrieval::put_originals`]).
+    check: Vec<String>,
 }
 
 impl JointWrite<'_> {
@@ -1354,7 +1487,15 @@ impl JointWrite<'_> {
     /// committed by the caller). Nothing to write when the document is unchanged.
     pub fn write(&mut self, tx: &rusqlite::Transaction<'_>) -> Result<()> {
         if let Some(doc) = self.doc.take() {
-            self.committed = Some(Store::upsert_in(tx, &self.store.path, vec![doc])?);
+            let docs = vec![doc];
+            let ids = [docs[0].doc_id.as_str()];
+            self.check
+                .extend(Store::originals_named(tx, &ids).map_err(|e| self.store.err(e))?);
+            if let Some(o) = &docs[0].original {
+                self.check.push(o.sha256.clone());
+                self.engine.originals.put(o)?;
+            }
+            self.committed = Some(Store::upsert_in(tx, &self.store.path, docs)?);
         }
         Ok(())
     }
@@ -1415,6 +1556,13 @@ fn content_version(doc: &DocumentInput) -> String {
             .to_string()
             .as_bytes(),
     );
+    // A document read from a file: its original is part of the version (documents given as
+    // text hash as before).
+    if let Some(o) = &doc.original {
+        h.update(b"original\0");
+        h.update(o.sha256.as_bytes());
+        h.update(o.media_type.as_bytes());
+    }
     // Extracted files: anchors are part of the version (text-only documents hash as before).
     for r in &doc.regions {
         h.update((r.byte_start as u64).to_le_bytes());
@@ -1425,6 +1573,24 @@ fn content_version(doc: &DocumentInput) -> String {
         );
     }
     hex::encode(&h.finalize()[..16])
+}
+
+/// Removes every original no live document names, and leftover temporary files; returns how
+/// many files went. Called under the write locks (on open and by purge).
+fn sweep_originals(store: &Store, originals: &Originals) -> Result<usize> {
+    let (digests, leftovers) = originals.list()?;
+    let mut removed = 0;
+    for p in leftovers {
+        std::fs::remove_file(&p).map_err(|e| Error::io(&p, e))?;
+        removed += 1;
+    }
+    for d in digests {
+        if !Store::original_is_named(&store.conn, &d).map_err(|e| store.err(e))? {
+            originals.remove(&d)?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 fn load_snapshot(store: &Store) -> Result<Snapshot> {

@@ -77,6 +77,56 @@ pub fn ingest_jsonl(data: &[u8]) {
     }
 }
 
+/// Target `ingest_sidecar`: `data` is a folder's permissions sidecar (`DIR/.acl.jsonl`,
+/// [`crate::sidecar::Sidecar::parse`]), then every line of it is also tried as a path.
+///
+/// Invariants: a refusal is `InvalidJsonl` naming a line of the input (0: the whole file); an
+/// accepted sidecar has at most `MAX_SIDECAR_RULES` rules in line order with valid grants; a
+/// glob without `*` or `?` matches itself; the rule found for a path matches it and no later
+/// rule does; matching is deterministic.
+pub fn ingest_sidecar(data: &[u8]) {
+    use crate::sidecar::{MAX_SIDECAR_RULES, Sidecar, glob_match};
+    let lines = data.split(|&b| b == b'\n').count();
+    let s = match Sidecar::parse("fuzz/.acl.jsonl", data) {
+        Ok(s) => s,
+        Err(Error::InvalidJsonl { line, .. }) => {
+            assert!(line <= lines, "the error names a line of the input");
+            return;
+        }
+        Err(e) => panic!("unexpected refusal of a sidecar: {e:?}"),
+    };
+    assert!(s.rules.len() <= MAX_SIDECAR_RULES);
+    assert!(s.rules.windows(2).all(|w| w[0].line < w[1].line));
+    for r in &s.rules {
+        r.grants
+            .validate("fuzz")
+            .expect("accepted grants are valid");
+        if !r.glob.contains(['*', '?']) {
+            assert!(glob_match(&r.glob, &r.glob), "{:?} matches itself", r.glob);
+        }
+    }
+    let mut paths: Vec<String> = s.rules.iter().map(|r| r.glob.replace('*', "x")).collect();
+    paths.extend(
+        data.split(|&b| b == b'\n')
+            .take(64)
+            .map(|l| String::from_utf8_lossy(l).into_owned()),
+    );
+    for p in &paths {
+        let found = s.rule_for(p);
+        assert_eq!(found, s.rule_for(p), "deterministic");
+        if let Some(r) = found {
+            assert!(glob_match(&r.glob, p));
+            assert!(
+                s.rules
+                    .iter()
+                    .filter(|o| o.line > r.line)
+                    .all(|o| !glob_match(&o.glob, p)),
+                "the last matching rule wins"
+            );
+        }
+    }
+}
+
 fn check_document(d: &DocumentInput) {
     assert!(!d.text.trim().is_empty(), "accepted text is not blank");
     validate_doc_id(&d.doc_id).expect("accepted id is valid");
@@ -143,6 +193,11 @@ mod tests {
     #[test]
     fn ingest_html_corpus_and_mutations() {
         replay::run("ingest_html", &[], 1500, ingest_html);
+    }
+
+    #[test]
+    fn ingest_sidecar_corpus_and_mutations() {
+        replay::run("ingest_sidecar", &[], 3000, ingest_sidecar);
     }
 
     #[test]

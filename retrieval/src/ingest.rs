@@ -31,6 +31,9 @@ pub struct DocumentInput {
     /// Where the parts of `text` come from (extracted files; empty for text, Markdown, HTML and
     /// JSONL), in text order, not overlapping.
     pub regions: Vec<Region>,
+    /// The file the document was read from, kept content-addressed with it (files ingested
+    /// from a folder and raw uploads; `None` for text given as text and JSONL lines).
+    pub original: Option<crate::originals::Original>,
 }
 
 /// A byte range of a document's text and where it sits in the original file.
@@ -59,6 +62,7 @@ impl DocumentInput {
             text: text.into(),
             metadata: Map::new(),
             regions: Vec::new(),
+            original: None,
         }
     }
 }
@@ -84,6 +88,17 @@ impl SourceFormat {
             "md" | "markdown" => Some(Self::Markdown),
             "html" | "htm" => Some(Self::Html),
             other => airlock_extract::Format::from_extension(other).map(Self::Extracted),
+        }
+    }
+
+    /// The canonical media type (stored with an original read from a file).
+    pub fn media_type(self) -> &'static str {
+        use airlock_extract::Format as F;
+        match self {
+            Self::Text => F::Text.media_type(),
+            Self::Markdown => F::Markdown.media_type(),
+            Self::Html => F::Html.media_type(),
+            Self::Extracted(f) => f.media_type(),
         }
     }
 
@@ -189,6 +204,7 @@ pub fn parse_document_with(
         text,
         metadata: Map::new(),
         regions: Vec::new(),
+        original: None,
     })
 }
 
@@ -256,6 +272,7 @@ fn extracted_document(
         text,
         metadata: Map::new(),
         regions,
+        original: None,
     })
 }
 
@@ -374,6 +391,7 @@ fn parse_jsonl_line(
         text,
         metadata,
         regions: Vec::new(),
+        original: None,
     })
 }
 
@@ -423,7 +441,12 @@ pub fn read_path(path: &Path, max_bytes: usize) -> Result<Vec<Result<DocumentInp
             continue;
         }
         let bytes = std::fs::read(&file).map_err(|e| Error::io(&file, e))?;
-        out.push(parse_document(&doc_id, None, &bytes, format, max_bytes));
+        out.push(
+            parse_document(&doc_id, None, &bytes, format, max_bytes).map(|mut d| {
+                d.original = Some(crate::originals::Original::new(format.media_type(), bytes));
+                d
+            }),
+        );
     }
     Ok(out)
 }

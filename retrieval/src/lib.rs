@@ -23,6 +23,8 @@ mod fusion;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ingest;
+pub mod originals;
+pub mod sidecar;
 mod store;
 mod traits;
 pub mod vector;
@@ -33,12 +35,13 @@ mod write_lock;
 pub use config::{Bm25Config, ChunkConfig, RetrievalConfig, SearchConfig, StopWords};
 pub use console::{DocumentList, DocumentStatus, DocumentSummary};
 pub use engine::{
-    DeleteOutcome, IngestReport, JointWrite, Progress, PurgeReport, PurgedDocument,
+    DeleteOutcome, IngestReport, JointWrite, OriginalFile, Progress, PurgeReport, PurgedDocument,
     ReconcileReport, ReindexReport, RepairReport, Retrieval, SearchMode, SearchRequest,
-    SearchResponse, SearchResult, StageScores, Staged, Stats, Timings,
+    SearchResponse, SearchResult, StageScores, Staged, Stats, Timings, originals_dir,
 };
 pub use error::{Error, Result};
 pub use ingest::{DocumentInput, SourceFormat};
+pub use originals::{Original, sha256_hex};
 pub use store::{
     DocumentInfo, SCHEMA_VERSION, UpsertOutcome, UpsertStatus, stored_index_generation,
 };

@@ -52,6 +52,11 @@ const MIGRATIONS: &[&str] = &[
     // v2: where a chunk of an extracted file (PDF, Office, e-mail, CSV) sits in it, as the JSON
     // of `airlock_extract::Anchor`; NULL for text documents and every chunk stored before v2.
     "ALTER TABLE chunks ADD COLUMN anchor TEXT;",
+    // v3: the document's original file (`originals/<sha256>`) and its media type; NULL for
+    // documents given as text and once the document is tombstoned.
+    "ALTER TABLE documents ADD COLUMN original TEXT;
+     ALTER TABLE documents ADD COLUMN media_type TEXT;
+     CREATE INDEX documents_by_original ON documents(original) WHERE original IS NOT NULL;",
 ];
 
 /// Milliseconds since the Unix epoch.
@@ -81,6 +86,8 @@ pub(crate) struct NewDocument {
     pub metadata: Map<String, Value>,
     pub version: String,
     pub chunks: Vec<NewChunk>,
+    /// The original file (stored in `originals/` before the row is committed).
+    pub original: Option<crate::originals::Original>,
 }
 
 /// What an upsert did to one document.
@@ -401,13 +408,18 @@ impl Store {
             }
             out.dead.extend(dead);
             let metadata = Value::Object(doc.metadata).to_string();
+            let (original, media_type) = match &doc.original {
+                Some(o) => (Some(o.sha256.as_str()), Some(o.media_type.as_str())),
+                None => (None, None),
+            };
             tx.execute(
-                "INSERT INTO documents (ordinal, doc_id, title, metadata, version, chunk_count, created_at, updated_at, deleted_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, NULL)
+                "INSERT INTO documents (ordinal, doc_id, title, metadata, version, chunk_count, created_at, updated_at, deleted_at, original, media_type)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?7, NULL, ?8, ?9)
                  ON CONFLICT(ordinal) DO UPDATE SET title = excluded.title, metadata = excluded.metadata,
                      version = excluded.version, chunk_count = excluded.chunk_count,
-                     updated_at = excluded.updated_at, deleted_at = NULL",
-                params![ordinal, doc.doc_id, doc.title, metadata, doc.version, doc.chunks.len() as i64, now],
+                     updated_at = excluded.updated_at, deleted_at = NULL,
+                     original = excluded.original, media_type = excluded.media_type",
+                params![ordinal, doc.doc_id, doc.title, metadata, doc.version, doc.chunks.len() as i64, now, original, media_type],
             )
             .map_err(e)?;
             let mut ins = tx
@@ -482,7 +494,8 @@ impl Store {
             };
             let dead = delete_chunks(&tx, ordinal).map_err(e)?;
             tx.execute(
-                "UPDATE documents SET deleted_at = ?2, updated_at = ?2, chunk_count = 0 WHERE ordinal = ?1",
+                "UPDATE documents SET deleted_at = ?2, updated_at = ?2, chunk_count = 0,
+                     original = NULL, media_type = NULL WHERE ordinal = ?1",
                 params![ordinal, now],
             )
             .map_err(e)?;
@@ -554,6 +567,52 @@ impl Store {
                  PRAGMA temp_store = DEFAULT;",
             )
             .map_err(|s| self.err(s))
+    }
+
+    /// The original file of a live document: (ordinal, SHA-256, media type).
+    pub(crate) fn original_of(
+        conn: &Connection,
+        doc_id: &str,
+    ) -> rusqlite::Result<Option<(u32, String, String)>> {
+        conn.query_row(
+            "SELECT ordinal, original, media_type FROM documents
+             WHERE doc_id = ?1 AND deleted_at IS NULL AND original IS NOT NULL",
+            [doc_id],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                ))
+            },
+        )
+        .optional()
+    }
+
+    /// The originals the documents `doc_ids` name now (live or not).
+    pub(crate) fn originals_named(
+        conn: &Connection,
+        doc_ids: &[&str],
+    ) -> rusqlite::Result<Vec<String>> {
+        let mut st = conn.prepare_cached(
+            "SELECT original FROM documents WHERE doc_id = ?1 AND original IS NOT NULL",
+        )?;
+        let mut out = Vec::new();
+        for id in doc_ids {
+            if let Some(d) = st.query_row([id], |r| r.get(0)).optional()? {
+                out.push(d);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether a live document names the original `sha256`.
+    pub(crate) fn original_is_named(conn: &Connection, sha256: &str) -> rusqlite::Result<bool> {
+        conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM documents WHERE original = ?1 AND deleted_at IS NULL)",
+            [sha256],
+            |r| r.get(0),
+        )
     }
 
     /// Number of live documents.
@@ -693,6 +752,7 @@ mod tests {
             title: format!("title {id}"),
             metadata: Map::new(),
             version: version.into(),
+            original: None,
             chunks: (0..n)
                 .map(|i| NewChunk {
                     text: format!("chunk {i} of {id}"),

@@ -6,8 +6,8 @@
 //! cross-process write lock ([`airlock_retrieval::IndexWriteLock`]). The backup takes that lock,
 //! copies every SQLite database with SQLite's online backup API (a page-exact snapshot, whatever
 //! other connections do), reads the index generation the copied database names, copies that
-//! generation's directory, and only then releases the lock: the database and the indexes in the
-//! archive are at the same point. Engine writes wait meanwhile; searches and chat go on. Files
+//! generation's directory and the original files (`originals/`), and only then releases the
+//! lock: the database, the indexes and the originals in the archive are at the same point. Engine writes wait meanwhile; searches and chat go on. Files
 //! tantivy may still rewrite in the background (segment merges) are copied until two listings
 //! of the generation, before and after the copy, agree.
 //!
@@ -322,6 +322,19 @@ pub fn backup(data: &Path, out: &Path, opts: BackupOptions) -> anyhow::Result<Ba
         )?;
         staged.extend(copied);
     }
+    // The original files the copied database names (content-addressed, written before and
+    // removed after the rows that name them, under the same lock).
+    let originals = airlock_retrieval::originals_dir(&index_root);
+    if originals.is_dir() {
+        copy_stable(&data, &originals, &staging)?;
+        let copied_dir = staging.join(rel_of(&data, &originals)?);
+        if copied_dir.is_dir() {
+            // (absent when there is no original yet)
+            let mut copied = Vec::new();
+            walk(&staging, &copied_dir, &mut copied)?;
+            staged.extend(copied);
+        }
+    }
     drop(lock);
     let locked = locked_at.elapsed();
 
@@ -330,7 +343,10 @@ pub fn backup(data: &Path, out: &Path, opts: BackupOptions) -> anyhow::Result<Ba
     let staged_paths: std::collections::BTreeSet<&str> =
         staged.iter().map(|(r, _)| r.as_str()).collect();
     for (rel, p) in files {
-        if staged_paths.contains(rel.as_str()) || rel.starts_with("index/") {
+        if staged_paths.contains(rel.as_str())
+            || rel.starts_with("index/")
+            || rel.starts_with("originals/")
+        {
             continue;
         }
         if opts.no_bundles && rel.starts_with("bundles/") {

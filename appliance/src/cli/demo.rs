@@ -56,7 +56,19 @@ pub struct DemoArgs {
         default_value = "../shared/datasets"
     )]
     pub sample_data: PathBuf,
+    /// Generated documents to ingest as files (a PDF, an XLSX rate sheet, a DOCX policy, from
+    /// scripts/gen-doc-fixtures.py), readable by every demo user, so answers cite pages and
+    /// sheets; skipped when the folder is absent.
+    #[arg(
+        long,
+        env = "AIRLOCK_SAMPLE_FILES",
+        default_value = "extract/tests/fixtures"
+    )]
+    pub sample_files: PathBuf,
 }
+
+/// The generated documents the demo ingests as files (see [`DemoArgs::sample_files`]).
+const SAMPLE_FILES: [&str; 3] = ["table-two-pages.pdf", "rates.xlsx", "policy.docx"];
 
 fn step(msg: &str) {
     eprintln!("==> {msg}");
@@ -160,6 +172,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
         tokens.insert(ADMIN.to_owned(), admin_token);
         if !args.no_sample_data {
             let users = load_sample_data(&services, &args.sample_data)?;
+            load_sample_files(&services, &args.sample_files)?;
             for u in users {
                 let t = services.acl.issue_token(ACTOR, &u)?;
                 tokens.insert(u, t);
@@ -185,6 +198,49 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
         tokens_path.display()
     );
     exec_serve(&data, args.port)
+}
+
+/// Ingests [`SAMPLE_FILES`] from `dir` as files (originals kept), each with its grant to
+/// [`CRANFIELD_GROUP`] in one transaction.
+fn load_sample_files(services: &crate::Services, dir: &Path) -> anyhow::Result<()> {
+    if !dir.join(SAMPLE_FILES[0]).is_file() {
+        step(&format!(
+            "no generated documents in {}: skipped",
+            dir.display()
+        ));
+        return Ok(());
+    }
+    step(&format!(
+        "ingesting {} generated documents as files ({})",
+        SAMPLE_FILES.len(),
+        SAMPLE_FILES.join(", ")
+    ));
+    let grants = airlock_acl::DocGrants {
+        users: vec![],
+        groups: vec![CRANFIELD_GROUP.to_owned()],
+    };
+    let max = services.retrieval.config().max_document_bytes;
+    for name in SAMPLE_FILES {
+        let path = dir.join(name);
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let format = airlock_retrieval::SourceFormat::from_extension(
+            path.extension().and_then(|e| e.to_str()).unwrap_or(""),
+        )
+        .with_context(|| format!("{name}: not a known format"))?;
+        let mut doc = airlock_retrieval::ingest::parse_document(name, None, &bytes, format, max)?;
+        doc.original = Some(airlock_retrieval::Original::new(format.media_type(), bytes));
+        let staged = services.retrieval.stage(doc)?;
+        crate::routes::documents::store_with_grant(
+            &services.acl,
+            &services.retrieval,
+            airlock_acl::Actor::from(ACTOR),
+            name,
+            &grants,
+            staged,
+        )
+        .map_err(|e| anyhow::anyhow!("{name}: {}", e.problem().detail))?;
+    }
+    Ok(())
 }
 
 /// The set-up's lockdown: on the still single-threaded process (refused otherwise), writes only

@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use airlock_retrieval::{DeleteOutcome, Progress};
+use airlock_retrieval::DeleteOutcome;
 use anyhow::Context;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use crate::config::Config;
 use crate::startup;
@@ -32,7 +32,7 @@ impl StoreArgs {
     }
 
     /// Verifies the bundle, loads its embedder and opens the document store.
-    fn retrieval(&self) -> anyhow::Result<std::sync::Arc<airlock_retrieval::Retrieval>> {
+    pub(super) fn retrieval(&self) -> anyhow::Result<std::sync::Arc<airlock_retrieval::Retrieval>> {
         let bundle = startup::verify_bundle(&self.config())?;
         let embedder = startup::load_embedder(&bundle)?;
         startup::check_embedder(&self.data, &bundle)?;
@@ -49,7 +49,10 @@ pub struct IngestArgs {
     #[command(flatten)]
     pub store: StoreArgs,
     /// Files or directories (.txt, .md, .html, .jsonl, .pdf, .docx, .xlsx/.xlsm, .pptx, .eml,
-    /// .csv; a .msg, a scan or an encrypted file is refused per file with its reason).
+    /// .csv; a .msg, a scan or an encrypted file is refused per file with its reason). A file
+    /// in a directory gets its path relative to it as document id; `DIR/.acl.jsonl` (if
+    /// present) maps path globs to grants; a file already stored under its id with the same
+    /// SHA-256 is skipped (re-run an interrupted ingest as it was).
     #[arg(required = true)]
     pub paths: Vec<PathBuf>,
     /// Documents per transaction.
@@ -59,19 +62,26 @@ pub struct IngestArgs {
     /// written and fsynced right after the commit: every document it names is stored.
     #[arg(long, value_name = "PATH")]
     pub ack_file: Option<PathBuf>,
+    /// Write a JSON report (counts and every refused file with its reason) to this file.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// The daemon's configuration file, for its `[extract]` limits [default: the built-in
+    /// limits].
+    #[arg(long = "config", env = "AIRLOCK_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 /// The acknowledgement file of `airlock ingest --ack-file`: one JSON line per committed
 /// transaction, appended with one write, then fsynced (a regular file) before the batch is
 /// indexed. A last line without its newline was cut short by a crash and acknowledges nothing.
-struct AckFile {
+pub(super) struct AckFile {
     path: PathBuf,
     file: std::fs::File,
     sync: bool,
 }
 
 impl AckFile {
-    fn open(path: &std::path::Path) -> anyhow::Result<Self> {
+    pub(super) fn open(path: &std::path::Path) -> anyhow::Result<Self> {
         let existed = path.exists();
         let file = std::fs::OpenOptions::new()
             .create(true)
@@ -97,7 +107,7 @@ impl AckFile {
     }
 
     /// Appends one acknowledgement line and makes it durable.
-    fn write(
+    pub(super) fn write(
         &mut self,
         source: &std::path::Path,
         batch: usize,
@@ -128,7 +138,7 @@ impl AckFile {
 /// `STAGE@N` in the N-th batch of the run (1-based). Stages: `ingest-after-embed` (embedded,
 /// nothing of the batch committed), `ingest-after-commit` (committed and acknowledged, not
 /// indexed), `ingest-after-bm25` (in BM25, not in the vector index).
-fn failpoint(stage: &str, batch: usize) {
+pub(super) fn failpoint(stage: &str, batch: usize) {
     if batch == 1 {
         super::bundle::stop_at(stage);
     }
@@ -218,54 +228,7 @@ pub struct ReindexArgs {
 
 /// Ingests files; exit code 1 if any document was refused.
 pub fn ingest(args: IngestArgs) -> anyhow::Result<bool> {
-    let retrieval = args.store.retrieval()?;
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} chunks")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let mut ack = args.ack_file.as_deref().map(AckFile::open).transpose()?;
-    let mut ack_error = None;
-    let (mut stored, mut errors, mut batch) = (0usize, 0usize, 0usize);
-    for path in &args.paths {
-        bar.set_message(path.display().to_string());
-        let report = retrieval
-            .ingest_path(path, args.batch.max(1), &mut |p| match p {
-                Progress::Prepared { chunks, .. } => {
-                    batch += 1;
-                    bar.set_length(chunks as u64);
-                    bar.set_position(0);
-                }
-                Progress::Embedded { done, total } => {
-                    bar.set_position(done as u64);
-                    if done == total {
-                        failpoint("ingest-after-embed", batch);
-                    }
-                }
-                Progress::Committed { outcomes, .. } => {
-                    // The transaction is durable: acknowledge it before indexing. After a
-                    // failed write the rest is still stored, but no longer acknowledged.
-                    if let Some(a) = ack.as_mut().filter(|_| ack_error.is_none()) {
-                        ack_error = a.write(path, batch, &outcomes).err();
-                    }
-                    failpoint("ingest-after-commit", batch);
-                }
-                Progress::Bm25Indexed { .. } => failpoint("ingest-after-bm25", batch),
-                Progress::Indexed { .. } => {}
-            })
-            .with_context(|| format!("ingesting {}", path.display()))?;
-        stored += report.outcomes.len();
-        errors += report.errors.len();
-        for e in &report.errors {
-            bar.suspend(|| eprintln!("refused: {e}"));
-        }
-    }
-    bar.finish_and_clear();
-    println!("{stored} documents stored, {errors} refused");
-    if let Some(e) = ack_error {
-        return Err(e.context("documents committed after this are stored but not acknowledged"));
-    }
-    Ok(errors == 0)
+    super::ingest_dir::run(args)
 }
 
 /// Tombstones documents; exit code 1 if an id was never seen.

@@ -13,6 +13,7 @@ pub mod demo;
 pub mod eval;
 pub mod export;
 pub mod ingest;
+mod ingest_dir;
 pub mod keys;
 pub mod receipt;
 pub mod serve;

@@ -5,15 +5,15 @@ use airlock_retrieval::{
     DeleteOutcome, DocumentInput, ReconcileReport, Retrieval, Staged, UpsertOutcome, UpsertStatus,
 };
 use axum::Json;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use axum::extract::{Path, Query, RawQuery, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::auth::Admin;
+use crate::auth::{Admin, Caller};
 use crate::error::ApiError;
-use crate::extract::{ApiJson, RequestId, UploadJson};
+use crate::extract::{ApiJson, JsonOrFile, RequestId};
 use crate::routes::acl::{actor_of, allow_empty, blocking};
 use crate::services::Services;
 use crate::state::AppState;
@@ -35,31 +35,73 @@ pub struct PutDocument {
     pub acl: Option<DocGrants>,
 }
 
+/// Query of `PUT /v1/documents/{doc_id}` (raw file uploads only).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PutQuery {
+    /// The title (default: the file's own title, e.g. its first heading or properties).
+    #[serde(default)]
+    pub title: Option<String>,
+}
+
 /// `PUT /v1/documents/{doc_id}` → 201 created / 200 replaced `{"doc_id","version","chunks"}`,
 /// durable when sent.
 ///
-/// Everything is validated first (id, grant, size, text, chunking, embedding); a refused
-/// request changes nothing. With an `acl`, content and grant are written in one SQLite
-/// transaction, and the old version's chunks are hidden before the new grant applies, so no
-/// reader ever sees the old content under the new grant or the new content under the old one.
+/// The body is JSON ([`PutDocument`]) or the raw file with its media type as `Content-Type`
+/// (`?title=` optional), which is extracted and kept as the document's original
+/// (`GET /v1/documents/{doc_id}/file`); another type is 415, a file the extractor refuses 422.
+///
+/// Everything is validated first (id, grant, size, extraction, chunking, embedding); a refused
+/// request changes nothing (no row, no original file). With an `acl`, content and grant are
+/// written in one SQLite transaction, and the old version's chunks are hidden before the new
+/// grant applies, so no reader ever sees the old content under the new grant or the new
+/// content under the old one.
 pub async fn put(
     State(state): State<AppState>,
     Admin(actor): Admin,
     RequestId(request_id): RequestId,
     Path(doc_id): Path<String>,
-    UploadJson(body): UploadJson<PutDocument>,
+    Query(query): Query<PutQuery>,
+    body: JsonOrFile<PutDocument>,
 ) -> Result<Response, ApiError> {
     let services = state.services()?;
+    let limits = state.config().extract_limits();
     let outcome = blocking(move || {
         let actor = actor_of(&actor, &request_id);
         airlock_retrieval::ingest::validate_doc_id(&doc_id)?;
-        if let Some(grants) = &body.acl {
+        let (doc, acl) = match body {
+            JsonOrFile::Json(body) => {
+                if query.title.is_some() {
+                    return Err(ApiError::InvalidRequest(
+                        "`?title=` is for raw file uploads; a JSON body carries `title`".into(),
+                    ));
+                }
+                let mut doc = DocumentInput::new(doc_id.clone(), body.title, body.text);
+                doc.metadata = body.metadata;
+                (doc, body.acl)
+            }
+            JsonOrFile::File {
+                media_type,
+                format,
+                bytes,
+            } => (
+                file_document(
+                    &doc_id,
+                    query.title.as_deref(),
+                    media_type,
+                    format,
+                    bytes.to_vec(),
+                    services.retrieval.config().max_document_bytes,
+                    &limits,
+                )?,
+                None,
+            ),
+        };
+        if let Some(grants) = &acl {
             grants.validate(&doc_id)?;
         }
-        let mut doc = DocumentInput::new(doc_id.clone(), body.title, body.text);
-        doc.metadata = body.metadata;
         let staged = services.retrieval.stage(doc)?;
-        let outcome = match &body.acl {
+        let outcome = match &acl {
             None => services.retrieval.upsert_staged(staged)?,
             Some(grants) => put_with_grant(&services, actor, &doc_id, grants, staged)?,
         };
@@ -88,6 +130,30 @@ pub async fn put(
         .into_response())
 }
 
+/// A raw upload as a document with its original: extracted under `limits` (a refusal is 422
+/// with the extractor's reason; too large is 413).
+fn file_document(
+    doc_id: &str,
+    title: Option<&str>,
+    media_type: String,
+    format: airlock_retrieval::SourceFormat,
+    bytes: Vec<u8>,
+    max_bytes: usize,
+    limits: &airlock_retrieval::ingest::ExtractLimits,
+) -> Result<DocumentInput, ApiError> {
+    let mut doc = airlock_retrieval::ingest::parse_document_with(
+        doc_id, title, &bytes, format, max_bytes, limits,
+    )
+    .map_err(|e| match e {
+        airlock_retrieval::Error::Extraction { .. }
+        | airlock_retrieval::Error::InvalidUtf8 { .. }
+        | airlock_retrieval::Error::EmptyDocument { .. } => ApiError::Unprocessable(e.to_string()),
+        e => e.into(),
+    })?;
+    doc.original = Some(airlock_retrieval::Original::new(media_type, bytes));
+    Ok(doc)
+}
+
 /// Stores a staged document and its grant in one transaction (see [`put`]).
 fn put_with_grant(
     services: &Services,
@@ -96,9 +162,30 @@ fn put_with_grant(
     grants: &DocGrants,
     staged: Staged,
 ) -> Result<UpsertOutcome, ApiError> {
-    services.retrieval.upsert_joined(staged, |joint| {
+    store_with_grant(
+        &services.acl,
+        &services.retrieval,
+        actor,
+        doc_id,
+        grants,
+        staged,
+    )
+}
+
+/// Stores a staged document and its grant in one SQLite transaction (`PUT /v1/documents` with
+/// an `acl`, `airlock ingest DIR` with a sidecar rule): the old version's chunks are hidden
+/// before the new grant applies, the new chunks appear after it.
+pub(crate) fn store_with_grant(
+    acl: &Acl,
+    retrieval: &Retrieval,
+    actor: Actor<'_>,
+    doc_id: &str,
+    grants: &DocGrants,
+    staged: Staged,
+) -> Result<UpsertOutcome, ApiError> {
+    retrieval.upsert_joined(staged, |joint| {
         let joint = std::cell::RefCell::new(joint);
-        services.acl.set_document_grants_with(
+        acl.set_document_grants_with(
             actor,
             doc_id,
             grants,
@@ -296,4 +383,168 @@ pub fn purge_documents(
     });
     acl.audit_admin(actor, record.clone())?;
     Ok(record)
+}
+
+/// The one answer for a file the caller may not have: unknown id, tombstoned, given as text
+/// (no original), or not readable by the caller. The same bytes in every case, so the answer
+/// says nothing about documents the caller cannot read.
+fn no_file() -> ApiError {
+    ApiError::NotFound("no such document file".into())
+}
+
+/// `GET /v1/documents/{doc_id}/file` → the document's original file, with its media type and a
+/// `Content-Disposition` (inline for PDF, so a viewer can open `#page=N`; attachment for every
+/// other type), only if the caller's `AllowSet`, taken now, contains the document; audited as
+/// `shown`. Otherwise 404 with the body of an unknown id ([`no_file`]).
+pub async fn file(
+    State(state): State<AppState>,
+    caller: Caller,
+    RequestId(request_id): RequestId,
+    Path(doc_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let services = state.services()?;
+    let id = doc_id.clone();
+    let user = caller.user_id.clone();
+    let original = blocking(move || {
+        let allow = services.acl.allow_set(&user);
+        let Some(original) = services.retrieval.original(&id, &allow)? else {
+            return Ok(None);
+        };
+        services
+            .acl
+            .audit_shown(&request_id, &user, std::slice::from_ref(&id))?;
+        Ok(Some(original))
+    })
+    .await?;
+    let Some(original) = original else {
+        return Err(no_file());
+    };
+    let inline = original.media_type == "application/pdf";
+    let content_type = match original.media_type.as_str() {
+        t @ ("text/plain" | "text/markdown" | "text/csv" | "text/html") => {
+            format!("{t}; charset=utf-8")
+        }
+        t => t.to_owned(),
+    };
+    let disposition = content_disposition(&doc_id, &original.media_type, inline);
+    let len = original.len;
+    let file = tokio::fs::File::from_std(original.file);
+    let stream = futures::stream::try_unfold(file, |mut f| async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 64 << 10];
+        let n = f.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.truncate(n);
+        Ok::<_, std::io::Error>(Some((axum::body::Bytes::from(buf), f)))
+    });
+    let mut resp = Response::new(axum::body::Body::from_stream(stream));
+    let h = resp.headers_mut();
+    let value = |s: &str| HeaderValue::from_str(s).map_err(ApiError::internal);
+    h.insert(header::CONTENT_TYPE, value(&content_type)?);
+    h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    h.insert(header::CONTENT_DISPOSITION, value(&disposition)?);
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, no-store"),
+    );
+    if !inline {
+        // An HTML or other active file never runs in the appliance's origin.
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("sandbox; default-src 'none'"),
+        );
+    }
+    Ok(resp)
+}
+
+/// The file name extension of a media type, for names that lack one.
+fn extension_of(media_type: &str) -> Option<&'static str> {
+    Some(
+        match airlock_retrieval::SourceFormat::from_media_type(media_type)? {
+            airlock_retrieval::SourceFormat::Text => "txt",
+            airlock_retrieval::SourceFormat::Markdown => "md",
+            airlock_retrieval::SourceFormat::Html => "html",
+            airlock_retrieval::SourceFormat::Extracted(f) => match f.name() {
+                "markdown" => "md",
+                "text" => "txt",
+                n => n,
+            },
+        },
+    )
+}
+
+/// A `Content-Disposition` value that cannot break the header or name a path: the last `/`
+/// segment of the id, as a plain ASCII `filename` (other characters `_`) and, exactly, as an
+/// RFC 8187 `filename*`; the format's extension is added when the name has none.
+pub(crate) fn content_disposition(doc_id: &str, media_type: &str, inline: bool) -> String {
+    let last = doc_id.rsplit(['/', '\\']).next().unwrap_or("");
+    let last = last.trim_matches(|c: char| c == '.' || c.is_whitespace() || c.is_control());
+    let mut name = if last.is_empty() { "document" } else { last }.to_owned();
+    if !name.contains('.')
+        && let Some(ext) = extension_of(media_type)
+    {
+        name = format!("{name}.{ext}");
+    }
+    let ascii: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ' ' | '(' | ')' | ',') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let ascii = ascii.trim_matches(|c| c == '.' || c == ' ' || c == '_');
+    let ascii = if ascii.is_empty() { "document" } else { ascii };
+    let mut encoded = String::with_capacity(name.len() * 3);
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&b) {
+            encoded.push(b as char);
+        } else {
+            encoded.push_str(&format!("%{b:02X}"));
+        }
+    }
+    let kind = if inline { "inline" } else { "attachment" };
+    format!("{kind}; filename=\"{ascii}\"; filename*=UTF-8''{encoded}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::content_disposition;
+
+    #[test]
+    fn content_disposition_is_safe_and_exact() {
+        assert_eq!(
+            content_disposition("policies/credit limits.pdf", "application/pdf", true),
+            "inline; filename=\"credit limits.pdf\"; filename*=UTF-8''credit%20limits.pdf"
+        );
+        // Quotes, CR/LF, backslashes and non-ASCII never reach the plain name.
+        let d = content_disposition("x/a\"b\r\nSet-Cookie: c=d;\\é.html", "text/html", false);
+        assert!(d.starts_with("attachment; filename=\""), "{d}");
+        assert!(
+            !d.contains('\r') && !d.contains('\n') && !d.contains('é'),
+            "{d}"
+        );
+        assert_eq!(d.matches('"').count(), 2, "{d}");
+        // The last path segment only; the extension of the type when the id has none.
+        assert_eq!(
+            content_disposition(
+                "rate-sheet",
+                "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+                false
+            ),
+            "attachment; filename=\"rate-sheet.xlsx\"; filename*=UTF-8''rate-sheet.xlsx"
+        );
+        assert_eq!(
+            content_disposition("../..", "application/pdf", true),
+            "inline; filename=\"document.pdf\"; filename*=UTF-8''document.pdf"
+        );
+    }
 }

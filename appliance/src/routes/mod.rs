@@ -67,6 +67,7 @@ pub fn app(state: AppState) -> Router {
                 .get(documents::get)
                 .delete(documents::delete),
         )
+        .route("/v1/documents/{doc_id}/file", get(documents::file))
         .route("/v1/reconcile", post(documents::reconcile))
         .route("/v1/purge", post(documents::purge))
         .route("/v1/acl/users/{user_id}", put(acl::put_user))

@@ -157,6 +157,27 @@ fn put_doc(base: &str, admin: &str, id: &str, text: &str, group: &str) {
     assert!(status == 201 || status == 200, "{status} {body}");
 }
 
+/// `PUT` of a raw file (`content_type`) or `GET` of one; (status, body bytes).
+fn raw(method: &str, url: &str, token: &str, file: Option<(&str, &[u8])>) -> (u16, Vec<u8>) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(600)))
+        .build()
+        .into();
+    let auth = format!("Bearer {token}");
+    let resp = match (method, file) {
+        ("PUT", Some((ct, bytes))) => agent
+            .put(url)
+            .header("Authorization", &auth)
+            .header("Content-Type", ct)
+            .send(bytes),
+        _ => agent.get(url).header("Authorization", &auth).call(),
+    };
+    let mut resp = resp.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.body_mut().read_to_vec().unwrap_or_default())
+}
+
 /// The answer text and the cited documents of a short greedy chat.
 fn chat(base: &str, token: &str, question: &str) -> (String, Value) {
     let (status, body) = http(
@@ -218,6 +239,25 @@ fn a_backup_taken_while_serving_and_writing_restores_to_a_daemon_that_answers_th
         put_doc(&base, &admin, &format!("policy-{i}"), text, "staff");
     }
     let ann = user_token(&base, &admin, "ann", "staff");
+    // A document uploaded as a file: its original is in the backup too.
+    let csv = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../extract/tests/fixtures/branches.csv"),
+    )
+    .unwrap();
+    let (status, body) = raw(
+        "PUT",
+        &format!("{base}/v1/documents/branches.csv"),
+        &admin,
+        Some(("text/csv", &csv)),
+    );
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&body));
+    let (status, body) = http(
+        "PUT",
+        &format!("{base}/v1/acl/documents/branches.csv"),
+        &admin,
+        Some(json!({"users": [], "groups": ["staff"]})),
+    );
+    assert_eq!(status, 200, "{body}");
     let queries = [
         "what is the overdraft limit",
         "when does the Rotterdam branch open",
@@ -291,6 +331,14 @@ fn a_backup_taken_while_serving_and_writing_restores_to_a_daemon_that_answers_th
     for (q, want) in queries.iter().zip(&before) {
         assert_eq!(&retrieve(&rbase, &ann, q), want, "{q}");
     }
+    // The original file came back with its document.
+    let (status, body) = raw(
+        "GET",
+        &format!("{rbase}/v1/documents/branches.csv/file"),
+        &ann,
+        None,
+    );
+    assert_eq!((status, body), (200, csv));
     // And chat answers the same (greedy decoding, same sources).
     assert_eq!(chat(&rbase, &ann, question), answer);
     // Every late document the restored store has is found by its index: the database and the

@@ -51,6 +51,15 @@ pub(crate) fn state_digest(t: &TestApp) -> String {
         out.push_str(&format!("## {table}\n{}\n", rows.join("\n")));
     }
     out.push_str(&format!("## stats {:?}\n", services.retrieval.stats()));
+    // The documents' original files.
+    let mut originals: Vec<String> = std::fs::read_dir(t._dir.path().join("originals"))
+        .map(|d| {
+            d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    originals.sort();
+    out.push_str(&format!("## originals {originals:?}\n"));
     out
 }
 
@@ -348,10 +357,21 @@ async fn every_refused_admin_write_changes_nothing() {
                 Method::PUT,
                 "/v1/documents/doc-a",
                 &admin,
-                "text/plain",
+                "application/zip",
                 "hello",
             ),
-            400,
+            415,
+        ),
+        (
+            "put: a file the extractor refuses",
+            raw(
+                Method::PUT,
+                "/v1/documents/doc-a",
+                &admin,
+                "application/pdf",
+                "%PDF-1.7 not really",
+            ),
+            422,
         ),
         (
             "put: no text",

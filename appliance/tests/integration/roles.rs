@@ -48,6 +48,7 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("PUT", "/v1/documents/{doc_id}", "uffoff"),
     ("GET", "/v1/documents/{doc_id}", "uffoff"),
     ("DELETE", "/v1/documents/{doc_id}", "uffoff"),
+    ("GET", "/v1/documents/{doc_id}/file", "uooosf"),
     ("POST", "/v1/reconcile", "uffoff"),
     ("POST", "/v1/purge", "uffoff"),
     ("PUT", "/v1/acl/documents/{doc_id}", "uffoff"),
@@ -96,6 +97,7 @@ fn request(method: &str, route: &str) -> (String, Option<Value>) {
         (_, "/v1/documents/{doc_id}") => ("/v1/documents/doc1".into(), None),
         (_, "/v1/admin/documents/{doc_id}") => ("/v1/admin/documents/doc1".into(), None),
         (_, "/v1/admin/evals/{name}") => ("/v1/admin/evals/report-1".into(), None),
+        ("GET", "/v1/documents/{doc_id}/file") => ("/v1/documents/doc1/file".into(), None),
         ("POST", "/v1/reconcile") => (route.into(), Some(json!({"source_ids": ["other"]}))),
         ("POST", "/v1/purge") => (route.into(), Some(json!({}))),
         ("PUT", "/v1/acl/documents/{doc_id}") => (

@@ -6,7 +6,7 @@ use std::io::BufReader;
 use airlock_retrieval::ingest::parse_jsonl;
 use airlock_retrieval::{Error, SearchMode, SearchRequest};
 
-use crate::common::{Env, allow_all, shared_dir, test_config};
+use crate::common::{Env, allow, allow_all, shared_dir, test_config};
 
 fn bm25(q: &str, k: usize) -> SearchRequest<'_> {
     SearchRequest {
@@ -261,4 +261,63 @@ fn extracted_files_ingest_with_anchors_and_refusals_per_file() {
             .iter()
             .all(|o| o.status == airlock_retrieval::UpsertStatus::Unchanged)
     );
+}
+
+/// Originals: content-addressed and shared, part of the version, given only to `allow`, gone
+/// with the last live document naming them, and a file a crash left unnamed (or half written)
+/// is swept when the store opens.
+#[test]
+fn originals_are_shared_served_to_readers_and_swept() {
+    use airlock_retrieval::{DocumentInput, Original, sha256_hex};
+    let env = Env::new();
+    let dir = env.dir.path().join("originals");
+    let files = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let doc = |id: &str, bytes: &[u8]| {
+        let mut d = DocumentInput::new(id, "", String::from_utf8_lossy(bytes).into_owned());
+        d.original = Some(Original::new("text/plain", bytes.to_vec()));
+        d
+    };
+    let (a, b) = (
+        b"Overdraft fees are waived.".as_slice(),
+        b"Wire cut-off is 4pm.".as_slice(),
+    );
+    let r = env.open_bm25(test_config());
+    let ra = r.upsert_one(doc("a.txt", a)).unwrap();
+    let rb = r.upsert_one(doc("b.txt", a)).unwrap();
+    assert_eq!(files(), vec![sha256_hex(a)], "one file for two documents");
+    // The original is part of the version: the same text from another file is a new version.
+    let mut same_text = doc("a.txt", a);
+    same_text.original = Some(Original::new("text/markdown", a.to_vec()));
+    let ra2 = r.upsert_one(same_text).unwrap();
+    assert_ne!(ra.version, ra2.version);
+    assert!(r.original("a.txt", &allow([rb.ordinal])).unwrap().is_none());
+    let got = r.original("a.txt", &allow([ra.ordinal])).unwrap().unwrap();
+    assert_eq!(
+        (got.media_type.as_str(), got.len),
+        ("text/markdown", a.len() as u64)
+    );
+    assert_eq!(r.original_digest("a.txt").unwrap(), Some(sha256_hex(a)));
+    // Replacing one with another file keeps the shared one for the other document.
+    r.upsert_one(doc("a.txt", b)).unwrap();
+    assert_eq!(files().len(), 2);
+    r.delete("b.txt").unwrap();
+    assert_eq!(files(), vec![sha256_hex(b)]);
+    assert!(r.original("b.txt", &allow_all()).unwrap().is_none());
+    // A crash between the file write and the commit, or inside the write.
+    drop(r);
+    std::fs::write(dir.join(sha256_hex(b"orphan")), b"orphan").unwrap();
+    std::fs::write(dir.join(format!("{}.1.tmp", sha256_hex(b"x"))), b"x").unwrap();
+    let r = env.open_bm25(test_config());
+    assert_eq!(files(), vec![sha256_hex(b)]);
+    r.delete("a.txt").unwrap();
+    assert!(files().is_empty());
+    r.purge(i64::MAX).unwrap();
+    assert!(files().is_empty());
 }
