@@ -10,7 +10,10 @@ import assert from 'node:assert/strict';
 
 import { browserMissing, launch, openPage } from './lib/browser.mjs';
 import { signIn, ask, askAdmitted, settled, sources, everythingInDom, assertClean, metric, chooseModel, forceRung } from './lib/ui.mjs';
-import { startDaemon, planFromBankDev, seed, HOSTILE, tail } from './lib/daemon.mjs';
+import fs from 'node:fs';
+import path from 'node:path';
+
+import { startDaemon, planFromBankDev, seed, HOSTILE, tail, REPO } from './lib/daemon.mjs';
 
 const BIN = process.env.AIRLOCK_BIN;
 const skip = !BIN
@@ -130,6 +133,61 @@ describe('web UI against the real daemon', { skip, timeout: 60 * 60_000 }, () =>
       assert.ok(!all.includes(s), `"${s}" must not appear anywhere in the outsider's page`);
     }
     for (const s of await sources(answer)) assert.ok(!c.forbidden_doc_ids.includes(s.doc));
+    assertClean(page, { allowConsole: INFO_404 });
+    await page.context().close();
+  });
+
+  test('a PDF source names its page, marks the supporting passage and opens the original at that page, for its reader only', async () => {
+    // A two-page rate sheet uploaded as a raw PDF (issue 20), readable by one user only; its
+    // folder-style id has a `/`.
+    const id = 'rates/table-two-pages.pdf';
+    const pdf = fs.readFileSync(path.join(REPO, 'extract/tests/fixtures/table-two-pages.pdf'));
+    const put = await daemon.fetch(`${daemon.url}/v1/documents/${encodeURIComponent(id)}?title=${encodeURIComponent('Deposit rate sheet')}`, {
+      method: 'PUT',
+      headers: { Authorization: `Bearer ${daemon.adminToken}`, 'Content-Type': 'application/pdf' },
+      body: pdf,
+    });
+    assert.ok(put.status < 300, `raw PDF upload: ${put.status} ${await put.text()}`);
+    const reader = plan.answerable.user;
+    await daemon.must('PUT', `/v1/acl/documents/${encodeURIComponent(id)}`, { users: [reader], groups: [] });
+
+    const page = await signedIn(reader);
+    const popups = [];
+    page.context().on('page', (p) => popups.push(p));
+    const answer = await ask(page, 'What is the rate of the Premier Bond 68?');
+    // The sources arrive before the answer: the PDF's citation carries its page and the row.
+    const source = answer.locator('.source', { hasText: 'Deposit rate sheet' }).first();
+    await source.waitFor({ timeout: ANSWER_TIMEOUT });
+    await page.getByRole('button', { name: 'Stop' }).click({ timeout: 2000 }).catch(() => {});
+    await settled(answer, 30_000);
+    const where = await source.locator('.source-where').textContent();
+    assert.match(where, /^page \d+/, where);
+    const pageNo = Number(where.match(/^page (\d+)/)[1]);
+    const marked = await source.locator('mark.source-passage').textContent();
+    assert.match(marked, /Premier Bond 68/, `the passage is the row the question names: ${marked}`);
+    assert.ok((await source.locator('.source-snippet').textContent()).includes(marked));
+
+    // "Open page N" opens the original (fetched with the reader's credentials) at that page.
+    await source.getByRole('button', { name: new RegExp(`^Open page ${pageNo} of`) }).click();
+    for (let i = 0; i < 100 && !popups.some((p) => p.url().startsWith('blob:')); i++) await page.waitForTimeout(100);
+    const opened = popups.find((p) => p.url().startsWith('blob:'));
+    assert.ok(opened, `a tab with the original opened: ${popups.map((p) => p.url())}`);
+    assert.ok(opened.url().endsWith(`#page=${pageNo}`), opened.url());
+    assert.ok(opened.url().startsWith(`blob:${daemon.url}/`), opened.url());
+    // What the page fetched for that tab: the original, byte for byte, to its reader.
+    const mine = await daemon.fetch(`${daemon.url}/v1/documents/${encodeURIComponent(id)}/file`, {
+      headers: { Authorization: `Bearer ${tokens[reader]}` },
+    });
+    assert.equal(mine.status, 200);
+    assert.equal(mine.headers.get('content-type'), 'application/pdf');
+    assert.ok(Buffer.from(await mine.arrayBuffer()).equals(pdf), 'the original file, byte for byte');
+
+    // Anyone else gets the same 404 as for an id that does not exist.
+    const other = tokens[plan.denied.user];
+    const denied = await daemon.api('GET', `/v1/documents/${encodeURIComponent(id)}/file`, undefined, other);
+    const missing = await daemon.api('GET', `/v1/documents/${encodeURIComponent('rates/none.pdf')}/file`, undefined, other);
+    assert.equal(denied.status, 404);
+    assert.equal(denied.text, missing.text);
     assertClean(page, { allowConsole: INFO_404 });
     await page.context().close();
   });
