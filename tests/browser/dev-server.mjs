@@ -48,7 +48,11 @@ const DOCS = [
     doc_id: 'doc-00128',
     title: 'Enhanced Due Diligence Thresholds — Institutional Clients (Ireland)',
     snippet:
+      'Institutional customers onboarded in Ireland with an expected annual turnover above EUR 7,250,000 require enhanced due diligence before the account is opened. The threshold applies per customer.',
+    passage:
       'Institutional customers onboarded in Ireland with an expected annual turnover above EUR 7,250,000 require enhanced due diligence before the account is opened.',
+    page: 3,
+    section: ['Enhanced Due Diligence', '4.2 Thresholds'],
     score: 0.87,
   },
   {
