@@ -1,0 +1,3 @@
+//! hdf5 utilities for examples
+
+pub mod annhdf5;
