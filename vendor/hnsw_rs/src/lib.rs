@@ -1,4 +1,3 @@
-#![cfg_attr(feature = "stdsimd", feature(portable_simd))]
 //
 // for logging (debug mostly, switched at compile time in cargo.toml)
 use env_logger::Builder;

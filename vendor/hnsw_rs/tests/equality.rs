@@ -98,7 +98,9 @@ fn test_equality_float() {
     let mut rng = rand::rng();
     let unif = Uniform::<f32>::new(0., 1.).unwrap();
 
-    let nbdata = 10000;
+    // Airlock fork: 2,000 points instead of 10,000 (same parameters and threshold), so that the
+    // three tests take seconds instead of ~190 s in the workspace test run (AIRLOCK.md).
+    let nbdata = 2000;
     let dim = 10;
 
     let mut datas: Vec<Vec<f32>> = Vec::with_capacity(nbdata);
@@ -186,7 +188,9 @@ fn test_equality_cosine() {
     let mut rng = rand::rng();
     let unif = Uniform::<f32>::new(0., 1.).unwrap();
 
-    let nbdata = 10000;
+    // Airlock fork: 2,000 points instead of 10,000 (same parameters and threshold), so that the
+    // three tests take seconds instead of ~190 s in the workspace test run (AIRLOCK.md).
+    let nbdata = 2000;
     let dim = 10;
 
     let mut datas: Vec<Vec<f32>> = Vec::with_capacity(nbdata);
@@ -285,7 +289,9 @@ fn test_equality_int() {
     let mut rng = rand::rng();
     let unif = Uniform::<u32>::new(0, 1000).unwrap();
 
-    let nbdata = 10000;
+    // Airlock fork: 2,000 points instead of 10,000 (same parameters and threshold), so that the
+    // three tests take seconds instead of ~190 s in the workspace test run (AIRLOCK.md).
+    let nbdata = 2000;
     let dim = 10;
 
     let mut datas: Vec<Vec<u32>> = Vec::with_capacity(nbdata);

@@ -8,18 +8,9 @@
 use rand::distr::Uniform;
 use rand::prelude::*;
 
-use skiplist::{Comparator, OrderedSkipList};
-
 use anndists::dist;
 use hnsw_rs::prelude::*;
 use serde::{Serialize, de::DeserializeOwned};
-
-struct CompareByDist;
-impl Comparator<PointIdWithOrder> for CompareByDist {
-    fn compare(&self, p1: &PointIdWithOrder, p2: &PointIdWithOrder) -> std::cmp::Ordering {
-        p1.dist_to_ref.total_cmp(&p2.dist_to_ref)
-    }
-}
 
 pub fn gen_random_vector_f32(nbrow: usize) -> Vec<f32> {
     let mut rng = rand::rng();
@@ -44,28 +35,14 @@ fn brute_force_neighbours<T: Serialize + DeserializeOwned + Copy + Send + Sync>(
     refdata: &PointIndexation<T>,
     distance: PointDistance<T>,
     data: &[T],
-) -> OrderedSkipList<PointIdWithOrder, 16, CompareByDist> {
-    //
-    let mut neighbours: OrderedSkipList<PointIdWithOrder, 16, CompareByDist> =
-        OrderedSkipList::<PointIdWithOrder, 16, CompareByDist>::with_comparator(CompareByDist {});
-    //
-    let mut ptiter = refdata.into_iter();
-    let mut more = true;
-    while more {
-        if let Some(point) = ptiter.next() {
-            let dist_p = distance.eval(data, point.get_v());
-            let ordered_point = PointIdWithOrder::new(point.get_point_id(), dist_p);
-            //            log::debug!(" brute force inserting {:?}", ordered_point);
-            if neighbours.len() < nb_neighbours {
-                neighbours.insert(ordered_point);
-            } else {
-                neighbours.insert(ordered_point);
-                neighbours.pop_last();
-            }
-        } else {
-            more = false;
-        }
-    } // end while
+) -> Vec<PointIdWithOrder> {
+    // Airlock fork: a sorted Vec instead of skiplist's OrderedSkipList (one dev-dependency less).
+    let mut neighbours: Vec<PointIdWithOrder> = refdata
+        .into_iter()
+        .map(|point| PointIdWithOrder::new(point.get_point_id(), distance.eval(data, point.get_v())))
+        .collect();
+    neighbours.sort_by(|p1, p2| p1.dist_to_ref.total_cmp(&p2.dist_to_ref));
+    neighbours.truncate(nb_neighbours);
     neighbours
 } // end of brute_force_2
 

@@ -1,3 +1,0 @@
-//! hdf5 utilities for examples
-
-pub mod annhdf5;
