@@ -1235,7 +1235,7 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
     } // end of parallel_insert
 
     /// insert new_point in neighbourhood info of point
-    fn reverse_update_neighborhood_simple(&self, new_point: Arc<Point<T>>) {
+    fn reverse_update_neighborhood_simple(&self, new_point: Arc<Point<'b, T>>) {
         //  println!("reverse update neighbourhood for  new point {:?} ", new_point.p_id);
         trace!(
             "reverse update neighbourhood for  new point {:?} ",
@@ -1272,12 +1272,30 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
                         2 * self.max_nb_connection
                     };
                     let shrink = nbn_at_l > threshold_shrinking;
-                    {
-                        // sort and shring if necessary
+                    if shrink {
+                        // Airlock fork: an overflowing list is pruned with the same diversity
+                        // heuristic as the forward links (as hnswlib does), not by dropping the
+                        // farthest: on near-duplicate-heavy data, plain distance order fills the
+                        // list with copies of one point and drops the long links.
+                        let mut candidates: BinaryHeap<Arc<PointWithOrder<T>>> = q_point_neighbours
+                            [l_n]
+                            .drain(..)
+                            .map(|n| Arc::new(PointWithOrder::new(&n.point_ref, -n.dist_to_ref)))
+                            .collect();
+                        let mut kept = Vec::with_capacity(threshold_shrinking);
+                        self.select_neighbours(
+                            q_point.get_v(),
+                            &mut candidates,
+                            threshold_shrinking,
+                            false,
+                            l,
+                            self.keep_pruned,
+                            &mut kept,
+                        );
+                        kept.sort_unstable();
+                        q_point_neighbours[l_n] = kept;
+                    } else {
                         q_point_neighbours[l_n].sort_unstable();
-                        if shrink {
-                            q_point_neighbours[l_n].pop();
-                        }
                     }
                 } // end protection against point identity
             }
@@ -1874,5 +1892,62 @@ mod tests {
             let result = hnsw.search(&[1.0, 0.0, 0.0, 0.0], 2, 10);
             assert_eq!(result, vec![Neighbour::new(0, 0.0, PointId(0, 0))]);
         }
+    }
+
+    // ---- Airlock fork (AIRLOCK.md): graph-quality regressions ------------------------------
+
+    /// `n` uniform random points of dimension `dim`, reproducible.
+    fn seeded_points(n: usize, dim: usize, seed: u64) -> Vec<Vec<f32>> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let unif = Uniform::<f32>::new(0., 1.).unwrap();
+        (0..n)
+            .map(|_| (0..dim).map(|_| rng.sample(unif)).collect())
+            .collect()
+    }
+
+    /// A serial build with few connections (M 4), so that there are several upper layers.
+    fn serial_graph(data: &[Vec<f32>]) -> Hnsw<'_, f32, dist::DistL2> {
+        let hnsw = Hnsw::<f32, dist::DistL2>::new(4, data.len(), 16, 32, dist::DistL2 {});
+        for (i, d) in data.iter().enumerate() {
+            hnsw.insert((d, i));
+        }
+        hnsw
+    }
+
+    // (a) When a back-link overflows a neighbour list, the list is pruned with the same
+    // diversity heuristic as forward links, not by plain distance: a point whose list is full of
+    // near-duplicates on one side keeps its only link towards the other side.
+    #[test]
+    fn back_links_pruned_by_the_diversity_heuristic() {
+        let hnsw = Hnsw::<f32, dist::DistL2>::new(2, 16, 16, 16, dist::DistL2 {});
+        let point =
+            |v: Vec<f32>, rank: i32| Arc::new(Point::new(v, rank as usize, PointId(0, rank)));
+        let q = point(vec![0., 0.], 0);
+        let far = point(vec![0., 10.], 1);
+        // layer 0 holds 2 * M = 4 links: the far point and three near-duplicates at (1, ε)
+        let mut links = vec![Arc::new(PointWithOrder::new(&far, 10.))];
+        for r in 2..5 {
+            let d = point(vec![1., 0.01 * r as f32], r);
+            let dist = hnsw.dist_f.eval(q.get_v(), d.get_v());
+            links.push(Arc::new(PointWithOrder::new(&d, dist)));
+        }
+        links.sort_unstable();
+        q.neighbours.write()[0] = links;
+        // one more near-duplicate links to q: q's list overflows
+        let new = point(vec![1., 0.05], 5);
+        let dist = hnsw.dist_f.eval(q.get_v(), new.get_v());
+        new.neighbours.write()[0] = vec![Arc::new(PointWithOrder::new(&q, dist))];
+        hnsw.reverse_update_neighborhood_simple(Arc::clone(&new));
+        let kept: Vec<usize> = q.neighbours.read()[0]
+            .iter()
+            .map(|n| n.point_ref.get_origin_id())
+            .collect();
+        assert!(kept.len() <= 4, "{kept:?}");
+        assert!(
+            kept.contains(&1),
+            "the only link towards (0, 10) was pruned: {kept:?}"
+        );
+        // q is cleared so that the Arc cycle does not leak in the test binary
+        q.neighbours.write()[0].clear();
     }
 } // end of module test
