@@ -1496,6 +1496,44 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
         knn_neighbours
     } // end of knn_search
 
+    /// The query's descent through the upper layers (Airlock fork: extracted from
+    /// `search_filter`): from the entry point down to layer 1, the point the base-layer search
+    /// starts from: on each layer, a greedy walk to a local minimum.
+    pub(crate) fn descend_upper_layers(
+        &self,
+        data: &[T],
+        entry_point: Arc<Point<'b, T>>,
+    ) -> Arc<Point<'b, T>> {
+        let mut dist_to_entry = self.dist_f.eval(data, entry_point.as_ref().data.get_v());
+        let mut pivot = Arc::clone(&entry_point);
+        let mut new_pivot = None;
+
+        //
+        for layer in (1..=entry_point.p_id.0).rev() {
+            // Airlock fork: walk the layer greedily until no neighbour is closer (upstream made
+            // one hop per layer and went down from wherever that hop ended).
+            loop {
+                let mut has_changed = false;
+                {
+                    let neighbours = &pivot.neighbours.read()[layer as usize];
+                    for n in neighbours {
+                        let tmp_dist = self.dist_f.eval(data, n.point_ref.data.get_v());
+                        if tmp_dist < dist_to_entry {
+                            new_pivot = Some(Arc::clone(&n.point_ref));
+                            has_changed = true;
+                            dist_to_entry = tmp_dist;
+                        }
+                    }
+                }
+                if !has_changed {
+                    break;
+                }
+                pivot = Arc::clone(new_pivot.as_ref().unwrap());
+            }
+        } // end on for on layers
+        pivot
+    }
+
     /// a filtered version of [`Self::search`].  
     /// A filter can be added to the search to get nodes with a particular property or id constraint.  
     /// See examples in tests/filtertest.rs
@@ -1517,31 +1555,7 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
                 entry_point = Arc::clone((*entry_point_opt_ref).as_ref().unwrap());
             }
         }
-        //
-        let mut dist_to_entry = self.dist_f.eval(data, entry_point.as_ref().data.get_v());
-        let mut pivot = Arc::clone(&entry_point);
-        let mut new_pivot = None;
-
-        //
-        for layer in (1..=entry_point.p_id.0).rev() {
-            let mut has_changed = false;
-            // search in stored neighbours
-            {
-                let neighbours = &pivot.neighbours.read()[layer as usize];
-                for n in neighbours {
-                    // get the lowest  distance point.
-                    let tmp_dist = self.dist_f.eval(data, n.point_ref.data.get_v());
-                    if tmp_dist < dist_to_entry {
-                        new_pivot = Some(Arc::clone(&n.point_ref));
-                        has_changed = true;
-                        dist_to_entry = tmp_dist;
-                    }
-                } // end of for on neighbours
-            }
-            if has_changed {
-                pivot = Arc::clone(new_pivot.as_ref().unwrap());
-            }
-        } // end on for on layers
+        let pivot = self.descend_upper_layers(data, entry_point);
         // ef must be greater than knbn. Possibly it should be between knbn and self.max_nb_connection
         let ef = ef_arg.max(knbn);
         log::debug!("pivot changed , current pivot {:?}", pivot.get_point_id());
@@ -1949,5 +1963,32 @@ mod tests {
         );
         // q is cleared so that the Arc cycle does not leak in the test binary
         q.neighbours.write()[0].clear();
+    }
+
+    // (b) The query descent walks each upper layer greedily to a local minimum of that layer
+    // (not one hop per layer): where it ends on layer 1, no layer-1 neighbour is closer.
+    #[test]
+    fn descent_ends_each_upper_layer_at_a_local_minimum() {
+        let data = seeded_points(3000, 8, 1);
+        let hnsw = serial_graph(&data);
+        assert!(hnsw.get_max_level_observed() >= 2);
+        let queries = seeded_points(300, 8, 2);
+        let entry = Arc::clone(
+            hnsw.layer_indexed_points
+                .entry_point
+                .read()
+                .as_ref()
+                .unwrap(),
+        );
+        let mut not_minimal = 0;
+        for q in &queries {
+            let pivot = hnsw.descend_upper_layers(q, Arc::clone(&entry));
+            let d = hnsw.dist_f.eval(q, pivot.get_v());
+            let closer = pivot.neighbours.read()[1]
+                .iter()
+                .any(|n| hnsw.dist_f.eval(q, n.point_ref.get_v()) < d);
+            not_minimal += closer as usize;
+        }
+        assert_eq!(not_minimal, 0, "of {} queries", queries.len());
     }
 } // end of module test
