@@ -1133,12 +1133,8 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
             // sorted_points = from_positive_binaryheap_to_negative_binary_heap(&mut sorted_points);
             //
             if let Some(ep) = sorted_points.pop() {
-                // useful for projecting lower layer to upper layer. keep track of points encountered.
-                if new_point.neighbours.read()[l as usize].len()
-                    < self.get_max_nb_connection() as usize
-                {
-                    new_point.neighbours.write()[l as usize].push(Arc::clone(&ep));
-                }
+                // Airlock fork: upstream also pushed `ep` into new_point's list of layer l here,
+                // a layer above new_point's own level (links only on a point's own layers).
                 // get the lowest distance point
                 let tmp_dist = self.dist_f.eval(data, ep.point_ref.data.get_v());
                 if tmp_dist < dist_to_entry {
@@ -1152,7 +1148,10 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
         }
         // now enter_point_id_copy contains id of nearest
         // now loop down to 0
-        for l in (0..level + 1).rev() {
+        // Airlock fork: from the highest layer that already has points. On the layers above
+        // (new_point rises above the entry point) the new point is alone; upstream linked it
+        // there to the old entry point, which does not live on those layers, and back.
+        for l in (0..level.min(max_level_observed) + 1).rev() {
             let ef = self.ef_construction;
             // when l == level, we cannot get new_point in sorted_points as it is seen only from declared neighbours
             let mut sorted_points = self.search_layer(
@@ -1244,7 +1243,8 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
         let level = new_point.p_id.0;
         for l in (0..level + 1).rev() {
             for q in &new_point.neighbours.read()[l as usize] {
-                if new_point.p_id != q.point_ref.p_id {
+                // Airlock fork: a back-link only on a layer q lives on
+                if new_point.p_id != q.point_ref.p_id && q.point_ref.p_id.0 >= l {
                     // as new point is in global table, do not loop and deadlock!!
                     let q_point = &q.point_ref;
                     let mut q_point_neighbours = q_point.neighbours.write();
@@ -1990,5 +1990,32 @@ mod tests {
             not_minimal += closer as usize;
         }
         assert_eq!(not_minimal, 0, "of {} queries", queries.len());
+    }
+
+    // (c) A point has links only on its own layers (0..=level), and every link on layer l
+    // points to a point that lives on layer l. Upstream wrote descent points into the upper
+    // lists of every new point and, whenever a new point rose above the entry point, linked
+    // the two on layers the old entry point does not live on.
+    #[test]
+    fn links_only_on_a_points_own_layers() {
+        let data = seeded_points(3000, 8, 3);
+        let hnsw = serial_graph(&data);
+        let mut wrong = Vec::new();
+        for p in hnsw.get_point_indexation() {
+            let level = p.get_point_id().0 as usize;
+            for (l, list) in p.neighbours.read().iter().enumerate() {
+                for n in list {
+                    if l > level || (n.point_ref.get_point_id().0 as usize) < l {
+                        wrong.push((p.get_point_id(), l, n.point_ref.get_point_id()));
+                    }
+                }
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{} links off their layer, first {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        );
     }
 } // end of module test
