@@ -27,6 +27,7 @@ use log::trace;
 use log::{debug, info};
 
 pub use crate::filter::FilterT;
+use crate::visited::VisitedSet;
 use anndists::dist::distances::Distance;
 
 // TODO
@@ -947,8 +948,9 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
         let dist_to_entry_point = self.dist_f.eval(point, entry_point.data.get_v());
         trace!("       distance to entry point: {:?} ", dist_to_entry_point);
         // keep a list of id visited
-        let mut visited_point_id = HashMap::<PointId, Arc<Point<T>>>::new();
-        visited_point_id.insert(entry_point.p_id, Arc::clone(&entry_point));
+        // Airlock fork: this thread's reusable epoch array instead of a fresh HashMap of Arcs
+        let mut visited_point_id = VisitedSet::start();
+        visited_point_id.insert(entry_point.p_id);
         //
         let mut candidate_points =
             BinaryHeap::<Arc<PointWithOrder<T>>>::with_capacity(skiplist_size);
@@ -1008,8 +1010,7 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
             for e in neighbours_c_l {
                 // HERE WE sEE THAT neighbours should be stored as PointIdWithOrder !!
                 // CAVEAT what if several point_id with same distance to ref point?
-                if !visited_point_id.contains_key(&e.point_ref.p_id) {
-                    visited_point_id.insert(e.point_ref.p_id, Arc::clone(&e.point_ref));
+                if visited_point_id.insert(e.point_ref.p_id) {
                     trace!("             visited insertion {:?}", e.point_ref.p_id);
                     let f_opt = return_points.peek();
                     if f_opt.is_none() {

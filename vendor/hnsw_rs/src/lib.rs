@@ -12,6 +12,7 @@ pub mod hnsw;
 pub mod hnswio;
 pub mod libext;
 pub mod prelude;
+mod visited;
 
 // we impose our version of anndists
 pub use anndists;
