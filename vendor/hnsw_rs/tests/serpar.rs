@@ -1,4 +1,5 @@
-#![allow(clippy::range_zip_with_len)]
+// Airlock fork: needless_range_loop allowed since the helper returns a Vec (was a skiplist)
+#![allow(clippy::range_zip_with_len, clippy::needless_range_loop)]
 
 //! some testing utilities.  
 //! run with to get output statistics : cargo test --release -- --nocapture --test test_parallel.  
