@@ -204,10 +204,17 @@ pub fn cpu_desc() -> String {
             .unwrap_or_default()
     };
     let flags = field("flags");
-    let simd: Vec<&str> = ["sse4_2", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni"]
-        .into_iter()
-        .filter(|f| flags.split_whitespace().any(|x| x == *f))
-        .collect();
+    let simd: Vec<&str> = [
+        "sse4_2",
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512bw",
+        "avx512_vnni",
+    ]
+    .into_iter()
+    .filter(|f| flags.split_whitespace().any(|x| x == *f))
+    .collect();
     let cpus = info.lines().filter(|l| l.starts_with("processor")).count();
     format!("{} × {cpus}, flags {}", field("model name"), simd.join(" "))
 }
