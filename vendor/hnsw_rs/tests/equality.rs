@@ -98,9 +98,9 @@ fn test_equality_float() {
     let mut rng = rand::rng();
     let unif = Uniform::<f32>::new(0., 1.).unwrap();
 
-    // Airlock fork: 2,000 points instead of 10,000 (same parameters and threshold), so that the
+    // Airlock fork: 1,000 points instead of 10,000 (same parameters and threshold), so that the
     // three tests take seconds instead of ~190 s in the workspace test run (AIRLOCK.md).
-    let nbdata = 2000;
+    let nbdata = 1000;
     let dim = 10;
 
     let mut datas: Vec<Vec<f32>> = Vec::with_capacity(nbdata);
@@ -188,9 +188,9 @@ fn test_equality_cosine() {
     let mut rng = rand::rng();
     let unif = Uniform::<f32>::new(0., 1.).unwrap();
 
-    // Airlock fork: 2,000 points instead of 10,000 (same parameters and threshold), so that the
+    // Airlock fork: 1,000 points instead of 10,000 (same parameters and threshold), so that the
     // three tests take seconds instead of ~190 s in the workspace test run (AIRLOCK.md).
-    let nbdata = 2000;
+    let nbdata = 1000;
     let dim = 10;
 
     let mut datas: Vec<Vec<f32>> = Vec::with_capacity(nbdata);
@@ -289,9 +289,9 @@ fn test_equality_int() {
     let mut rng = rand::rng();
     let unif = Uniform::<u32>::new(0, 1000).unwrap();
 
-    // Airlock fork: 2,000 points instead of 10,000 (same parameters and threshold), so that the
+    // Airlock fork: 1,000 points instead of 10,000 (same parameters and threshold), so that the
     // three tests take seconds instead of ~190 s in the workspace test run (AIRLOCK.md).
-    let nbdata = 2000;
+    let nbdata = 1000;
     let dim = 10;
 
     let mut datas: Vec<Vec<u32>> = Vec::with_capacity(nbdata);

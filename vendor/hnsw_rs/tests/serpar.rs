@@ -40,7 +40,9 @@ fn brute_force_neighbours<T: Serialize + DeserializeOwned + Copy + Send + Sync>(
     // Airlock fork: a sorted Vec instead of skiplist's OrderedSkipList (one dev-dependency less).
     let mut neighbours: Vec<PointIdWithOrder> = refdata
         .into_iter()
-        .map(|point| PointIdWithOrder::new(point.get_point_id(), distance.eval(data, point.get_v())))
+        .map(|point| {
+            PointIdWithOrder::new(point.get_point_id(), distance.eval(data, point.get_v()))
+        })
         .collect();
     neighbours.sort_by(|p1, p2| p1.dist_to_ref.total_cmp(&p2.dist_to_ref));
     neighbours.truncate(nb_neighbours);
