@@ -34,6 +34,7 @@ fn main() {
         data.queries.len(),
         load_avg()
     );
+    println!("# cpu: {}", cpu_desc());
 
     let tag = format!(
         "{}-{n}",

@@ -191,3 +191,30 @@ pub fn load_avg() -> String {
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
 }
+
+/// The CPU model and the SIMD flags that matter to both libraries' distance kernels
+/// (from /proc/cpuinfo), so that numbers from different boxes are not compared unknowingly.
+pub fn cpu_desc() -> String {
+    let info = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    let flags = field("flags");
+    let simd: Vec<&str> = [
+        "sse4_2",
+        "avx2",
+        "fma",
+        "avx512f",
+        "avx512bw",
+        "avx512_vnni",
+    ]
+    .into_iter()
+    .filter(|f| flags.split_whitespace().any(|x| x == *f))
+    .collect();
+    let cpus = info.lines().filter(|l| l.starts_with("processor")).count();
+    format!("{} × {cpus}, flags {}", field("model name"), simd.join(" "))
+}
