@@ -24,6 +24,9 @@ pub const DEFAULT_DATA_DIR: &str = "./airlock-data";
 pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 /// Default body limit for document uploads and IAM syncs (32 MiB).
 pub const DEFAULT_UPLOAD_LIMIT: usize = 32 << 20;
+/// Default `engine_decode_stall_factor`: a long prompt arriving costs decoding streams at most
+/// twice their time per token.
+pub const DEFAULT_DECODE_STALL_FACTOR: f64 = 2.0;
 
 /// Errors found while loading or validating the configuration (user mistakes, exit code 2).
 #[derive(Debug, thiserror::Error)]
@@ -323,6 +326,12 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_ENGINE_BATCH_MAX_WAIT_STEPS")]
     pub engine_batch_max_wait_steps: Option<u64>,
 
+    /// Engine: while streams decode, a step's prefill is capped so the step takes at most this
+    /// many times a decode-only step (a long prompt arriving slows running streams at most
+    /// this much per token; its own first token comes later instead); 1 to 100 [default: 2].
+    #[arg(long, env = "AIRLOCK_ENGINE_DECODE_STALL_FACTOR")]
+    pub engine_decode_stall_factor: Option<f64>,
+
     /// Refuse to start unless the egress lockdown (landlock) is fully enforced [default: false].
     #[arg(long, env = "AIRLOCK_REQUIRE_SANDBOX")]
     pub require_sandbox: Option<bool>,
@@ -456,6 +465,10 @@ impl fmt::Debug for Config {
                 "engine_batch_max_wait_steps",
                 &self.engine_batch_max_wait_steps,
             )
+            .field(
+                "engine_decode_stall_factor",
+                &self.engine_decode_stall_factor,
+            )
             .field("require_sandbox", &self.require_sandbox)
             .field("trusted_header", &self.trusted_header)
             .field(
@@ -578,6 +591,9 @@ impl Config {
             shed_retry_after_secs: self.shed_retry_after_secs.or(lower.shed_retry_after_secs),
             batch_shed_rung: self.batch_shed_rung.or(lower.batch_shed_rung),
             engine_max_batch: self.engine_max_batch.or(lower.engine_max_batch),
+            engine_decode_stall_factor: self
+                .engine_decode_stall_factor
+                .or(lower.engine_decode_stall_factor),
             engine_queue_capacity: self.engine_queue_capacity.or(lower.engine_queue_capacity),
             engine_batch_queue_capacity: self
                 .engine_batch_queue_capacity
@@ -740,6 +756,15 @@ impl Config {
                     "must be between 1 and {} (below the engine's step token budget)",
                     engine.step_token_budget - 1
                 ),
+            ));
+        }
+        if engine
+            .decode_stall_factor
+            .is_some_and(|f| !(1.0..=100.0).contains(&f))
+        {
+            return Err(invalid(
+                "engine_decode_stall_factor",
+                "must be between 1 and 100",
             ));
         }
         if !(1..=1 << 16).contains(&engine.queue_capacity) {
@@ -1087,6 +1112,11 @@ impl Config {
             batch_max_wait_steps: self
                 .engine_batch_max_wait_steps
                 .unwrap_or(d.batch_max_wait_steps),
+            // A long prompt arriving costs decoding streams at most 2x per token.
+            decode_stall_factor: Some(
+                self.engine_decode_stall_factor
+                    .unwrap_or(DEFAULT_DECODE_STALL_FACTOR),
+            ),
             ..d
         }
     }
@@ -1333,7 +1363,13 @@ ladder_shed_admit_inflight = 2
     #[test]
     fn engine_priority_settings_reach_the_engine_config() {
         use airlock_inference::generate::EngineConfig;
-        assert_eq!(Config::default().engine_config(), EngineConfig::default());
+        assert_eq!(
+            Config::default().engine_config(),
+            EngineConfig {
+                decode_stall_factor: Some(DEFAULT_DECODE_STALL_FACTOR),
+                ..EngineConfig::default()
+            }
+        );
         let c = Config::from_toml(
             "engine_max_batch = 2
 engine_queue_capacity = 8
@@ -1390,6 +1426,11 @@ engine_batch_max_wait_steps = 0
             field(c)
         };
         assert_eq!(bad(|c| c.engine_max_batch = Some(0)), "engine_max_batch");
+        for f in [0.5, f64::NAN, 101.0] {
+            let mut c = Config::default();
+            c.engine_decode_stall_factor = Some(f);
+            assert_eq!(field(c), "engine_decode_stall_factor");
+        }
         assert_eq!(bad(|c| c.engine_max_batch = Some(256)), "engine_max_batch");
         assert_eq!(
             bad(|c| c.engine_queue_capacity = Some(0)),

@@ -45,7 +45,7 @@ use super::model::{DecoderModel, ModelConfig, SeqChunk};
 use super::sampling::{self, Detokenizer, Rng, SamplingParams, TextStream};
 
 /// Engine limits. All are validated by [`Engine::start`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EngineConfig {
     /// Interactive requests that may wait for admission; more are refused with
     /// [`SubmitError::QueueFull`]. Batch requests do not count against it.
@@ -66,6 +66,13 @@ pub struct EngineConfig {
     pub step_token_budget: usize,
     /// Largest prefill chunk of one sequence in one step.
     pub prefill_chunk: usize,
+    /// Decode protection: while sequences are decoding, a step's prefill rows are capped so the
+    /// step takes at most this many times a decode-only step, from the step times measured so
+    /// far (at least [`MIN_PREFILL_ROWS`] rows, so a prompt always progresses). A long prompt
+    /// arriving then costs the running streams at most this factor per token, and takes longer
+    /// to its own first token instead. `None`: only `step_token_budget` and `prefill_chunk`
+    /// bound a step (the step plan is then independent of timing).
+    pub decode_stall_factor: Option<f64>,
     /// KV-cache memory all sequences together may hold.
     pub kv_budget_bytes: usize,
     /// Context cap (prompt + generated tokens); the model's trained context caps it further.
@@ -81,11 +88,16 @@ impl Default for EngineConfig {
             max_batch: 16,
             step_token_budget: 256,
             prefill_chunk: 128,
+            decode_stall_factor: None,
             kv_budget_bytes: 1 << 30,
             n_ctx: 4096,
         }
     }
 }
+
+/// The fewest prefill rows a step gives a pending prompt under
+/// [`EngineConfig::decode_stall_factor`].
+pub const MIN_PREFILL_ROWS: usize = 8;
 
 /// How urgently a request wants the engine (see [`Engine::submit_with_priority`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
@@ -427,6 +439,12 @@ impl Engine {
         if config.n_ctx < 2 {
             return invalid("n_ctx must be at least 2");
         }
+        if config
+            .decode_stall_factor
+            .is_some_and(|f| !f.is_finite() || f < 1.0)
+        {
+            return invalid("decode_stall_factor must be a finite number >= 1");
+        }
         let model_config = model.config().clone();
         let n_ctx = config.n_ctx.min(model_config.n_ctx_train);
         let shared = Arc::new(Shared {
@@ -453,6 +471,8 @@ impl Engine {
             step: 0,
             rate_window: VecDeque::new(),
             prefix: SharedPrefix::default(),
+            decode_step_ms: None,
+            prefill_row_ms: None,
         };
         let thread = std::thread::Builder::new()
             .name(format!("airlock-gen-{name}"))
@@ -650,6 +670,10 @@ struct Scheduler {
     rate_window: VecDeque<(Instant, usize)>,
     /// The shared system-prompt prefix and its cached KV.
     prefix: SharedPrefix,
+    /// Step-time model for [`EngineConfig::decode_stall_factor`]: milliseconds of a decode-only
+    /// step and of one prefill row, moving averages of measured steps.
+    decode_step_ms: Option<f64>,
+    prefill_row_ms: Option<f64>,
 }
 
 /// The engine thread's copy of the shared prefix and, once filled, its KV.
@@ -903,6 +927,12 @@ impl Scheduler {
                 budget -= 1;
             }
         }
+        // Decode protection: while streams decode, prefill only what keeps the step within the
+        // stall factor of a decode-only step.
+        let decoding = self.config.step_token_budget - budget;
+        if decoding > 0 {
+            budget = budget.min(self.prefill_cap());
+        }
         // Then prefill chunks, oldest admission first, with what is left.
         for (r, s) in rows.iter_mut().zip(&self.active) {
             if s.remaining() > 1 && budget > 0 {
@@ -911,6 +941,35 @@ impl Scheduler {
             }
         }
         rows
+    }
+
+    /// The prefill rows a step with decoding streams may take ([`EngineConfig::decode_stall_factor`]).
+    fn prefill_cap(&self) -> usize {
+        let (Some(factor), Some(decode), Some(row)) = (
+            self.config.decode_stall_factor,
+            self.decode_step_ms,
+            self.prefill_row_ms,
+        ) else {
+            return usize::MAX;
+        };
+        let rows = ((factor - 1.0).max(0.0) * decode / row.max(1e-6)).floor();
+        (rows as usize).max(MIN_PREFILL_ROWS)
+    }
+
+    /// Updates the step-time model with a step of `rows` rows, `prompt_rows` of them prefill.
+    fn learn_step_time(&mut self, ms: f64, rows: usize, prompt_rows: usize) {
+        const ALPHA: f64 = 0.2;
+        let avg = |old: Option<f64>, new: f64| Some(old.map_or(new, |o| o + ALPHA * (new - o)));
+        if prompt_rows == 0 {
+            self.decode_step_ms = avg(self.decode_step_ms, ms);
+        } else if rows > prompt_rows {
+            if let Some(decode) = self.decode_step_ms {
+                let per_row = (ms - decode).max(0.0) / prompt_rows as f64;
+                self.prefill_row_ms = avg(self.prefill_row_ms, per_row);
+            }
+        } else {
+            self.prefill_row_ms = avg(self.prefill_row_ms, ms / prompt_rows as f64);
+        }
     }
 
     /// Preempts the most recently admitted sequences until the planned step fits the budget.
@@ -978,8 +1037,14 @@ impl Scheduler {
             });
             owners.push(i);
         }
+        let total_rows: usize = chunks.iter().map(|c| c.tokens.len()).sum();
+        let forward_started = Instant::now();
         let result = self.model.forward(&mut chunks);
         drop(chunks);
+        if self.config.decode_stall_factor.is_some() && total_rows > 0 {
+            let ms = forward_started.elapsed().as_secs_f64() * 1e3;
+            self.learn_step_time(ms, total_rows, prompt_rows);
+        }
         let logits = match result {
             Ok(l) => l,
             Err(e) => {

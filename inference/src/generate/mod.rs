@@ -24,7 +24,7 @@ mod sampling;
 
 pub use engine::{
     Engine, EngineConfig, EngineCounters, EngineMetrics, Event, FinishReason, GenerateRequest,
-    Priority, Stream, SubmitError, Usage,
+    MIN_PREFILL_ROWS, Priority, Stream, SubmitError, Usage,
 };
 pub use kv::{KV_BLOCK_TOKENS, KvCache};
 pub use model::{Arch, DecoderModel, ModelConfig, SeqChunk, SpecialTokens};

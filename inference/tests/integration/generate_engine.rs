@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use airlock_inference::generate::{
-    Engine, EngineConfig, Event, FinishReason, GenerateRequest, Priority, SamplingParams, Stream,
-    SubmitError, Usage,
+    Engine, EngineConfig, Event, FinishReason, GenerateRequest, MIN_PREFILL_ROWS, Priority,
+    SamplingParams, Stream, SubmitError, Usage,
 };
 use serde_json::Value;
 
@@ -284,6 +284,80 @@ fn chunked_prefill_keeps_running_stream_fed_every_step() {
         "A must still be running after B's prefill"
     );
     assert!(e.metrics().prompt_tokens_processed >= 300);
+}
+
+/// Decode protection: with `decode_stall_factor` 1 (no step may be slower than a decode-only
+/// one, so every step with a decoding stream gets the floor of `MIN_PREFILL_ROWS` prefill rows
+/// once both step times are known), a long prompt arriving while a stream decodes is spread
+/// over many more steps than `prefill_chunk` alone would give, the running stream gets a token
+/// every step, and both outputs equal their solo runs.
+#[test]
+fn decode_protection_spreads_a_long_prefill_and_keeps_outputs() {
+    let cases = prompts();
+    let long: Vec<u32> = cases
+        .iter()
+        .flat_map(|(p, _)| p.clone())
+        .cycle()
+        .take(120)
+        .collect();
+    let solo = |prompt: &[u32], n: usize| {
+        collect(
+            engine(EngineConfig::default())
+                .submit(req(prompt, n))
+                .unwrap(),
+        )
+    };
+    let (solo_a, solo_b) = (solo(&cases[1].0, 30), solo(&long, 2));
+    let e = engine(EngineConfig {
+        decode_stall_factor: Some(1.0),
+        ..EngineConfig::default()
+    });
+    let mut a = e.submit(req(&cases[1].0, 30)).unwrap();
+    let mut a_first = Vec::new();
+    let mut a_steps = Vec::new();
+    // A's prefill (a prefill-only step) and two decode-only steps: both step times are known.
+    while a_steps.len() < 3 {
+        if let Some(Event::Token { id, step, .. }) = a.blocking_recv() {
+            a_first.push(id);
+            a_steps.push(step);
+        }
+    }
+    let submitted_after = e.metrics().steps;
+    let b = collect(e.submit(req(&long, 2)).unwrap());
+    let mut rest = collect(a);
+    a_first.append(&mut rest.tokens);
+    a_steps.append(&mut rest.steps);
+    let prefill_steps = b.steps[0] - submitted_after;
+    assert!(
+        prefill_steps as usize >= long.len() / MIN_PREFILL_ROWS,
+        "120 prompt tokens in {prefill_steps} steps: the floor is {MIN_PREFILL_ROWS} rows a step"
+    );
+    if *a_steps.last().unwrap() > b.steps[0] {
+        assert!(
+            a_steps.windows(2).all(|w| w[1] == w[0] + 1),
+            "A skipped steps: {a_steps:?}"
+        );
+    }
+    assert_eq!(
+        a_first, solo_a.tokens,
+        "decode protection changed A's output"
+    );
+    assert_eq!(
+        b.tokens, solo_b.tokens,
+        "decode protection changed B's output"
+    );
+    // A factor below 1 or not finite is refused at start.
+    for f in [0.5, f64::NAN] {
+        let refused = Engine::start(
+            load("smollm2"),
+            None,
+            EngineConfig {
+                decode_stall_factor: Some(f),
+                ..EngineConfig::default()
+            },
+        );
+        assert!(refused.is_err(), "factor {f} was accepted");
+    }
 }
 
 #[test]
