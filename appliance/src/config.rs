@@ -1427,8 +1427,10 @@ engine_batch_max_wait_steps = 0
         };
         assert_eq!(bad(|c| c.engine_max_batch = Some(0)), "engine_max_batch");
         for f in [0.5, f64::NAN, 101.0] {
-            let mut c = Config::default();
-            c.engine_decode_stall_factor = Some(f);
+            let c = Config {
+                engine_decode_stall_factor: Some(f),
+                ..Config::default()
+            };
             assert_eq!(field(c), "engine_decode_stall_factor");
         }
         assert_eq!(bad(|c| c.engine_max_batch = Some(256)), "engine_max_batch");

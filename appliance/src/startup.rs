@@ -380,9 +380,22 @@ pub fn open_retrieval_with(
 /// Refuses an index whose vectors another embedder made, and records the bundle's embedder
 /// for a new index ([`crate::upgrade::check_embedder`]). Call before opening retrieval.
 pub fn check_embedder(data: &Path, bundle: &VerifiedBundle) -> Result<(), StartupError> {
-    let Some(identity) = crate::upgrade::EmbedderIdentity::of(bundle) else {
+    let Some(entry) = bundle.catalogue.first_with_role(Role::Embedder) else {
         return Ok(()); // load_embedder refuses a catalogue without one
     };
+    let files: Vec<(&str, &str)> = entry
+        .files
+        .iter()
+        .map(|f| {
+            let digest = bundle
+                .file_digests
+                .iter()
+                .find(|(p, _)| p.ends_with(f))
+                .map_or("unknown", |(_, d)| d.as_str());
+            (f.as_str(), digest)
+        })
+        .collect();
+    let identity = crate::upgrade::EmbedderIdentity::new(&entry.id, files);
     crate::upgrade::check_embedder(data, &identity)
         .map_err(|e| StartupError::Upgrade(format!("{e:#}")))
 }

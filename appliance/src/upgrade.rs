@@ -57,6 +57,11 @@ pub fn marks_path(data: &Path) -> PathBuf {
     data.join("schema-marks.json")
 }
 
+/// `DATA/airlock.db` (as [`crate::startup::db_path`] names it; this module is a leaf).
+fn db_path(data: &Path) -> PathBuf {
+    data.join("airlock.db")
+}
+
 /// `DATA/embedder.json`.
 pub fn embedder_path(data: &Path) -> PathBuf {
     data.join("embedder.json")
@@ -108,7 +113,7 @@ impl std::fmt::Display for Blocking {
 /// The migrations `airlock.db` holds that a release supporting `target` cannot read (none when
 /// there is no database). Opens the database read-only and changes nothing.
 pub fn migrations_beyond(data: &Path, target: &SchemaVersions) -> anyhow::Result<Vec<Blocking>> {
-    let db = crate::startup::db_path(data);
+    let db = db_path(data);
     if !db.exists() {
         return Ok(Vec::new());
     }
@@ -168,7 +173,7 @@ pub fn rollback_refusal(
 ) -> anyhow::Result<Option<String>> {
     let marks = read_marks(data)?;
     let Some(target) = marks.releases.get(target_version) else {
-        if force || !crate::startup::db_path(data).exists() {
+        if force || !db_path(data).exists() {
             return Ok(None);
         }
         return Ok(Some(format!(
@@ -208,33 +213,23 @@ pub struct EmbedderIdentity {
 }
 
 impl EmbedderIdentity {
-    /// The bundle's embedder (the first catalogue entry with the embedder role).
-    pub fn of(bundle: &crate::startup::VerifiedBundle) -> Option<Self> {
+    /// The identity of model `id` made of `files` (bundle paths, each with its
+    /// `sha256:<hex>`): the digest is over the sorted `path digest` lines.
+    pub fn new<'a>(id: &str, files: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
         use sha2::Digest;
-        let entry = bundle
-            .catalogue
-            .first_with_role(airlock_inference::catalogue::Role::Embedder)?;
-        let mut lines: Vec<String> = entry
-            .files
-            .iter()
-            .map(|f| {
-                let digest = bundle
-                    .file_digests
-                    .iter()
-                    .find(|(p, _)| p.ends_with(f))
-                    .map_or("unknown", |(_, d)| d.as_str());
-                format!("{f} {digest}\n")
-            })
+        let mut lines: Vec<String> = files
+            .into_iter()
+            .map(|(path, digest)| format!("{path} {digest}\n"))
             .collect();
         lines.sort();
         let mut h = sha2::Sha256::new();
         for l in &lines {
             h.update(l.as_bytes());
         }
-        Some(EmbedderIdentity {
-            model: entry.id.clone(),
+        EmbedderIdentity {
+            model: id.to_string(),
             digest: format!("sha256:{}", hex::encode(h.finalize())),
-        })
+        }
     }
 }
 
@@ -288,7 +283,7 @@ mod tests {
         // No database: nothing to protect.
         assert_eq!(rollback_refusal(dir.path(), "0.9.0", false).unwrap(), None);
         // A database, and a target that never ran here.
-        let db = crate::startup::db_path(dir.path());
+        let db = db_path(dir.path());
         airlock_acl::Acl::open(&db).unwrap();
         let why = rollback_refusal(dir.path(), "0.9.0", false)
             .unwrap()
@@ -301,7 +296,7 @@ mod tests {
     #[test]
     fn a_target_older_than_a_migration_is_refused_naming_it() {
         let dir = tempfile::tempdir().unwrap();
-        let db = crate::startup::db_path(dir.path());
+        let db = db_path(dir.path());
         airlock_acl::Acl::open(&db).unwrap();
         let mut older = SchemaVersions::supported();
         older.acl -= 1;
