@@ -1,6 +1,6 @@
 //! Safe upgrades and rollbacks of the data directory (issue 26 point 7).
 //!
-//! - **Schema marks** (`DATA/schema-marks.json`): each release that starts on a data directory
+//! - **Schema marks** (`DATA/releases/schema-marks.json`): each release that starts on a data directory
 //!   records the schema versions its binary reads and writes (acl, retrieval, appliance
 //!   tables of `airlock.db`), by bundle version. `airlock rollback` compares the previous
 //!   release's mark with what the database holds now: a migration applied after that release
@@ -8,12 +8,13 @@
 //!   could undo safely), so the rollback is **refused, naming each such migration**, and the
 //!   operator restores the backup taken before the upgrade instead. A previous release with
 //!   no mark (it never started on this data directory) is refused too unless `--force`.
-//! - **Embedder identity** (`DATA/embedder.json`): the model id and a digest of the files of
+//! - **Embedder identity** (`DATA/releases/embedder.json`): the model id and a digest of the files of
 //!   the embedder whose vectors the index holds. A bundle whose embedder differs is refused at
 //!   start (vectors of two models are not comparable: search would silently return noise).
 //!
-//! Both files are written atomically (temporary file, fsync, rename, fsync of the directory)
-//! and travel with `airlock backup`.
+//! Both files are written atomically (temporary file, fsync, rename, fsync of the directory) in
+//! `DATA/releases/`, a directory the daemon may write under its lockdown, and travel with
+//! `airlock backup`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -52,9 +53,13 @@ pub struct SchemaMarks {
     pub releases: BTreeMap<String, SchemaVersions>,
 }
 
-/// `DATA/schema-marks.json`.
+/// Where the release records live: a directory, because the daemon's lockdown lets nothing be
+/// created directly in the data directory (crate::sandbox::daemon_writable creates it).
+pub const RELEASES_DIR: &str = "releases";
+
+/// `DATA/releases/schema-marks.json`.
 pub fn marks_path(data: &Path) -> PathBuf {
-    data.join("schema-marks.json")
+    data.join(RELEASES_DIR).join("schema-marks.json")
 }
 
 /// `DATA/airlock.db` (as [`crate::startup::db_path`] names it; this module is a leaf).
@@ -62,9 +67,9 @@ fn db_path(data: &Path) -> PathBuf {
     data.join("airlock.db")
 }
 
-/// `DATA/embedder.json`.
+/// `DATA/releases/embedder.json`.
 pub fn embedder_path(data: &Path) -> PathBuf {
-    data.join("embedder.json")
+    data.join(RELEASES_DIR).join("embedder.json")
 }
 
 /// Reads the marks (none yet: empty).

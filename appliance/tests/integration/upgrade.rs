@@ -68,7 +68,7 @@ fn upgrade_rollback_upgrade_with_real_bundles_and_refusals_that_name_the_reason(
     let d = data.to_str().unwrap();
     let first = current(&data);
     ingest(dir, &data, "first");
-    let marks = data.join("schema-marks.json");
+    let marks = data.join("releases/schema-marks.json");
     assert!(marks.exists(), "the first release is marked");
 
     // Upgrade.
@@ -124,7 +124,7 @@ fn upgrade_rollback_upgrade_with_real_bundles_and_refusals_that_name_the_reason(
 
     // The index's vectors came from the staged MiniLM: an embedder with other files is refused
     // (simulated by the record, which is what start-up compares) and nothing is ingested.
-    let rec = data.join("embedder.json");
+    let rec = data.join("releases/embedder.json");
     let mut e: serde_json::Value = serde_json::from_slice(&std::fs::read(&rec).unwrap()).unwrap();
     assert_eq!(e["model"], "minilm");
     e["digest"] = "sha256:0000".into();
