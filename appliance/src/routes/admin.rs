@@ -60,14 +60,9 @@ fn filter(field: &str, v: Option<String>) -> Result<Option<String>, ApiError> {
     }
 }
 
+/// An RFC 3339 filter; an empty one (a form's blank field) is none.
 fn instant(field: &str, v: Option<&str>) -> Result<Option<OffsetDateTime>, ApiError> {
-    v.filter(|s| !s.is_empty())
-        .map(|s| {
-            OffsetDateTime::parse(s, &Rfc3339).map_err(|_| {
-                ApiError::InvalidRequest(format!("`{field}` is not an RFC 3339 instant"))
-            })
-        })
-        .transpose()
+    crate::routes::audit::instant(field, v.filter(|s| !s.is_empty()))
 }
 
 fn rfc3339_ms(ms: i64) -> Option<String> {
@@ -778,16 +773,7 @@ pub async fn audit(
     let limit = page_limit(p.limit)?;
     let kinds = match p.kind.as_deref() {
         None | Some("") => vec![],
-        Some(k) => vec![
-            airlock_acl::audit::ALL_KINDS
-                .into_iter()
-                .find(|x| x.as_str() == k)
-                .ok_or_else(|| {
-                    ApiError::InvalidRequest(format!(
-                        "`kind` {k:?} is not shown, recheck_drop, sync, admin, sign_in or receipt"
-                    ))
-                })?,
-        ],
+        Some(k) => vec![crate::routes::audit::kind(k)?],
     };
     let q = AuditSearch {
         user: filter("user", p.user)?,

@@ -30,12 +30,29 @@ pub struct AuditParams {
     pub limit: Option<usize>,
 }
 
-fn instant(field: &str, v: Option<&str>) -> Result<Option<time::OffsetDateTime>, ApiError> {
+/// Parses an optional RFC 3339 query parameter `field` (the audit routes and the console's
+/// audit search).
+pub(crate) fn instant(
+    field: &str,
+    v: Option<&str>,
+) -> Result<Option<time::OffsetDateTime>, ApiError> {
     v.map(|s| {
         time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
             .map_err(|_| ApiError::InvalidRequest(format!("`{field}` is not an RFC 3339 instant")))
     })
     .transpose()
+}
+
+/// The audit kind a `kind` query parameter names.
+pub(crate) fn kind(k: &str) -> Result<airlock_acl::AuditKind, ApiError> {
+    airlock_acl::audit::ALL_KINDS
+        .into_iter()
+        .find(|x| x.as_str() == k)
+        .ok_or_else(|| {
+            ApiError::InvalidRequest(format!(
+                "`kind` {k:?} is not shown, recheck_drop, sync, admin, sign_in or receipt"
+            ))
+        })
 }
 
 /// `GET /v1/audit?user=&since=&until=&kind=&limit=` → `{"entries": [...]}`, oldest first.
@@ -44,19 +61,7 @@ pub async fn list(
     Admin(_): Admin,
     Query(p): Query<AuditParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let kind = match p.kind.as_deref() {
-        None => None,
-        Some(k) => Some(
-            airlock_acl::audit::ALL_KINDS
-                .into_iter()
-                .find(|x| x.as_str() == k)
-                .ok_or_else(|| {
-                    ApiError::InvalidRequest(format!(
-                        "`kind` {k:?} is not shown, recheck_drop, sync, admin, sign_in or receipt"
-                    ))
-                })?,
-        ),
-    };
+    let kind = p.kind.as_deref().map(kind).transpose()?;
     if p.limit.is_some_and(|l| l == 0 || l > MAX_AUDIT_ENTRIES) {
         return Err(ApiError::InvalidRequest(format!(
             "`limit` must be between 1 and {MAX_AUDIT_ENTRIES}"

@@ -345,18 +345,7 @@ pub async fn sync_schedule(state: AppState) {
         let users = match Directory::new(cfg.clone()).all_users().await {
             Ok(u) => u,
             Err(e) => {
-                tracing::warn!(error = %e, "scheduled directory sync failed");
-                let (acl, e) = (services.acl.clone(), e.to_string());
-                let _ = blocking(move || {
-                    crate::routes::admin::record_sync_failure(
-                        &acl,
-                        "ldap-schedule".into(),
-                        "directory",
-                        &e,
-                    );
-                    Ok(())
-                })
-                .await;
+                record_scheduled_failure(&services.acl, e.to_string()).await;
                 continue;
             }
         };
@@ -378,19 +367,25 @@ pub async fn sync_schedule(state: AppState) {
                 "scheduled directory sync applied"
             ),
             Err(e) => {
-                tracing::warn!(error = %e, "scheduled directory sync failed");
-                let acl = services.acl.clone();
-                let _ = blocking(move || {
-                    crate::routes::admin::record_sync_failure(
-                        &acl,
-                        "ldap-schedule".into(),
-                        "directory",
-                        &e,
-                    );
-                    Ok(())
-                })
-                .await;
+                record_scheduled_failure(&services.acl, e.to_string()).await;
             }
         }
     }
+}
+
+/// Logs a failed scheduled directory sync and records it in the audit log (the console's sync
+/// history).
+async fn record_scheduled_failure(acl: &std::sync::Arc<airlock_acl::Acl>, error: String) {
+    tracing::warn!(error = %error, "scheduled directory sync failed");
+    let acl = acl.clone();
+    let _ = blocking(move || {
+        crate::routes::admin::record_sync_failure(
+            &acl,
+            "ldap-schedule".into(),
+            "directory",
+            &error,
+        );
+        Ok(())
+    })
+    .await;
 }

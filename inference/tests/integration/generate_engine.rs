@@ -499,12 +499,10 @@ fn batch_has_its_own_queue_limit() {
     }
 }
 
-/// The prefix cache is no timing side channel: what one user asked never changes how much of
-/// another user's prompt is prefilled (the work that sets time to first token). User B's
-/// request prefills the same number of tokens whether user A asked B's very question just
-/// before, or another one: only the platform's fixed prefix is ever reused.
-#[test]
-fn another_users_question_never_shortens_a_prefill() {
+/// A "system prompt" prefix (the first 37 ids of a 57-id fixture prompt, not a multiple of the
+/// prefill chunk) and two prompts that start with it and go on with different "user" tails
+/// (two other fixture prompts): `(prefix, a, b)`.
+fn prefixed_prompts() -> (Vec<u32>, Vec<u32>, Vec<u32>) {
     let cases = prompts();
     let prefix: Vec<u32> = cases[4].0[..37].to_vec();
     let with_tail = |i: usize| -> Vec<u32> {
@@ -513,6 +511,16 @@ fn another_users_question_never_shortens_a_prefill() {
         p
     };
     let (a, b) = (with_tail(1), with_tail(2));
+    (prefix, a, b)
+}
+
+/// The prefix cache is no timing side channel: what one user asked never changes how much of
+/// another user's prompt is prefilled (the work that sets time to first token). User B's
+/// request prefills the same number of tokens whether user A asked B's very question just
+/// before, or another one: only the platform's fixed prefix is ever reused.
+#[test]
+fn another_users_question_never_shortens_a_prefill() {
+    let (prefix, a, b) = prefixed_prompts();
     // B's prefilled tokens after A asked `first`.
     let prefilled_for_b = |first: &[u32]| -> (u64, Vec<u32>) {
         let e = engine(EngineConfig {
@@ -539,14 +547,7 @@ fn another_users_question_never_shortens_a_prefill() {
 fn shared_prefix_is_computed_once_and_reused_bit_identically() {
     // A "system prompt" prefix (the first 37 ids of a 57-id fixture prompt, not a multiple of
     // the prefill chunk) followed by different "user" tails: two other fixture prompts.
-    let cases = prompts();
-    let prefix: Vec<u32> = cases[4].0[..37].to_vec();
-    let with_tail = |i: usize| -> Vec<u32> {
-        let mut p = prefix.clone();
-        p.extend_from_slice(&cases[i].0);
-        p
-    };
-    let (a, b) = (with_tail(1), with_tail(2));
+    let (prefix, a, b) = prefixed_prompts();
     let cold_cfg = EngineConfig {
         prefill_chunk: 16,
         ..EngineConfig::default()
