@@ -21,6 +21,7 @@ pub mod feedback;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod generator;
+pub mod ingest_queue;
 pub mod ladder;
 pub mod ldap;
 pub mod metrics;

@@ -117,7 +117,7 @@ fn path_err(path: &Path) -> impl Fn(std::io::Error) -> SandboxError + '_ {
 
 /// Prepares `data_dir` for the daemon's lockdown and returns where the daemon may write: every
 /// directory and regular file directly in `data_dir` except [`READ_ONLY`] ones (symlinks are
-/// skipped: they could point anywhere), `index/`, `originals/` and `releases/` (created), the SQLite database and its WAL
+/// skipped: they could point anywhere), `index/`, `originals/`, `releases/` and `ingest-queue/` (created), the SQLite database and its WAL
 /// files, and `/dev/null`.
 ///
 /// Landlock rules only grant, and a grant on a directory covers everything beneath it, so the
@@ -129,6 +129,8 @@ pub fn daemon_writable(data_dir: &Path) -> Result<Vec<PathBuf>, SandboxError> {
     std::fs::create_dir_all(data_dir.join("index")).map_err(path_err(data_dir))?;
     std::fs::create_dir_all(data_dir.join("originals")).map_err(path_err(data_dir))?;
     std::fs::create_dir_all(data_dir.join(crate::upgrade::RELEASES_DIR))
+        .map_err(path_err(data_dir))?;
+    std::fs::create_dir_all(crate::ingest_queue::queue_dir(data_dir))
         .map_err(path_err(data_dir))?;
     let db = data_dir.join(SQLITE_FILES[0]);
     rusqlite::Connection::open(&db)

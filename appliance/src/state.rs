@@ -18,6 +18,7 @@ struct Inner {
     services: ArcSwapOption<Services>,
     logins: crate::session::LoginLimiter,
     oidc: std::sync::OnceLock<Arc<crate::oidc::Oidc>>,
+    indexing: Arc<crate::ingest_queue::Status>,
 }
 
 /// Cheap-to-clone handle on everything a handler needs.
@@ -40,6 +41,7 @@ impl AppState {
                 services: ArcSwapOption::empty(),
                 logins: crate::session::LoginLimiter::default(),
                 oidc: std::sync::OnceLock::new(),
+                indexing: Arc::default(),
             }),
         }
     }
@@ -107,5 +109,10 @@ impl AppState {
     /// The services, or 503 `not-ready`.
     pub fn services(&self) -> Result<Arc<Services>, ApiError> {
         self.inner.services.load_full().ok_or(ApiError::NotReady)
+    }
+
+    /// The background ingest worker's progress (crate::ingest_queue).
+    pub fn indexing(&self) -> &Arc<crate::ingest_queue::Status> {
+        &self.inner.indexing
     }
 }

@@ -6,9 +6,43 @@ use std::path::Path;
 
 use candle_core::{DType, Device};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::Config;
+use serde::Deserialize;
 
 use crate::error::{Error, Result};
+
+/// The fields of a Hugging Face BERT `config.json` the forward reads (others are ignored). The
+/// names and the activation spellings are candle-transformers' `bert::Config`'s, which the
+/// parity tests run beside ours; the product does not link that crate (a build-time cost of
+/// every model architecture it carries).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+pub(crate) struct Config {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    pub hidden_act: HiddenAct,
+    pub max_position_embeddings: usize,
+    pub type_vocab_size: usize,
+    pub layer_norm_eps: f64,
+    /// The weights' prefix when not `bert.` (e.g. `roberta`).
+    #[serde(default)]
+    pub model_type: Option<String>,
+}
+
+/// The feed-forward activation (`hidden_act`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[cfg_attr(test, derive(serde::Serialize))]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum HiddenAct {
+    /// GELU, exact (erf).
+    Gelu,
+    /// GELU, tanh approximation.
+    GeluApproximate,
+    /// ReLU.
+    Relu,
+}
 
 /// Reads a Hugging Face BERT `config.json`.
 pub(crate) fn read_config(path: &Path) -> Result<Config> {

@@ -19,9 +19,9 @@
 //!   is safe Rust over fixed-width chunks that the compiler vectorises, run in parallel on the
 //!   rayon pool (`RAYON_NUM_THREADS`, like candle's matmuls).
 
+use crate::bert::{Config, HiddenAct};
 use candle_core::{Device, Storage, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{Config, HiddenAct};
 use rayon::prelude::*;
 
 /// Width of the independent accumulators in reductions and micro-tiles (one AVX register).
@@ -997,6 +997,17 @@ mod tests {
         }
     }
 
+    /// The same configuration as candle-transformers' (its extra fields at their defaults).
+    fn candle_config(c: &Config) -> candle_transformers::models::bert::Config {
+        let mut v = serde_json::to_value(c).unwrap();
+        let m = v.as_object_mut().unwrap();
+        m.insert("hidden_dropout_prob".into(), 0.1.into());
+        m.insert("initializer_range".into(), 0.02.into());
+        m.insert("pad_token_id".into(), 0.into());
+        m.insert("classifier_dropout".into(), serde_json::Value::Null);
+        serde_json::from_value(v).unwrap()
+    }
+
     fn random_model(hidden: usize, heads: usize, act: HiddenAct) -> (Config, VarBuilder<'static>) {
         let config = Config {
             vocab_size: 50,
@@ -1008,7 +1019,8 @@ mod tests {
             max_position_embeddings: 300,
             type_vocab_size: 2,
             layer_norm_eps: 1e-12,
-            ..Config::default()
+            // The tensors below are named `bert.…`, as candle's default config expects.
+            model_type: Some("bert".into()),
         };
         let dev = Device::Cpu;
         let mut t: HashMap<String, Tensor> = HashMap::new();
@@ -1062,7 +1074,7 @@ mod tests {
     fn check_against_candle(hidden: usize, heads: usize, act: HiddenAct) {
         let (config, vb) = random_model(hidden, heads, act);
         let mut fast = FastBert::load(vb.clone(), &config).unwrap();
-        let reference = BertModel::load(vb, &config).unwrap();
+        let reference = BertModel::load(vb, &candle_config(&config)).unwrap();
         let lens = [1usize, 2, 5, 16, 17, 63, 300];
         let mut seed = 12345u64;
         let mut next = |m: u32| {

@@ -1,9 +1,12 @@
 //! `airlock demo`: a working appliance in one command — a demo signing key and keyring, the demo
-//! bundle built from the staged models and installed, the sample corpora ingested with their
-//! permissions, demo users with tokens in `DIR/demo/tokens.json`, then `airlock serve`.
+//! bundle built from the staged models and installed, the demo's permissions, three generated
+//! files (PDF, XLSX, DOCX), demo users with tokens in `DIR/demo/tokens.json`, the sample corpora
+//! queued in `DIR/ingest-queue/`, then `airlock serve`, which serves at once and ingests the
+//! queued corpora in the background (crate::ingest_queue; progress in the web UI's footer).
+//! With `--setup-only` nothing serves, so the queued corpora are ingested before it exits.
 //!
 //! Every step is idempotent: a re-run reuses the key, the installed bundle, the ingested corpus
-//! (unchanged documents are skipped by content hash) and the tokens file.
+//! (unchanged documents are skipped by content hash), the queue and the tokens file.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -152,6 +155,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
     }
 
     let tokens_path = demo.join("tokens.json");
+    let mut opened: Option<crate::Services> = None;
     if !tokens_path.exists() {
         // 3. Open the appliance exactly as the daemon does (verifies the bundle, loads models).
         step("opening the appliance (verifying the bundle, loading the embedder)");
@@ -171,8 +175,11 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
         };
         tokens.insert(ADMIN.to_owned(), admin_token);
         if !args.no_sample_data {
-            let users = load_sample_data(&services, &args.sample_data)?;
+            // Permissions first (grants may name documents not stored yet), then the three
+            // files (seconds), then the corpora queued: the daemon ingests them while it serves.
+            let users = apply_sample_permissions(&services, &args.sample_data)?;
             load_sample_files(&services, &args.sample_files)?;
+            queue_sample_corpora(&data, &args.sample_data)?;
             for u in users {
                 let t = services.acl.issue_token(ACTOR, &u)?;
                 tokens.insert(u, t);
@@ -184,13 +191,31 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
             tokens.len(),
             tokens_path.display()
         ));
+        opened = Some(services);
     } else {
         step(&format!("reusing {}", tokens_path.display()));
     }
 
+    let queued = crate::ingest_queue::pending(&data)?;
     if args.setup_only {
+        // Nothing will serve: ingest the queued corpora here, now.
+        if !queued.is_empty() {
+            let services = match opened {
+                Some(s) => s,
+                None => crate::startup::open(&config).context("opening the appliance")?,
+            };
+            ingest_queued_now(&services, &data)?;
+        }
         step("set-up complete (--setup-only)");
         return Ok(true);
+    }
+    drop(opened);
+    if !queued.is_empty() {
+        let names: Vec<&str> = queued.iter().map(|j| j.name.as_str()).collect();
+        step(&format!(
+            "serving now; {} ingest in the background (progress in the web UI's footer)",
+            names.join(" and ")
+        ));
     }
     let bind = config.addr();
     eprintln!(
@@ -346,65 +371,72 @@ fn bar(len: u64, msg: &str) -> ProgressBar {
     b
 }
 
-/// Ingests bank-dev and Cranfield, applies the combined permissions and returns the demo users.
-fn load_sample_data(services: &crate::Services, dir: &Path) -> anyhow::Result<Vec<String>> {
+/// The sample corpora, in the order they are ingested.
+const SAMPLE_CORPORA: [&str; 2] = ["bank-dev", "cranfield"];
+
+fn sample_corpus(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let path = dir.join(name).join("corpus.jsonl");
+    if !path.is_file() {
+        bail!(
+            "{} not found: pass --sample-data DIR (the folder holding bank-dev/ and cranfield/) or --no-sample-data",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// Queues bank-dev and Cranfield in `DATA/ingest-queue/` (crate::ingest_queue).
+fn queue_sample_corpora(data: &Path, dir: &Path) -> anyhow::Result<()> {
+    for name in SAMPLE_CORPORA {
+        let job = crate::ingest_queue::enqueue(data, name, &sample_corpus(dir, name)?)?;
+        step(&format!(
+            "queued {name} for ingest ({})",
+            job.path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the queued ingest jobs on this thread with a progress bar (`--setup-only`).
+fn ingest_queued_now(services: &crate::Services, data: &Path) -> anyhow::Result<()> {
+    let status = crate::ingest_queue::Status::default();
+    let mut current: Option<(String, ProgressBar)> = None;
+    let done = crate::ingest_queue::drain(services, data, &status, &mut |job, s| {
+        if current.as_ref().map(|(n, _)| n.as_str()) != Some(job.name.as_str()) {
+            if let Some((_, pb)) = current.take() {
+                pb.finish_and_clear();
+            }
+            step(&format!(
+                "ingesting {}: {} documents",
+                job.name, s.docs_total
+            ));
+            current = Some((job.name.clone(), bar(s.docs_total as u64, "documents")));
+        }
+        if let Some((_, pb)) = &current {
+            pb.set_position(s.docs_done as u64);
+            pb.set_message(format!("{:.0} chunks/s", s.chunks_per_s));
+        }
+    })?;
+    if let Some((_, pb)) = current.take() {
+        pb.finish_and_clear();
+    }
+    for (job, o) in done {
+        step(&format!(
+            "{}: {} stored, {} refused, {} chunks embedded",
+            job.name, o.stored, o.refused, o.chunks
+        ));
+    }
+    Ok(())
+}
+
+/// Applies the demo's permissions (bank-dev's IAM snapshot, every user also reading Cranfield)
+/// and returns the demo users. The documents may come later: grants and documents share
+/// ordinals, so each document is readable by its grantees from the moment it is stored.
+fn apply_sample_permissions(services: &crate::Services, dir: &Path) -> anyhow::Result<Vec<String>> {
     let bank = dir.join("bank-dev");
     let cran = dir.join("cranfield");
-    for d in [&bank, &cran] {
-        if !d.join("corpus.jsonl").is_file() {
-            bail!(
-                "{} not found: pass --sample-data DIR (the folder holding bank-dev/ and cranfield/) or --no-sample-data",
-                d.join("corpus.jsonl").display()
-            );
-        }
-    }
-    let retrieval = &services.retrieval;
-    let max = retrieval.config().max_document_bytes;
-    for (name, path) in [
-        ("bank-dev", bank.join("corpus.jsonl")),
-        ("cranfield", cran.join("corpus.jsonl")),
-    ] {
-        let t = Instant::now();
-        let file =
-            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        let items = airlock_retrieval::ingest::parse_jsonl(name, BufReader::new(file), max);
-        let docs = items.len();
-        step(&format!("ingesting {name}: {docs} documents"));
-        let pb = bar(0, "embedding chunks");
-        // The total number of chunks is known batch by batch: estimate the rest from the
-        // chunks per document seen so far, so the ETA is meaningful from the first batch.
-        let (mut base, mut docs_seen, mut chunks_seen) = (0usize, 0usize, 0usize);
-        let report = retrieval.ingest_items(items, 256, &mut |p| {
-            use airlock_retrieval::Progress as P;
-            match p {
-                P::Prepared {
-                    docs: d,
-                    chunks,
-                    errors,
-                    unchanged,
-                } => {
-                    base = chunks_seen;
-                    docs_seen += d + errors + unchanged;
-                    chunks_seen += chunks;
-                    let per_doc = chunks_seen as f64 / docs_seen.max(1) as f64;
-                    let rest = docs.saturating_sub(docs_seen) as f64 * per_doc;
-                    pb.set_length((chunks_seen as f64 + rest) as u64);
-                    pb.set_position(base as u64);
-                }
-                P::Embedded { done, .. } => pb.set_position((base + done) as u64),
-                P::Committed { .. } | P::Bm25Indexed { .. } | P::Indexed { .. } => {}
-            }
-        })?;
-        pb.finish_and_clear();
-        for e in report.errors.iter().take(5) {
-            eprintln!("    refused: {e}");
-        }
-        step(&format!(
-            "{name}: {} stored, {} refused in {:.0} s",
-            report.outcomes.len(),
-            report.errors.len(),
-            t.elapsed().as_secs_f64()
-        ));
+    for name in SAMPLE_CORPORA {
+        sample_corpus(dir, name)?;
     }
 
     // One snapshot: bank-dev's iam_v1, every user also in the Cranfield readers' group, and every

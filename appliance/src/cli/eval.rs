@@ -585,6 +585,18 @@ fn copy_state(from: &Path, to: &Path) -> anyhow::Result<()> {
             from.display()
         );
     }
+    // A corpus still queued for the background ingest would make the copy a partial corpus.
+    let queued = crate::ingest_queue::pending(from)?;
+    if !queued.is_empty() {
+        let names: Vec<&str> = queued.iter().map(|j| j.name.as_str()).collect();
+        bail!(
+            "{} still has {} corpora queued for ingest ({}, in {}): let its daemon finish them (`GET /v1/info` shows `indexing`) or run `airlock demo --setup-only` there first",
+            from.display(),
+            queued.len(),
+            names.join(", "),
+            crate::ingest_queue::queue_dir(from).display()
+        );
+    }
     for name in ["airlock.db", "airlock.db-wal", "airlock.db-shm"] {
         let src = from.join(name);
         if src.is_file() {
@@ -911,6 +923,14 @@ mod tests {
         std::fs::create_dir_all(from.join("index/0/bm25")).unwrap();
         std::fs::write(from.join("airlock.db"), b"db").unwrap();
         std::fs::write(from.join("airlock.db-wal"), b"wal").unwrap();
+        // A corpus still queued for ingest: refused, nothing copied.
+        let corpus = tmp.path().join("c.jsonl");
+        std::fs::write(&corpus, b"{}\n").unwrap();
+        let job = crate::ingest_queue::enqueue(&from, "bank-dev", &corpus).unwrap();
+        let e = copy_state(&from, &to).unwrap_err().to_string();
+        assert!(e.contains("corpora queued for ingest (bank-dev"), "{e}");
+        assert!(!to.join("airlock.db").exists());
+        std::fs::remove_file(&job.path).unwrap();
         std::fs::write(from.join("index/0/bm25/seg"), b"seg").unwrap();
         std::fs::write(from.join("unrelated.txt"), b"x").unwrap();
         copy_state(&from, &to).unwrap();

@@ -194,6 +194,14 @@ async fn serve(
         match opened {
             Ok(Ok(services)) => {
                 loader_state.set_services(services);
+                // Corpora queued in DATA/ingest-queue/ ingest beside serving.
+                if let Ok(services) = loader_state.services() {
+                    let data = loader_state.config().data_dir();
+                    let status = loader_state.indexing().clone();
+                    if let Err(e) = crate::ingest_queue::spawn(services, data, status) {
+                        tracing::error!(error = %e, "starting the ingest queue worker");
+                    }
+                }
                 tracing::info!("ready");
                 if let Some(n) = &ready_notifier {
                     n.send("READY=1\nSTATUS=serving");

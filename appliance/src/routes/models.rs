@@ -34,7 +34,31 @@ pub async fn info(State(state): State<AppState>, caller: Caller) -> Result<Json<
         "roles": caller.roles,
         // The server keeps conversations (`/v1/conversations`): the web UI offers them.
         "conversations": services.feedback.is_some(),
+        "indexing": indexing(&state, &caller),
     })))
+}
+
+/// The background ingest (crate::ingest_queue) as `GET /v1/info` shows it: `null` when idle;
+/// to an operator or admin the job, its counts, rate and estimate, the jobs queued behind it and
+/// the finished ones; to anyone else only `{"active": true}` — corpus sizes and names are not
+/// theirs to see.
+fn indexing(state: &AppState, caller: &Caller) -> Value {
+    let status = state.indexing().snapshot();
+    let operator = caller.has(airlock_acl::Role::Admin) || caller.has(airlock_acl::Role::Operator);
+    if operator {
+        if !status.active() && status.finished.is_empty() {
+            return Value::Null;
+        }
+        let mut v = serde_json::to_value(&status).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            m.insert("active".into(), Value::Bool(status.active()));
+        }
+        v
+    } else if status.active() {
+        json!({"active": true})
+    } else {
+        Value::Null
+    }
 }
 
 /// `POST /v1/embeddings`: `input` string or array; floats, or base64 of little-endian f32

@@ -15,6 +15,7 @@ mod feedback;
 mod focus;
 mod http;
 mod ingest_crash;
+mod ingest_queue;
 mod ladder;
 mod ldap;
 mod llama_server;

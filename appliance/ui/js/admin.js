@@ -141,7 +141,7 @@ const pages = {
   documents(root, params) {
     root.append(
       h('h2', { id: 'page-title', tabindex: '-1' }, 'Documents'),
-      h('p', { class: 'note' }, 'Find a document by id or title prefix. Titles, ids, versions and counts only; ingest errors of the command-line ingest are printed by it, not recorded here.'),
+      h('p', { class: 'note' }, 'Find a document by id or title prefix. Titles, ids, versions and counts only. Refusals of the background ingest are listed below; those of `airlock ingest` are in its report, those of an upload in its answer.'),
       filterForm('Document filters', [
         { name: 'q', label: 'Id or title starts with' },
         { name: 'status', label: 'Status', options: [['all', 'All'], ['live', 'Live'], ['deleted', 'Deleted']] },
@@ -169,6 +169,7 @@ const pages = {
       detail,
     );
     if (params.doc) openDocument(params.doc, detail);
+    root.append(h('h3', {}, 'Background ingest'), ingestQueue());
   },
 
   users(root, params) {
@@ -387,6 +388,54 @@ const pages = {
     );
   },
 };
+
+/** The daemon's ingest queue (`GET /v1/info` `indexing`): the job in progress and the last finished jobs. */
+function ingestQueue() {
+  const box = h('div', { id: 'ingest-queue' });
+  (async () => {
+    let ix;
+    try {
+      ix = (await state.api.getJson('/v1/info')).indexing;
+    } catch (e) {
+      box.replaceChildren(errorBox(e));
+      return;
+    }
+    if (!ix || (!ix.job && !Array.isArray(ix.finished))) {
+      box.replaceChildren(h('p', { class: 'note' }, ix && ix.active ? 'A background ingest is running.' : 'No background ingest since the daemon started.'));
+      return;
+    }
+    const parts = [];
+    if (ix.job) {
+      const j = ix.job;
+      parts.push(
+        figures([
+          ['Job in progress', str(j.name)],
+          ['Documents', `${str(j.docs_done)} of ${str(j.docs_total)}`],
+          ['Refused', str(j.refused)],
+          ['Chunks per second', typeof j.chunks_per_s === 'number' ? j.chunks_per_s.toFixed(1) : '—'],
+          ['Time left', typeof j.eta_s === 'number' ? `${Math.round(j.eta_s)} s` : '—'],
+          ['Queued behind it', str(ix.queued)],
+          ['Last failure', j.last_error ? str(j.last_error) : 'none'],
+        ]),
+      );
+    }
+    const done = Array.isArray(ix.finished) ? ix.finished : [];
+    parts.push(
+      done.length
+        ? table('Finished ingest jobs', [
+            { label: 'Job', cell: (f) => str(f.name), mono: true },
+            { label: 'Finished', cell: (f) => (typeof f.finished_at === 'number' ? when(new Date(f.finished_at * 1000).toISOString()) : '—') },
+            { label: 'Stored', cell: (f) => str(f.stored) },
+            { label: 'Refused', cell: (f) => h('span', { class: `badge ${f.refused ? 'bad' : 'ok'}` }, str(f.refused)) },
+            { label: 'Seconds', cell: (f) => (typeof f.seconds === 'number' ? f.seconds.toFixed(0) : '—') },
+            { label: 'First refusals', cell: (f) => (f.refusals || []).join(' · ') || '—', wrap: true },
+          ], [...done].reverse())
+        : h('p', { class: 'note' }, 'No job finished since the daemon started.'),
+    );
+    box.replaceChildren(...parts);
+  })();
+  return box;
+}
 
 async function openDocument(id, box) {
   box.hidden = false;

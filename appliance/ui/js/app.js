@@ -54,6 +54,8 @@ const ui = {
   threads: $('threads'),
   newThread: $('new-thread'),
   bundleItem: $('bundle-item'),
+  indexingItem: $('indexing-item'),
+  indexing: $('indexing'),
 };
 
 /** Session state: null while signed out. `kind`: `token` (bearer), `session` (a sign-in
@@ -226,6 +228,7 @@ async function startSession(token, how = {}) {
   ui.whoami.hidden = !user;
   ui.threadsMenu.hidden = threadless;
   setBundleVersion(bundleVersionFrom(info, models));
+  showIndexing(info?.indexing);
   fillModels(models);
   ui.keep.checked = store.keepEnabled(key);
   updateKeepHint();
@@ -251,6 +254,59 @@ function endSession() {
   ui.menu.open = false;
   syncEmpty();
   setBundleVersion(null);
+  showIndexing(null);
+}
+
+/** How often the footer asks for the background ingest's progress while one runs, ms. */
+const INDEXING_POLL_MS = 3000;
+let indexingTimer = 0;
+
+/** "about 4 min left" from seconds; '' when unknown. */
+function etaText(s) {
+  if (typeof s !== 'number' || !Number.isFinite(s) || s < 0) return '';
+  if (s < 60) return 'under a minute left';
+  const m = Math.round(s / 60);
+  return m < 120 ? `about ${m} min left` : `about ${Math.round(m / 60)} h left`;
+}
+
+/**
+ * The footer's background-ingest line (`GET /v1/info` `indexing`, crate::ingest_queue): to an
+ * operator the job, its documents and the time left; to anyone else only that indexing goes
+ * on. While a job runs, the page asks again every few seconds; when none does, the line hides.
+ * @param {any} ix the `indexing` object, or null
+ */
+function showIndexing(ix) {
+  clearTimeout(indexingTimer);
+  indexingTimer = 0;
+  const active = !!(ix && ix.active === true);
+  if (!session || !active) {
+    ui.indexingItem.hidden = true;
+    ui.indexing.textContent = '';
+    return;
+  }
+  const job = ix.job && typeof ix.job === 'object' ? ix.job : null;
+  let text = 'Still indexing documents: answers may miss some until it finishes.';
+  if (job && typeof job.name === 'string' && Number.isFinite(job.docs_total)) {
+    const n = (v) => Number(v).toLocaleString('en-US');
+    const queued = Number.isFinite(ix.queued) && ix.queued > 0 ? ` (${ix.queued} more queued)` : '';
+    const eta = etaText(job.eta_s);
+    text = `Indexing ${job.name}: ${n(job.docs_done)} of ${n(job.docs_total)} documents${eta ? `, ${eta}` : ''}${queued}.`;
+    if (typeof job.last_error === 'string' && job.last_error) text += ' The last attempt failed; it is retried.';
+  }
+  ui.indexing.textContent = text;
+  ui.indexingItem.hidden = false;
+  const api = session.api;
+  indexingTimer = setTimeout(async () => {
+    if (!session || session.api !== api) return;
+    let next = null;
+    try {
+      next = (await api.info())?.indexing ?? null;
+    } catch (e) {
+      // A refused token stops the polling; any other failure keeps the line and tries again.
+      next = e instanceof ApiError && e.status === 401 ? null : ix;
+    }
+    if (session && session.api === api) showIndexing(next);
+  }, INDEXING_POLL_MS);
 }
 
 /**

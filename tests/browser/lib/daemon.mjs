@@ -111,7 +111,8 @@ export function fetchTrusting(ca) {
  * Sets up a demo data dir and starts `airlock serve` on loopback. `opts.port` picks the port;
  * `opts.ca` (a PEM file) means the configuration (AIRLOCK_CONFIG) has a `[tls]` table whose
  * certificate that CA issued for 127.0.0.1: the daemon is then reached over https:// and every
- * call here verifies it against that CA only.
+ * call here verifies it against that CA only. `opts.beforeServe(dataDir)` runs after the set-up,
+ * before `airlock serve` starts.
  */
 export async function startDaemon(bin, opts = {}) {
   const fetch = opts.ca ? fetchTrusting(fs.readFileSync(opts.ca)) : globalThis.fetch;
@@ -134,6 +135,10 @@ export async function startDaemon(bin, opts = {}) {
   await run(bin, ['demo', '--data', dataDir, '--setup-only', '--no-sample-data'], { env, log, timeoutMs: 15 * 60_000 });
   const tokens = JSON.parse(fs.readFileSync(path.join(dataDir, 'demo', 'tokens.json'), 'utf8'));
   if (typeof tokens.admin !== 'string') throw new Error('demo/tokens.json has no admin token');
+
+  // A test's own preparation of the data directory before the daemon starts (e.g. a corpus in
+  // its ingest queue).
+  if (opts.beforeServe) await opts.beforeServe(dataDir);
 
   const out = fs.openSync(log, 'a');
   fs.writeSync(out, `\n$ airlock serve --data ${dataDir} --port ${port} --bind 127.0.0.1\n`);

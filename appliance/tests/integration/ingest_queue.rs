@@ -1,0 +1,216 @@
+//! The ingest queue (issue 26 point 9, `airlock::ingest_queue`): a corpus queued in
+//! `DATA/ingest-queue/` is ingested while the daemon serves. In process: the progress seen by
+//! an operator and by an ordinary user halfway through a job, the documents readable by their
+//! grantees once stored (grants given before the documents existed), a refused line counted
+//! and named only to the operator, the job file removed, a re-queued job skipped by content
+//! hash, and a bad job name refused with nothing written. With the real binary: `airlock serve`
+//! takes up a job queued before it started.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use airlock::ingest_queue::{self, Status};
+use axum::http::Method;
+use serde_json::{Value, json};
+
+use crate::backup::{Daemon, installed};
+use crate::sandbox::http;
+use crate::support::TestApp;
+
+const TOPICS: [&str; 5] = [
+    "The overdraft limit for retail customers is five thousand euros per account.",
+    "Mortgage applications need two payslips and a signed valuation report.",
+    "Wire transfers above fifty thousand euros require a second approver.",
+    "Lost debit cards are blocked through the hotline within ten minutes.",
+    "The savings account pays an interest rate of two percent per year.",
+];
+
+/// A JSON-lines corpus of `n` documents `q000`… plus one line that is not JSON.
+fn corpus(path: &Path, n: usize) {
+    let mut s = String::new();
+    for i in 0..n {
+        let text = format!("Note {i}. {}", TOPICS[i % TOPICS.len()]);
+        s.push_str(
+            &json!({"_id": format!("q{i:03}"), "title": format!("Note {i}"), "text": text})
+                .to_string(),
+        );
+        s.push('\n');
+        if i == n / 2 {
+            s.push_str("{not json\n");
+        }
+    }
+    std::fs::write(path, s).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_corpus_ingests_beside_serving_with_progress_by_role() {
+    let app = std::sync::Arc::new(TestApp::new());
+    let data = app._dir.path().to_path_buf();
+    let services = app.state.services().unwrap();
+    let reader = app.user("reader", &["tellers"]);
+    let other = app.user("other", &["auditors"]);
+    // Grants before the documents exist (as the demo applies its IAM snapshot first).
+    const N: usize = 24;
+    for i in 0..N {
+        let grants = airlock_acl::DocGrants {
+            users: vec![],
+            groups: vec!["tellers".into()],
+        };
+        services
+            .acl
+            .set_document_grants("test", &format!("q{i:03}"), &grants)
+            .unwrap();
+    }
+    let src = data.join("src.jsonl");
+    corpus(&src, N);
+
+    // A bad job name is refused and writes nothing.
+    let err = ingest_queue::enqueue(&data, "../escape", &src).unwrap_err();
+    assert!(err.to_string().contains("job name"), "{err:#}");
+    assert!(ingest_queue::pending(&data).unwrap().is_empty());
+    // A half-written file (the temporary name) is not a job.
+    std::fs::create_dir_all(ingest_queue::queue_dir(&data)).unwrap();
+    std::fs::write(
+        ingest_queue::queue_dir(&data).join(".009-x.jsonl.part"),
+        b"{}",
+    )
+    .unwrap();
+    let job = ingest_queue::enqueue(&data, "notes", &src).unwrap();
+    assert_eq!(ingest_queue::pending(&data).unwrap(), vec![job.clone()]);
+    assert!(
+        job.path.ends_with("001-notes.jsonl"),
+        "{}",
+        job.path.display()
+    );
+
+    // The worker pauses at its first progress report until the test has looked.
+    let (at_progress, paused) = mpsc::channel::<()>();
+    let (go, resume) = mpsc::channel::<()>();
+    let status: std::sync::Arc<Status> = app.state.indexing().clone();
+    let worker = {
+        let (services, job, status) = (services.clone(), job.clone(), status.clone());
+        std::thread::spawn(move || {
+            let mut first = true;
+            ingest_queue::run_job(&services, &job, &status, &mut |_| {
+                if std::mem::take(&mut first) {
+                    at_progress.send(()).unwrap();
+                    resume.recv().unwrap();
+                }
+            })
+            .unwrap()
+        })
+    };
+    tokio::task::spawn_blocking(move || paused.recv().unwrap())
+        .await
+        .unwrap();
+    let info = app
+        .call(Method::GET, "/v1/info", Some(&app.admin), None)
+        .await;
+    assert_eq!(info.status, 200, "{}", info.text);
+    let ix = &info.json["indexing"];
+    assert_eq!(ix["active"], true, "{ix}");
+    assert_eq!(ix["job"]["name"], "notes", "{ix}");
+    assert_eq!(ix["job"]["docs_total"], N + 1, "{ix}");
+    assert_eq!(ix["job"]["refused"], 1, "{ix}");
+    assert_eq!(ix["job"]["docs_done"], 1, "{ix}");
+    assert_eq!(ix["queued"], 0, "{ix}");
+    // An ordinary user learns only that indexing goes on: no name, no counts.
+    let info = app.call(Method::GET, "/v1/info", Some(&other), None).await;
+    assert_eq!(
+        info.json["indexing"],
+        json!({"active": true}),
+        "{}",
+        info.text
+    );
+    go.send(()).unwrap();
+    let outcome = tokio::task::spawn_blocking(move || worker.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!((outcome.stored, outcome.refused), (N, 1));
+    assert!(outcome.chunks >= N, "{outcome:?}");
+    assert!(!job.path.exists(), "the finished job's file is removed");
+
+    // Done: the operator sees the finished job, the refusal named by its line; others nothing.
+    let info = app
+        .call(Method::GET, "/v1/info", Some(&app.admin), None)
+        .await;
+    let ix = &info.json["indexing"];
+    assert_eq!(ix["active"], false, "{ix}");
+    assert_eq!(ix["job"], Value::Null, "{ix}");
+    assert_eq!(ix["finished"][0]["name"], "notes", "{ix}");
+    assert_eq!(ix["finished"][0]["stored"], N, "{ix}");
+    assert_eq!(ix["finished"][0]["refused"], 1, "{ix}");
+    let refusal = ix["finished"][0]["refusals"][0].as_str().unwrap();
+    assert!(refusal.contains("line 14"), "{refusal}");
+    let info = app.call(Method::GET, "/v1/info", Some(&reader), None).await;
+    assert_eq!(info.json["indexing"], Value::Null, "{}", info.text);
+
+    // The grantees read the documents; nobody else does.
+    let q = json!({"query": "overdraft limit for retail customers", "top_k": 5});
+    let r = app
+        .call(Method::POST, "/v1/retrieve", Some(&reader), Some(q.clone()))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let hits = r.json["results"].as_array().unwrap();
+    assert!(!hits.is_empty(), "{}", r.text);
+    assert!(
+        hits.iter()
+            .all(|h| h["doc_id"].as_str().unwrap().starts_with('q')),
+        "{}",
+        r.text
+    );
+    let r = app
+        .call(Method::POST, "/v1/retrieve", Some(&other), Some(q))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["results"], json!([]), "{}", r.text);
+
+    // Queued again (a restart mid-job takes the job up the same way): nothing is re-embedded.
+    let again = ingest_queue::enqueue(&data, "notes", &src).unwrap();
+    assert!(
+        again.path.ends_with("001-notes.jsonl"),
+        "{}",
+        again.path.display()
+    );
+    let fresh = Status::default();
+    let (services2, again2) = (services.clone(), again.clone());
+    let o = tokio::task::spawn_blocking(move || {
+        ingest_queue::run_job(&services2, &again2, &fresh, &mut |_| {}).unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!((o.stored, o.refused, o.chunks), (N, 1, 0));
+    assert!(!again.path.exists());
+}
+
+/// `airlock serve` ingests a corpus queued before it started, beside serving, and removes it.
+#[test]
+fn the_daemon_takes_up_a_queued_corpus() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, admin) = installed(tmp.path());
+    let src = tmp.path().join("src.jsonl");
+    corpus(&src, 8);
+    let job = ingest_queue::enqueue(&data, "notes", &src).unwrap();
+    let mut daemon = Daemon::start(&data, &[]);
+    daemon.wait_ready();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let finished = loop {
+        let (status, body) = http("GET", &format!("{}/v1/info", daemon.base), &admin, None);
+        assert_eq!(status, 200, "{body}");
+        let finished = body["indexing"]["finished"].clone();
+        if finished.as_array().is_some_and(|f| !f.is_empty()) {
+            break finished;
+        }
+        assert!(Instant::now() < deadline, "the job never finished: {body}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(finished[0]["name"], "notes", "{finished}");
+    assert_eq!(finished[0]["stored"], 8, "{finished}");
+    assert_eq!(finished[0]["refused"], 1, "{finished}");
+    assert!(!job.path.exists());
+    let log = daemon.stop();
+    assert!(log.contains("ingest job finished"), "{log}");
+    // Names and counts only: no document text in the log.
+    assert!(!log.contains("overdraft"), "{log}");
+}
