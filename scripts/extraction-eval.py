@@ -5,6 +5,11 @@
     /tmp/docvenv/bin/python scripts/gen-doc-fixtures.py --convert-corpus /tmp/mixed
     python3 scripts/extraction-eval.py map-set --converted /tmp/mixed --out /tmp/bank-dev-mixed
 
+    # 1b. a smaller copy of the set (every document a case names, plus every k-th other one),
+    #     and the converted files of just those documents
+    python3 scripts/extraction-eval.py subset --docs 1000 --converted /tmp/mixed \
+        --out /tmp/bank-dev-1000 --out-files /tmp/mixed-1000
+
     # 2. the table-question slice: table documents as files + a bank-layout golden set
     /tmp/docvenv/bin/python scripts/extraction-eval.py table-set --out /tmp/tables [--n 40]
 
@@ -13,6 +18,13 @@ while the golden set and the IAM snapshots name `doc-00001`. `map-set` writes a 
 (golden.jsonl, followups.jsonl, iam_v1/v2.jsonl, deletions.json, corpus.jsonl,
 changes_v1_to_v2.json) with every id that the conversion's `.manifest.jsonl` lists replaced by
 its file name; nothing else changes.
+
+`subset` keeps every document a case or follow-up names (relevant or forbidden) and every
+deleted one, then every k-th other document in corpus order up to `--docs`; it writes the set
+(corpus and IAM document lines filtered, cases unchanged, so every case keeps its documents) and
+hard-links those documents' converted files into `--out-files`. Retrieval over fewer
+distractors scores higher than over the whole corpus; mixed and text runs on the same subset
+compare like with like.
 
 `table-set` picks corpus documents whose text holds a table of at least 3 columns and 3 data
 rows (deterministically, see below), writes each as a file (even
@@ -56,6 +68,50 @@ def map_set(set_dir, converted, out):
         with open(os.path.join(out, name), "w") as f:
             f.write(text)
     print(f"{len(ids)} ids mapped into {out}")
+
+
+def subset(set_dir, docs, converted, out, out_files):
+    def jsonl(name):
+        path = os.path.join(set_dir, name)
+        if not os.path.exists(path):
+            return []
+        with open(path) as f:
+            return [json.loads(l) for l in f if l.strip()]
+
+    corpus = jsonl("corpus.jsonl")
+    keep = set()
+    for c in jsonl("golden.jsonl") + jsonl("followups.jsonl"):
+        keep |= set(c["relevant_doc_ids"]) | set(c["forbidden_doc_ids"])
+    with open(os.path.join(set_dir, "deletions.json")) as f:
+        keep |= set(json.load(f))
+    rest = [d["doc_id"] for d in corpus if d["doc_id"] not in keep]
+    extra = max(0, docs - len(keep))
+    if extra:
+        step = max(1, len(rest) // extra)
+        keep |= set(rest[::step][:extra])
+    os.makedirs(out, exist_ok=True)
+    for name in SET_FILES:
+        src = os.path.join(set_dir, name)
+        if not os.path.exists(src):
+            continue
+        with open(src) as f:
+            lines = f.readlines()
+        if name in ("corpus.jsonl", "iam_v1.jsonl", "iam_v2.jsonl"):
+            key = "doc_id" if name == "corpus.jsonl" else "doc"
+            lines = [l for l in lines if l.strip() and
+                     (key not in json.loads(l) or json.loads(l)[key] in keep)]
+        with open(os.path.join(out, name), "w") as f:
+            f.writelines(lines)
+    if converted:
+        with open(os.path.join(converted, ".manifest.jsonl")) as f:
+            manifest = [json.loads(l) for l in f]
+        os.makedirs(out_files, exist_ok=True)
+        with open(os.path.join(out_files, ".manifest.jsonl"), "w") as f:
+            for m in manifest:
+                if m["doc_id"] in keep:
+                    os.link(os.path.join(converted, m["file"]), os.path.join(out_files, m["file"]))
+                    f.write(json.dumps(m) + "\n")
+    print(f"{len(keep)} of {len(corpus)} documents kept in {out}")
 
 
 def load_fixture_writers():
@@ -156,6 +212,12 @@ def main():
     m.add_argument("--set", default=DEFAULT_SET)
     m.add_argument("--converted", required=True)
     m.add_argument("--out", required=True)
+    b = sub.add_parser("subset")
+    b.add_argument("--set", default=DEFAULT_SET)
+    b.add_argument("--docs", type=int, required=True)
+    b.add_argument("--converted")
+    b.add_argument("--out", required=True)
+    b.add_argument("--out-files")
     t = sub.add_parser("table-set")
     t.add_argument("--corpus", default=os.path.join(DEFAULT_SET, "corpus.jsonl"))
     t.add_argument("--out", required=True)
@@ -163,6 +225,8 @@ def main():
     a = ap.parse_args()
     if a.cmd == "map-set":
         map_set(a.set, a.converted, a.out)
+    elif a.cmd == "subset":
+        subset(a.set, a.docs, a.converted, a.out, a.out_files)
     else:
         table_set(a.corpus, a.out, a.n)
 
