@@ -10,6 +10,10 @@
     python3 scripts/extraction-eval.py subset --docs 1000 --converted /tmp/mixed \
         --out /tmp/bank-dev-1000 --out-files /tmp/mixed-1000
 
+    # 1c. the answer-hit sample: every 6th `answerable` case of a set, follow-ups left out
+    python3 scripts/extraction-eval.py answer-sample --set /tmp/bank-dev-1000 --every 6 \
+        --out /tmp/bank-dev-1000-answers
+
     # 2. the table-question slice: table documents as files + a bank-layout golden set
     /tmp/docvenv/bin/python scripts/extraction-eval.py table-set --out /tmp/tables [--n 40]
 
@@ -25,6 +29,10 @@ deleted one, then every k-th other document in corpus order up to `--docs`; it w
 hard-links those documents' converted files into `--out-files`. Retrieval over fewer
 distractors scores higher than over the whole corpus; mixed and text runs on the same subset
 compare like with like.
+
+`answer-sample` copies a set with `golden.jsonl` cut to every k-th case of one kind (in file
+order, so the same cases for a set and its mapped copy) and no `followups.jsonl`: answers are
+slow on 2 cores, and this scores answer hit on a deterministic subset.
 
 `table-set` picks corpus documents whose text holds a table of at least 3 columns and 3 data
 rows (deterministically, see below), writes each as a file (even
@@ -112,6 +120,22 @@ def subset(set_dir, docs, converted, out, out_files):
                     os.link(os.path.join(converted, m["file"]), os.path.join(out_files, m["file"]))
                     f.write(json.dumps(m) + "\n")
     print(f"{len(keep)} of {len(corpus)} documents kept in {out}")
+
+
+def answer_sample(set_dir, every, kind, out):
+    os.makedirs(out, exist_ok=True)
+    for name in SET_FILES:
+        src = os.path.join(set_dir, name)
+        if name == "followups.jsonl" or not os.path.exists(src):
+            continue
+        with open(src) as f:
+            lines = f.readlines()
+        if name == "golden.jsonl":
+            lines = [l for l in lines if l.strip() and json.loads(l)["kind"] == kind][::every]
+            n = len(lines)
+        with open(os.path.join(out, name), "w") as f:
+            f.writelines(lines)
+    print(f"{n} {kind} cases in {out}")
 
 
 def load_fixture_writers():
@@ -218,6 +242,11 @@ def main():
     b.add_argument("--converted")
     b.add_argument("--out", required=True)
     b.add_argument("--out-files")
+    w = sub.add_parser("answer-sample")
+    w.add_argument("--set", required=True)
+    w.add_argument("--every", type=int, required=True)
+    w.add_argument("--kind", default="answerable")
+    w.add_argument("--out", required=True)
     t = sub.add_parser("table-set")
     t.add_argument("--corpus", default=os.path.join(DEFAULT_SET, "corpus.jsonl"))
     t.add_argument("--out", required=True)
@@ -225,6 +254,8 @@ def main():
     a = ap.parse_args()
     if a.cmd == "map-set":
         map_set(a.set, a.converted, a.out)
+    elif a.cmd == "answer-sample":
+        answer_sample(a.set, a.every, a.kind, a.out)
     elif a.cmd == "subset":
         subset(a.set, a.docs, a.converted, a.out, a.out_files)
     else:
