@@ -4,7 +4,12 @@
 //! cargo run -p airlock-extract --example extract -- FILE...           # blocks with anchors
 //! cargo run --release -p airlock-extract --example extract -- --bench 5 FILE.pdf
 //! cargo run --release -p airlock-extract --example extract -- --bench-total 3 DIR_OR_FILE...
+//! cargo run --release -p airlock-extract --example extract -- --jsonl [--tables-as-text] DIR...
 //! ```
+//!
+//! `--jsonl` prints one `{"doc_id", "title", "text"}` line per file (id = file name, text =
+//! `Extracted::to_text`), the form `airlock ingest FILE.jsonl` reads; with `--tables-as-text`
+//! the measurement switch `Limits::tables_as_text` is on (docs/benchmarks/extraction.md).
 //!
 //! `--bench-total N` walks the given files and folders (hidden names skipped, as `airlock
 //! ingest DIR` does), extracts every file N times, keeps each file's best time and prints the
@@ -20,6 +25,11 @@ use airlock_extract::{Format, Limits, extract};
 fn main() {
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     let mut bench = 0usize;
+    if args.first().map(String::as_str) == Some("--jsonl") {
+        let flat = args.get(1).map(String::as_str) == Some("--tables-as-text");
+        jsonl(flat, &args[if flat { 2 } else { 1 }..]);
+        return;
+    }
     if args.first().map(String::as_str) == Some("--bench-total") {
         let n = args.get(1).and_then(|n| n.parse().ok()).unwrap_or(3);
         bench_total(n, &args[2..]);
@@ -176,4 +186,37 @@ fn print_total(name: &str, t: &Total) {
         t.units as f64 / t.secs.max(1e-9),
         mb / t.secs.max(1e-9)
     );
+}
+
+fn jsonl(tables_as_text: bool, paths: &[String]) {
+    let limits = Limits {
+        tables_as_text,
+        ..Limits::default()
+    };
+    let mut files = Vec::new();
+    for p in paths {
+        files_under(Path::new(p), &mut files);
+    }
+    for path in files {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+        let Some(format) = Format::from_extension(ext) else {
+            continue;
+        };
+        let bytes = std::fs::read(&path).expect("read");
+        match extract(&bytes, format, &limits) {
+            Ok(x) => println!(
+                "{}",
+                serde_json::json!({
+                    "doc_id": name,
+                    "title": x.title.clone().unwrap_or_else(|| name.clone()),
+                    "text": x.to_text(),
+                })
+            ),
+            Err(e) => eprintln!("{name}: refused: {e}"),
+        }
+    }
 }
