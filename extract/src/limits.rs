@@ -40,8 +40,8 @@ pub struct Limits {
     /// Most attachments extracted from one message (default 100).
     pub max_attachments: u32,
     /// **Measurement only** (off by default, never read from a configuration file): return
-    /// every table as plain text, a paragraph with a line per row of space-separated cells, no header
-    /// row, as a text-only extractor would. The extract example's `--jsonl --tables-as-text`
+    /// every table as plain text, a paragraph with a line per row of space-separated cells and
+    /// no header row, as a text-only extractor would. The extract example's `--jsonl --tables-as-text`
     /// sets it for the table-question slice of docs/benchmarks/extraction.md.
     #[serde(skip)]
     #[doc(hidden)]
