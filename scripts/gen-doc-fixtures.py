@@ -9,10 +9,10 @@ hand with `zipfile`/`zlib` (no writer produces a zip bomb on purpose).
     /tmp/docvenv/bin/pip install reportlab python-docx XlsxWriter python-pptx
     /tmp/docvenv/bin/python scripts/gen-doc-fixtures.py                  # fixtures
     /tmp/docvenv/bin/python scripts/gen-doc-fixtures.py --convert-corpus OUT   # whole corpus
-    /tmp/docvenv/bin/python scripts/gen-doc-fixtures.py --bench-pdf OUT.pdf --pages 200
+    /tmp/docvenv/bin/python scripts/gen-doc-fixtures.py --bench-pdf OUT.pdf --pages 200 [--first-doc K]
 
 Fixtures go to extract/tests/fixtures/ (committed, so tests need no Python). The corpus
-conversion writes OUT/<doc_id>.<ext> plus OUT/manifest.jsonl (doc_id, file, format, title);
+conversion writes OUT/<doc_id>.<ext> plus OUT/.manifest.jsonl (doc_id, file, format, title);
 it is for the quality measurement and is not committed.
 """
 
@@ -413,14 +413,16 @@ def pptx_from_doc(path, doc):
 
 # --- e-mail and CSV --------------------------------------------------------------------------
 
-def eml_with_pdf(doc, attachment_doc, nested=None):
+def eml_with_pdf(doc, attachment_doc, nested=None, body_chars=1500):
+    """An e-mail with the document's text as its body (the first `body_chars` characters; all
+    of it when None) and optionally another document as a PDF attachment."""
     m = EmailMessage()
     m["Subject"] = doc["title"]
     m["From"] = "Uma Bauer <uma.bauer@halcyon.example>"
     m["To"] = "Credit Risk <credit.risk@halcyon.example>"
     m["Date"] = format_datetime(FIXED_DATE)
     m["Message-ID"] = f"<{doc['doc_id']}@halcyon.example>"
-    m.set_content(doc["text"][:1500])
+    m.set_content(doc["text"] if body_chars is None else doc["text"][:body_chars])
     if attachment_doc is not None:
         m.add_attachment(pdf_bytes(attachment_doc), maintype="application", subtype="pdf",
                          filename="memo.pdf")
@@ -642,7 +644,8 @@ def fixtures(corpus, out):
 def convert_corpus(corpus, out):
     os.makedirs(out, exist_ok=True)
     fmts = ["pdf", "docx", "xlsx", "pptx", "eml"]
-    with open(os.path.join(out, "manifest.jsonl"), "w") as man:
+    # A dot name, so `airlock ingest OUT` (which skips hidden files) reads the documents only.
+    with open(os.path.join(out, ".manifest.jsonl"), "w") as man:
         for i, doc in enumerate(corpus):
             fmt = fmts[i % len(fmts)]
             name = f"{doc['doc_id']}.{fmt}"
@@ -657,14 +660,16 @@ def convert_corpus(corpus, out):
                 pptx_from_doc(path, doc)
             else:
                 with open(path, "wb") as f:
-                    f.write(bytes(eml_with_pdf(doc, None)))
+                    # The whole text: the quality measurement compares like with like.
+                    f.write(bytes(eml_with_pdf(doc, None, body_chars=None)))
             man.write(json.dumps({"doc_id": doc["doc_id"], "file": name, "format": fmt,
                                   "title": doc["title"], "metadata": doc["metadata"]}) + "\n")
     print(f"{len(corpus)} documents converted into {out}")
 
 
-def bench_pdf(corpus, path, pages):
-    """A long PDF (about `pages` pages) of corpus documents one after another."""
+def bench_pdf(corpus, path, pages, first=0):
+    """A long PDF (about `pages` pages) of corpus documents one after another, from the
+    `first`-th (so that several bench files differ)."""
     c = canvas.Canvas(path, pagesize=A4, invariant=1)
     w, h = A4
     state = {"n": 1}
@@ -675,7 +680,7 @@ def bench_pdf(corpus, path, pages):
         return 20 * mm, h - 25 * mm
 
     x, y = 20 * mm, h - 25 * mm
-    for doc in corpus:
+    for doc in corpus[first:] + corpus[:first]:
         if state["n"] > pages:
             break
         x, y = draw_blocks(c, [("heading", doc["title"])] + blocks_of(doc["text"]), x, y,
@@ -691,12 +696,14 @@ def main():
     ap.add_argument("--convert-corpus", metavar="DIR")
     ap.add_argument("--bench-pdf", metavar="FILE")
     ap.add_argument("--pages", type=int, default=200)
+    ap.add_argument("--first-doc", type=int, default=0,
+                    help="with --bench-pdf: start at this corpus document")
     a = ap.parse_args()
     corpus = load_corpus(a.corpus)
     if a.convert_corpus:
         convert_corpus(corpus, a.convert_corpus)
     elif a.bench_pdf:
-        bench_pdf(corpus, a.bench_pdf, a.pages)
+        bench_pdf(corpus, a.bench_pdf, a.pages, a.first_doc)
     else:
         fixtures(corpus, a.out)
 

@@ -342,7 +342,36 @@ pub(crate) fn extract_with(
     if out.blocks.iter().all(|b| b.text.trim().is_empty()) {
         return Err(Refusal::Empty);
     }
+    let mut out = out;
+    if limits.tables_as_text {
+        tables_as_text(&mut out);
+    }
     Ok(out)
+}
+
+/// The measurement-only switch [`Limits::tables_as_text`]: every table block becomes a
+/// paragraph, one line per row with its cells separated by single spaces and no header row
+/// marked (what a text-layer dump of a table gives), so the chunker does not repeat a header
+/// in the pieces of a split table and cell boundaries are lost.
+fn tables_as_text(x: &mut Extracted) {
+    for b in &mut x.blocks {
+        if let BlockKind::Table { .. } = b.kind {
+            let rows: Vec<String> = b
+                .text
+                .lines()
+                .map(|l| {
+                    let cells: Vec<&str> = l
+                        .split(" | ")
+                        .map(str::trim)
+                        .filter(|c| !c.is_empty())
+                        .collect();
+                    cells.join(" ")
+                })
+                .collect();
+            b.text = rows.join("\n");
+            b.kind = BlockKind::Paragraph;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -381,6 +410,35 @@ mod tests {
         assert_eq!(
             r.to_string(),
             "MSG (Outlook) files are not supported: save as .eml"
+        );
+    }
+
+    #[test]
+    fn tables_as_text_is_a_measurement_switch_that_flattens_tables_only() {
+        let csv =
+            b"Branch,City,Deposits\nHarbour Street,Portsmouth,412.5\nOld Town,Edinburgh,302.9\n";
+        let rows = extract(csv, Format::Csv, &Limits::default()).unwrap();
+        assert_eq!(rows.blocks[0].kind, BlockKind::Table { header_rows: 1 });
+        assert_eq!(
+            rows.blocks[0].text,
+            "Branch | City | Deposits\nHarbour Street | Portsmouth | 412.5\nOld Town | Edinburgh | 302.9"
+        );
+        let limits = Limits {
+            tables_as_text: true,
+            ..Limits::default()
+        };
+        let flat = extract(csv, Format::Csv, &limits).unwrap();
+        assert_eq!(flat.blocks[0].kind, BlockKind::Paragraph);
+        assert_eq!(
+            flat.blocks[0].text,
+            "Branch City Deposits\nHarbour Street Portsmouth 412.5\nOld Town Edinburgh 302.9"
+        );
+        assert_eq!(flat.blocks[0].anchor, rows.blocks[0].anchor);
+        // Other blocks are untouched.
+        let md = b"# Rates\n\nRates apply from June.\n";
+        assert_eq!(
+            extract(md, Format::Markdown, &limits).unwrap(),
+            extract(md, Format::Markdown, &Limits::default()).unwrap()
         );
     }
 

@@ -39,6 +39,13 @@ pub struct Limits {
     pub max_attachment_depth: u32,
     /// Most attachments extracted from one message (default 100).
     pub max_attachments: u32,
+    /// **Measurement only** (off by default, never read from a configuration file): return
+    /// every table as plain text, a paragraph with a line per row of space-separated cells and
+    /// no header row, as a text-only extractor would. The extract example's `--jsonl --tables-as-text`
+    /// sets it for the table-question slice of docs/benchmarks/extraction.md.
+    #[serde(skip)]
+    #[doc(hidden)]
+    pub tables_as_text: bool,
 }
 
 impl Default for Limits {
@@ -58,6 +65,7 @@ impl Default for Limits {
             max_stream_bytes: 128 << 20,
             max_attachment_depth: 5,
             max_attachments: 100,
+            tables_as_text: false,
         }
     }
 }
@@ -119,5 +127,13 @@ mod tests {
         assert_eq!(l.max_pages, 10);
         assert_eq!(l.max_sheets, Limits::default().max_sheets);
         assert!(serde_json::from_str::<Limits>(r#"{"max_pagez": 10}"#).is_err());
+    }
+
+    #[test]
+    fn the_measurement_switch_is_off_by_default_and_not_configurable() {
+        assert!(!Limits::default().tables_as_text);
+        assert!(serde_json::from_str::<Limits>(r#"{"tables_as_text": true}"#).is_err());
+        let json = serde_json::to_string(&Limits::default()).unwrap();
+        assert!(!json.contains("tables_as_text"), "{json}");
     }
 }
