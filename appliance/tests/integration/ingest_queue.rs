@@ -214,3 +214,122 @@ fn the_daemon_takes_up_a_queued_corpus() {
     // Names and counts only: no document text in the log.
     assert!(!log.contains("overdraft"), "{log}");
 }
+
+/// `airlock demo` (not `--setup-only`) on a fresh data directory, with small sample corpora:
+/// it serves at once, its two corpora are queued and ingested by the daemon, and each user then
+/// reads exactly what the IAM snapshot (applied before the documents existed) grants.
+#[test]
+fn the_demo_serves_at_once_and_ingests_its_corpora_in_the_background() {
+    use std::process::{Command, Stdio};
+    let tmp = tempfile::tempdir().unwrap();
+    let staging = tmp.path().join("staging");
+    crate::support::small_staging(&staging);
+    let sample = tmp.path().join("sample");
+    let (bank, cran) = (sample.join("bank-dev"), sample.join("cranfield"));
+    std::fs::create_dir_all(&bank).unwrap();
+    std::fs::create_dir_all(&cran).unwrap();
+    let line = |id: &str, text: &str| json!({"doc_id": id, "title": id, "text": text}).to_string();
+    let mut docs = Vec::new();
+    for (i, t) in TOPICS.iter().enumerate() {
+        docs.push(line(&format!("doc-{i}"), t));
+    }
+    std::fs::write(bank.join("corpus.jsonl"), docs.join("\n") + "\n").unwrap();
+    let mut iam = vec![
+        json!({"user": "u1", "groups": ["g1"]}).to_string(),
+        json!({"user": "u2", "groups": ["g2"]}).to_string(),
+    ];
+    for i in 0..TOPICS.len() {
+        let g = if i % 2 == 0 { "g1" } else { "g2" };
+        iam.push(json!({"doc": format!("doc-{i}"), "users": [], "groups": [g]}).to_string());
+    }
+    std::fs::write(bank.join("iam_v1.jsonl"), iam.join("\n") + "\n").unwrap();
+    let cran_docs = [
+        line(
+            "c1",
+            "Boundary layer transition on a flat plate at high speed.",
+        ),
+        line("c2", "Heat transfer in hypersonic flow over a blunt body."),
+    ];
+    std::fs::write(cran.join("corpus.jsonl"), cran_docs.join("\n") + "\n").unwrap();
+
+    let data = tmp.path().join("data");
+    let port = crate::oidc::free_port();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["demo", "--data", data.to_str().unwrap(), "--port"])
+        .arg(port.to_string())
+        .arg("--staging")
+        .arg(&staging)
+        .arg("--sample-data")
+        .arg(&sample)
+        .arg("--sample-files")
+        .arg(tmp.path().join("no-files"))
+        .env_remove("AIRLOCK_DATA")
+        .env_remove("AIRLOCK_CONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut std::process::Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let guard = Kill(&mut child);
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !ureq::get(&format!("{base}/readyz"))
+        .call()
+        .is_ok_and(|r| r.status() == 200)
+    {
+        assert!(guard.0.try_wait().unwrap().is_none(), "airlock demo exited");
+        assert!(Instant::now() < deadline, "never ready");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let tokens: std::collections::BTreeMap<String, String> =
+        serde_json::from_slice(&std::fs::read(data.join("demo/tokens.json")).unwrap()).unwrap();
+    let finished = loop {
+        let (status, body) = http("GET", &format!("{base}/v1/info"), &tokens["admin"], None);
+        assert_eq!(status, 200, "{body}");
+        let f = body["indexing"]["finished"].clone();
+        if f.as_array().is_some_and(|f| f.len() == 2) {
+            break f;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the corpora never finished: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(finished[0]["name"], "bank-dev", "{finished}");
+    assert_eq!(finished[0]["stored"], TOPICS.len(), "{finished}");
+    assert_eq!(finished[1]["name"], "cranfield", "{finished}");
+    assert_eq!(finished[1]["stored"], 2, "{finished}");
+    assert!(ingest_queue::pending(&data).unwrap().is_empty());
+    // u1 reads the even bank-dev documents and Cranfield, nothing else.
+    let (status, body) = http(
+        "POST",
+        &format!("{base}/v1/retrieve"),
+        &tokens["u1"],
+        Some(json!({"query": "limit approver hotline interest flow", "top_k": 20})),
+    );
+    assert_eq!(status, 200, "{body}");
+    let mut seen: Vec<String> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["doc_id"].as_str().unwrap().to_owned())
+        .collect();
+    seen.sort();
+    seen.dedup();
+    for id in &seen {
+        let allowed = id.starts_with('c')
+            || id
+                .strip_prefix("doc-")
+                .is_some_and(|n| n.parse::<usize>().unwrap() % 2 == 0);
+        assert!(allowed, "u1 sees {id}: {body}");
+    }
+    assert!(seen.iter().any(|id| id.starts_with("doc-")), "{body}");
+    drop(guard);
+}
