@@ -182,7 +182,10 @@ fn grant_bitmap_bytes(docs: &[DocGrant]) -> (usize, usize) {
     let mut users: std::collections::HashMap<u32, RoaringBitmap> = Default::default();
     for (d, g) in docs.iter().enumerate() {
         let d = u32::try_from(d).unwrap();
-        groups.entry(format!("dept-{}", g.dept)).or_default().insert(d);
+        groups
+            .entry(format!("dept-{}", g.dept))
+            .or_default()
+            .insert(d);
         if g.all_staff {
             groups.entry("all-staff".into()).or_default().insert(d);
         }
@@ -314,7 +317,11 @@ fn sync() {
         .arg(&db)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     print!("{}", String::from_utf8_lossy(&out.stdout));
 
     let t = Instant::now();
