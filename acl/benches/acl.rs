@@ -331,13 +331,17 @@ fn sync() {
         t.elapsed().as_secs_f64()
     );
     let snap = acl.snapshot();
+    println!("  two-level state: {:?}", snap.set_memory());
+    // Every set held at once (as that many concurrent requests would), so that distinct
+    // pointers are distinct bitmaps.
+    let held: Vec<_> = snap.user_ids().iter().map(|u| snap.allow_set(u)).collect();
     let mut distinct: std::collections::HashMap<*const RoaringBitmap, usize> = Default::default();
-    for u in snap.user_ids() {
-        let set = snap.allow_set(&u);
+    for set in &held {
         distinct.insert(set.bitmap() as *const _, set.bitmap().serialized_size());
     }
+    drop(held);
     println!(
-        "  published per-user bitmaps: {} distinct, {:.1} MiB (serialized size)",
+        "  one allow_set per user: {} distinct bitmaps, {:.1} MiB (serialized size)",
         distinct.len(),
         distinct.values().sum::<usize>() as f64 / 1048576.0
     );
@@ -354,6 +358,7 @@ fn sync() {
     );
     drop(snap);
     allow_set_per_request(&acl);
+    println!("  after the passes: {:?}", acl.snapshot().set_memory());
 
     reset_peak_rss();
     let t = Instant::now();
