@@ -1317,7 +1317,7 @@ mod two_level_tests {
         prop_oneof![
             4 => (0..DOCS, set(USERS), set(GROUPS))
                 .prop_map(|(doc, users, groups)| Op::Grant { doc, users, groups }),
-            1 => (0..400u32, 0..400u32, 0..GROUPS, any::<bool>())
+            1 => (0..300u32, 0..300u32, 0..GROUPS, any::<bool>())
                 .prop_map(|(from, len, group, revoke)| Op::GrantRange { from, len, group, revoke }),
             2 => (0..USERS, set(GROUPS)).prop_map(|(user, groups)| Op::SetGroups { user, groups }),
             2 => (0..USERS).prop_map(|user| Op::AddUser { user }),
@@ -1413,7 +1413,7 @@ mod two_level_tests {
 
     fn check(view: &Arc<View>, expected: &BTreeMap<String, RoaringBitmap>) {
         let snap = AclSnapshot { view: view.clone() };
-        let docs: Vec<u32> = (0..DOCS).map(ordinal).chain(300_000..300_800).collect();
+        let docs: Vec<u32> = (0..DOCS).map(ordinal).chain(300_000..300_600).collect();
         for u in 0..USERS {
             let u = uname(u);
             let empty = RoaringBitmap::new();
@@ -1432,7 +1432,7 @@ mod two_level_tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
         #[test]
         fn two_level_sets_equal_the_flat_union(
