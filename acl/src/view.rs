@@ -159,7 +159,9 @@ impl AclSnapshot {
         }
     }
 
-    /// The user's groups, roles and flags, if the user exists.
+    /// The user's groups, roles and flags, if the user exists. Counting `readable_documents`
+    /// takes the user's set as [`AclSnapshot::allow_set`] does (a union on a cache miss): use
+    /// [`AclSnapshot::user_groups`] to walk many users' groups.
     pub fn user(&self, user: &str) -> Option<UserInfo> {
         self.view.users.get_key_value(user).map(|(id, u)| UserInfo {
             user_id: id.to_string(),
