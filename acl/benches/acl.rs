@@ -6,7 +6,9 @@
 //! - recompute: materialise the set of a user who reads 10M documents through 15 groups.
 //! - memory: serialized size of one user bitmap at 1/10/50% density over 10M documents.
 //! - sync: a snapshot with 100k changed document grants over 1M documents and 10k users, end to
-//!   end (parse + diff + one transaction + recompute + swap) through the public API.
+//!   end (parse + diff + one transaction + recompute + swap) through the public API; also the
+//!   ACL state's memory (RSS of a fresh process opening the database, bytes of the published
+//!   per-user bitmaps, bytes of the grant bitmaps), `allow_set` per request and `can_read`.
 
 use std::io::{BufWriter, Write};
 use std::time::{Duration, Instant};
@@ -150,13 +152,81 @@ fn write_snapshot(path: &std::path::Path, users: &[String], docs: &[DocGrant]) {
 }
 
 fn peak_rss_mib() -> f64 {
+    proc_status_mib("VmHWM:")
+}
+
+/// Current resident set size of this process (VmRSS), MiB.
+fn rss_mib() -> f64 {
+    proc_status_mib("VmRSS:")
+}
+
+fn proc_status_mib(field: &str) -> f64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find(|l| l.starts_with("VmHWM:"))
+        .find(|l| l.starts_with(field))
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|kb| kb.parse::<f64>().ok())
         .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Resets the peak RSS (VmHWM) of this process to the current RSS (Linux `clear_refs` 5).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Bytes of the grant bitmaps themselves (one per group, one per user named on a document),
+/// built from the generated grants: the "distinct grants" the ACL state should grow with.
+fn grant_bitmap_bytes(docs: &[DocGrant]) -> (usize, usize) {
+    let mut groups: std::collections::HashMap<String, RoaringBitmap> = Default::default();
+    let mut users: std::collections::HashMap<u32, RoaringBitmap> = Default::default();
+    for (d, g) in docs.iter().enumerate() {
+        let d = u32::try_from(d).unwrap();
+        groups
+            .entry(format!("dept-{}", g.dept))
+            .or_default()
+            .insert(d);
+        if g.all_staff {
+            groups.entry("all-staff".into()).or_default().insert(d);
+        }
+        if let Some(p) = g.project {
+            groups.entry(format!("proj-{p}")).or_default().insert(d);
+        }
+        for u in &g.users {
+            users.entry(*u).or_default().insert(d);
+        }
+    }
+    (
+        groups.values().map(RoaringBitmap::serialized_size).sum(),
+        users.values().map(RoaringBitmap::serialized_size).sum(),
+    )
+}
+
+/// Times `allow_set` for every user twice (the first pass cold, the second with whatever the
+/// ACL keeps between requests), as a request takes it.
+fn allow_set_per_request(acl: &Acl) {
+    let ids: Vec<String> = (0..USERS).map(|u| format!("u{u:05}")).collect();
+    for pass in ["first", "second"] {
+        let mut times: Vec<Duration> = Vec::with_capacity(ids.len());
+        let mut readable = 0u64;
+        for id in &ids {
+            let t = Instant::now();
+            let set = acl.allow_set(id);
+            times.push(t.elapsed());
+            readable += set.len();
+        }
+        let total: Duration = times.iter().sum();
+        times.sort();
+        println!(
+            "allow_set per request ({pass} pass over {USERS} users): mean {:.1} us, p50 {:.1} us, \
+             p99 {:.1} us, max {:.1} us (mean {} readable docs)",
+            total.as_secs_f64() * 1e6 / ids.len() as f64,
+            times[times.len() / 2].as_secs_f64() * 1e6,
+            times[times.len() * 99 / 100].as_secs_f64() * 1e6,
+            times[times.len() - 1].as_secs_f64() * 1e6,
+            readable / u64::from(USERS)
+        );
+    }
 }
 
 fn sync() {
@@ -198,6 +268,7 @@ fn sync() {
         .collect();
     let a = dir.path().join("a.jsonl");
     write_snapshot(&a, &users, &docs);
+    let docs_a = docs.clone();
     // B: 100k distinct documents re-permissioned (department moves, all-staff flips).
     let mut changed = RoaringBitmap::new();
     while changed.len() < 100_000 {
@@ -233,6 +304,26 @@ fn sync() {
     );
     drop(acl);
 
+    let (group_bytes, user_bytes) = grant_bitmap_bytes(&docs_a);
+    drop(docs_a);
+    println!(
+        "grant bitmaps of A (the distinct grants): groups {:.1} MiB, users by name {:.1} MiB",
+        group_bytes as f64 / 1048576.0,
+        user_bytes as f64 / 1048576.0
+    );
+    // The state's RSS in a fresh process (this one's heap is full of generated data).
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("state-of")
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    print!("{}", String::from_utf8_lossy(&out.stdout));
+
     let t = Instant::now();
     let acl = Acl::open(&db).unwrap();
     println!(
@@ -240,11 +331,20 @@ fn sync() {
         t.elapsed().as_secs_f64()
     );
     let snap = acl.snapshot();
-    let distinct: std::collections::HashSet<*const RoaringBitmap> = snap
-        .user_ids()
-        .iter()
-        .map(|u| snap.allow_set(u).bitmap() as *const _)
-        .collect();
+    println!("  two-level state: {:?}", snap.set_memory());
+    // Every set held at once (as that many concurrent requests would), so that distinct
+    // pointers are distinct bitmaps.
+    let held: Vec<_> = snap.user_ids().iter().map(|u| snap.allow_set(u)).collect();
+    let mut distinct: std::collections::HashMap<*const RoaringBitmap, usize> = Default::default();
+    for set in &held {
+        distinct.insert(set.bitmap() as *const _, set.bitmap().serialized_size());
+    }
+    drop(held);
+    println!(
+        "  one allow_set per user: {} distinct bitmaps, {:.1} MiB (serialized size)",
+        distinct.len(),
+        distinct.values().sum::<usize>() as f64 / 1048576.0
+    );
     let total: u64 = snap
         .user_ids()
         .iter()
@@ -257,7 +357,10 @@ fn sync() {
         total as f64 / f64::from(USERS)
     );
     drop(snap);
+    allow_set_per_request(&acl);
+    println!("  after the passes: {:?}", acl.snapshot().set_memory());
 
+    reset_peak_rss();
     let t = Instant::now();
     let c = acl
         .sync_snapshot(
@@ -269,6 +372,11 @@ fn sync() {
     println!(
         "sync B (100k changed grants), end to end: {:.2} s (goal <= 5 s), {c:?}",
         took.as_secs_f64()
+    );
+    println!(
+        "  RSS after sync B {:.0} MiB, peak during sync B {:.0} MiB",
+        rss_mib(),
+        peak_rss_mib()
     );
     let t = Instant::now();
     let c = acl
@@ -296,7 +404,28 @@ fn sync() {
         hits,
         n
     );
-    println!("peak RSS of the bench process: {:.0} MiB", peak_rss_mib());
+    println!(
+        "peak RSS of the bench process since the start of sync B: {:.0} MiB",
+        peak_rss_mib()
+    );
+}
+
+/// `state-of DB` (run by `sync` as a child process): RSS of a fresh process before and after
+/// `Acl::open` of DB, and after one `allow_set` of every user.
+fn state_of(db: &str) {
+    let before = rss_mib();
+    let acl = Acl::open(db).unwrap();
+    let opened = rss_mib();
+    let users = acl.snapshot().user_ids();
+    let sets: Vec<_> = users.iter().map(|u| acl.allow_set(u)).collect();
+    let taken = rss_mib();
+    println!(
+        "ACL state RSS in a fresh process: {before:.0} MiB before open, {opened:.0} MiB after \
+         open (+{:.0} MiB), {taken:.0} MiB after one allow_set per user, {} users (+{:.0} MiB)",
+        opened - before,
+        sets.len(),
+        taken - opened
+    );
 }
 
 fn main() {
@@ -304,6 +433,10 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with("--"))
         .collect();
+    if args.first().map(String::as_str) == Some("state-of") {
+        state_of(&args[1]);
+        return;
+    }
     let want = |p: &str| args.is_empty() || args.iter().any(|a| a == p);
     if want("recompute") {
         recompute();

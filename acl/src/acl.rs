@@ -20,7 +20,8 @@ use serde_json::json;
 use crate::allow::AllowSet;
 use crate::audit::{self, AuditEntry, AuditKind, AuditQuery, AuditSink, Record};
 use crate::error::{Error, IdKind, check_id};
-use crate::model::{Grant, Model, Name, Role, Touched, materialise};
+use crate::model::{Grant, Model, Name, Role, Touched};
+use crate::sets::{self, AllowCache};
 use crate::view::{AclSnapshot, Principal, TokenMap, UserInfo, UserView, View};
 use crate::{ordinals, snapshot, store, token};
 
@@ -318,12 +319,16 @@ fn check_ids<S: AsRef<str>>(kind: IdKind, ids: &[S]) -> Result<(), Error> {
     ids.iter().try_for_each(|i| check_id(kind, i.as_ref()))
 }
 
-fn user_view(model: &Model, user: &Name, bits: Arc<RoaringBitmap>) -> Option<Arc<UserView>> {
+fn user_view(model: &Model, user: &Name) -> Option<Arc<UserView>> {
     let rec = model.users.get(user)?;
     Some(Arc::new(UserView {
-        bits,
+        groups: rec
+            .groups
+            .iter()
+            .map(|g| (g.clone(), model.group_docs.get(g).cloned()))
+            .collect(),
+        direct: model.user_docs.get(user).cloned(),
         roles: rec.roles.iter().copied().collect(),
-        groups: rec.groups.iter().cloned().collect(),
         local: rec.local,
         has_token: rec.token.is_some(),
     }))
@@ -339,61 +344,19 @@ fn token_map(model: &Model) -> Arc<TokenMap> {
     )
 }
 
-/// Materialises the sets of `users` (in parallel). Users without direct grants and with the same
-/// groups share one bitmap: in a bank most users have the same few group sets, so this divides
-/// memory and work by the number of distinct sets. `None` for users that do not exist.
-fn compute_bits(model: &Model, users: &[Name]) -> Vec<Option<Arc<RoaringBitmap>>> {
-    enum Job<'a> {
-        Own(&'a Name),
-        Shared(Vec<&'a Name>),
-    }
-    let mut jobs: Vec<Job<'_>> = Vec::new();
-    let mut shared: HashMap<Vec<&Name>, usize> = HashMap::new();
-    let slots: Vec<Option<usize>> = users
-        .iter()
-        .map(|u| {
-            let rec = model.users.get(u)?;
-            if model.user_docs.contains_key(u) {
-                jobs.push(Job::Own(u));
-                return Some(jobs.len() - 1);
-            }
-            let key: Vec<&Name> = rec.groups.iter().collect();
-            Some(*shared.entry(key).or_insert_with_key(|k| {
-                jobs.push(Job::Shared(k.clone()));
-                jobs.len() - 1
-            }))
-        })
-        .collect();
-    let done: Vec<Arc<RoaringBitmap>> = jobs
-        .par_iter()
-        .map(|j| {
-            Arc::new(match j {
-                Job::Own(u) => model.materialise_user(u),
-                Job::Shared(groups) => {
-                    materialise(None, groups.iter().filter_map(|g| model.group_docs.get(*g)))
-                }
-            })
-        })
-        .collect();
-    slots
-        .into_iter()
-        .map(|s| s.map(|i| done[i].clone()))
-        .collect()
-}
-
-/// Builds the view of every user from scratch (start-up and recovery).
-fn full_view(model: &Model, generation: u64) -> View {
-    let users: Vec<Name> = model.users.keys().cloned().collect();
-    let bits = compute_bits(model, &users);
-    let users = users
-        .into_iter()
-        .zip(bits)
-        .filter_map(|(u, b)| Some((u.clone(), user_view(model, &u, b?)?)))
+/// Builds the view of every user from scratch (start-up and recovery). No bitmap is copied or
+/// united: each user's entry shares the model's group and direct-grant bitmaps.
+fn full_view(model: &Model, generation: u64, cache: Arc<AllowCache>) -> View {
+    let users = model
+        .users
+        .keys()
+        .filter_map(|u| Some((u.clone(), user_view(model, u)?)))
         .collect();
     View {
         generation,
         users,
         tokens: token_map(model),
+        cache,
     }
 }
 
@@ -406,7 +369,7 @@ impl Acl {
         let mut conn = store::connect(&path)?;
         store::migrate(&mut conn)?;
         let model = store::load(&conn)?;
-        let view = full_view(&model, 0);
+        let view = full_view(&model, 0, Arc::new(AllowCache::default()));
         let side = store::connect(&path)?;
         let sessions = crate::session::Sessions::load(&conn)?;
         conn.execute_batch(audit::RECEIPT_INDEX)
@@ -504,7 +467,8 @@ impl Acl {
     }
 
     /// The documents `user` may read now, for one search. An unknown user gets the empty set.
-    /// O(1): clones an `Arc` of the materialised bitmap.
+    /// See [`AclSnapshot::allow_set`]: the union of the user's group and direct-grant bitmaps,
+    /// materialised once per request or found in the bounded cache.
     pub fn allow_set(&self, user: &str) -> AllowSet {
         self.snapshot().allow_set(user)
     }
@@ -517,7 +481,7 @@ impl Acl {
             .load()
             .users
             .get(user)
-            .is_some_and(|u| u.bits.contains(doc_ordinal))
+            .is_some_and(|u| u.can_read(doc_ordinal))
     }
 
     /// Resolves `Authorization: Bearer <token>` to a principal, or `None` (→ 401) for an
@@ -1022,8 +986,11 @@ impl Acl {
         if w.stale {
             w.model = store::load(&w.conn)?;
             let old = self.view.load();
-            self.view
-                .store(Arc::new(full_view(&w.model, old.generation + 1)));
+            self.view.store(Arc::new(full_view(
+                &w.model,
+                old.generation + 1,
+                old.cache.clone(),
+            )));
             w.stale = false;
         }
         let tx = w
@@ -1035,7 +1002,7 @@ impl Acl {
         let users_may_be_gone = pending.tokens_changed;
         // From here on the model is ahead of the rows until the commit succeeds.
         let t = std::time::Instant::now();
-        let prepared = prepare(&w.model, &self.view.load(), pending);
+        let prepared = prepare(&w.model, &self.view.load(), pending, sets::CANDIDATE_BUDGET);
         let recompute_ms = t.elapsed().as_millis() as u64;
         let rec = record(&value, prepared.access_changed);
         // Sessions of users this change removes end with it: one sign-in entry per user, in the
@@ -1083,6 +1050,7 @@ impl Acl {
             generation: old.generation + 1,
             users,
             tokens: prepared.tokens.unwrap_or_else(|| old.tokens.clone()),
+            cache: old.cache.clone(),
         }));
         drop(guard);
         self.flush_sink();
@@ -1115,22 +1083,54 @@ fn sessions_ended<'r>(cause: &Record<'r>, user: &'r str, n: usize) -> Record<'r>
     }
 }
 
-/// Computes the new entries of the touched users against the current view.
-fn prepare(model: &Model, current: &View, pending: Pending) -> Prepared {
+/// Builds the new entries of the touched users (sharing the model's bitmaps) and counts whose
+/// readable set differs from the current view's, without materialising the sets in the common
+/// case ([`sets::access_changed`], `budget` probes per user before it compares unions).
+fn prepare(model: &Model, current: &View, pending: Pending, budget: usize) -> Prepared {
     let touched: Vec<Name> = pending.touched.users(model).into_iter().collect();
-    let bits = compute_bits(model, &touched);
-    let mut access_changed = 0;
-    let mut users = Vec::with_capacity(touched.len());
-    for (u, new) in touched.into_iter().zip(bits) {
-        let empty = RoaringBitmap::new();
-        let old = current.users.get(&u).map_or(&empty, |v| &*v.bits);
-        let new_ref = new.as_deref().unwrap_or(&empty);
-        if old != new_ref {
-            access_changed += 1;
-        }
-        let view = new.and_then(|b| user_view(model, &u, b));
-        users.push((u, view));
+    let users: Vec<(Name, Option<Arc<UserView>>)> = touched
+        .into_iter()
+        .map(|u| {
+            let v = user_view(model, &u);
+            (u, v)
+        })
+        .collect();
+    fn lineages<'a>(
+        current: &'a View,
+        u: &Name,
+        new: &'a Option<Arc<UserView>>,
+    ) -> (Option<sets::Lineages<'a>>, Option<sets::Lineages<'a>>) {
+        (
+            current.users.get(u).map(|v| v.lineages()),
+            new.as_ref().map(|v| v.lineages()),
+        )
     }
+    // old ⊕ new of each edited bitmap, once per bitmap however many users share it.
+    let mut pairs = HashMap::new();
+    for (u, new) in &users {
+        if let (Some(o), Some(n)) = lineages(current, u, new) {
+            sets::changed_pairs(o, n, |o, n| {
+                if let (Some(o), Some(n)) = (o, n) {
+                    pairs.insert((o.id, n.id), (o, n));
+                }
+            });
+        }
+    }
+    let pairs: Vec<_> = pairs.into_values().collect();
+    let deltas: sets::Deltas = pairs
+        .par_chunks(1.max(pairs.len() / 64))
+        .map(|chunk| sets::deltas(chunk.iter().copied()))
+        .reduce(sets::Deltas::new, |mut a, b| {
+            a.extend(b);
+            a
+        });
+    let access_changed = users
+        .par_iter()
+        .filter(|(u, new)| {
+            let (o, n) = lineages(current, u, new);
+            sets::access_changed(o, n, &deltas, budget)
+        })
+        .count();
     Prepared {
         users,
         access_changed,
@@ -1256,4 +1256,232 @@ fn apply_snapshot(
         "acl snapshot diff applied"
     );
     Ok(counts)
+}
+
+#[cfg(test)]
+mod two_level_tests {
+    //! Property test of the two-level sets against the old flat union: random users, groups,
+    //! grants, revocations, membership changes and removals applied to the writer's model and
+    //! published the way [`Acl::mutate_with`] publishes them; after every change every user's
+    //! `allow_set`, `can_read` and `readable_documents` equal a brute-force evaluation of the
+    //! grants, the access-changed count is exact whatever the probe budget, and a snapshot taken
+    //! before the change still shows the state it was taken in.
+
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const USERS: u8 = 8;
+    const GROUPS: u8 = 5;
+    /// Ordinals spread over several roaring containers (array and bitmap ones).
+    const DOCS: u32 = 24;
+
+    fn ordinal(d: u32) -> u32 {
+        // Spread: two containers' worth of keys, and the last documents dense in one container.
+        if d < 16 { d * 40_000 } else { 200_000 + d }
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Grant {
+            doc: u32,
+            users: BTreeSet<u8>,
+            groups: BTreeSet<u8>,
+        },
+        /// Grants one group a dense range (many candidates: exceeds small probe budgets).
+        GrantRange {
+            from: u32,
+            len: u32,
+            group: u8,
+            revoke: bool,
+        },
+        SetGroups {
+            user: u8,
+            groups: BTreeSet<u8>,
+        },
+        AddUser {
+            user: u8,
+        },
+        RemoveUser {
+            user: u8,
+        },
+    }
+
+    fn set(max: u8) -> impl Strategy<Value = BTreeSet<u8>> {
+        prop::collection::btree_set(0..max, 0..3)
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..DOCS, set(USERS), set(GROUPS))
+                .prop_map(|(doc, users, groups)| Op::Grant { doc, users, groups }),
+            1 => (0..300u32, 0..300u32, 0..GROUPS, any::<bool>())
+                .prop_map(|(from, len, group, revoke)| Op::GrantRange { from, len, group, revoke }),
+            2 => (0..USERS, set(GROUPS)).prop_map(|(user, groups)| Op::SetGroups { user, groups }),
+            2 => (0..USERS).prop_map(|user| Op::AddUser { user }),
+            1 => (0..USERS).prop_map(|user| Op::RemoveUser { user }),
+        ]
+    }
+
+    fn uname(u: u8) -> String {
+        format!("u{u}")
+    }
+    fn gname(g: u8) -> String {
+        format!("g{g}")
+    }
+
+    /// The readable set of every existing user straight from the grants (no group bitmaps).
+    fn brute_force(m: &Model) -> BTreeMap<String, RoaringBitmap> {
+        m.users
+            .iter()
+            .map(|(u, rec)| {
+                let docs = m
+                    .grants
+                    .iter()
+                    .filter(|(_, g)| {
+                        g.users.contains(u) || g.groups.iter().any(|x| rec.groups.contains(x))
+                    })
+                    .map(|(o, _)| *o)
+                    .collect();
+                (u.to_string(), docs)
+            })
+            .collect()
+    }
+
+    fn apply(m: &mut Model, op: &Op, p: &mut Pending) {
+        match op {
+            Op::Grant { doc, users, groups } => {
+                let us: Vec<String> = users.iter().map(|u| uname(*u)).collect();
+                let gs: Vec<String> = groups.iter().map(|g| gname(*g)).collect();
+                let g = m.grant_from(&us, &gs);
+                m.set_grant(ordinal(*doc), g, &mut p.touched);
+            }
+            Op::GrantRange {
+                from,
+                len,
+                group,
+                revoke,
+            } => {
+                for o in 300_000 + from..300_000 + from + len {
+                    let gs = if *revoke { vec![] } else { vec![gname(*group)] };
+                    let g = m.grant_from(&[] as &[String], &gs);
+                    m.set_grant(o, g, &mut p.touched);
+                }
+            }
+            Op::SetGroups { user, groups } => {
+                let u = m.intern(&uname(*user));
+                let gs = groups.iter().map(|g| m.intern(&gname(*g))).collect();
+                if m.users.contains_key(&u) {
+                    m.set_user_groups(&u, gs);
+                    p.touched.users.insert(u);
+                }
+            }
+            Op::AddUser { user } => {
+                let u = m.intern(&uname(*user));
+                if !m.users.contains_key(&u) {
+                    m.insert_user(u.clone(), false);
+                    p.touched.users.insert(u);
+                }
+            }
+            Op::RemoveUser { user } => {
+                let u = m.intern(&uname(*user));
+                if m.remove_user(&u).is_some() {
+                    p.touched.users.insert(u);
+                }
+            }
+        }
+    }
+
+    /// Publishes the prepared entries over `old` (what `mutate_with` does).
+    fn publish(old: &View, prepared: Prepared) -> View {
+        let mut users = old.users.clone();
+        for (u, v) in prepared.users {
+            match v {
+                Some(v) => users.insert(u, v),
+                None => users.remove(&u),
+            };
+        }
+        View {
+            generation: old.generation + 1,
+            users,
+            tokens: old.tokens.clone(),
+            cache: old.cache.clone(),
+        }
+    }
+
+    fn check(view: &Arc<View>, expected: &BTreeMap<String, RoaringBitmap>) {
+        let snap = AclSnapshot { view: view.clone() };
+        let docs: Vec<u32> = (0..DOCS).map(ordinal).chain(300_000..300_600).collect();
+        for u in 0..USERS {
+            let u = uname(u);
+            let empty = RoaringBitmap::new();
+            let want = expected.get(&u).unwrap_or(&empty);
+            assert_eq!(snap.allow_set(&u).bitmap(), want, "allow_set of {u}");
+            // Twice: the second may come from the cache.
+            assert_eq!(snap.allow_set(&u).bitmap(), want, "allow_set of {u}, again");
+            for &d in &docs {
+                assert_eq!(snap.can_read(&u, d), want.contains(d), "can_read({u}, {d})");
+            }
+            assert_eq!(
+                snap.user(&u).map(|i| i.readable_documents),
+                expected.get(&u).map(RoaringBitmap::len)
+            );
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+        #[test]
+        fn two_level_sets_equal_the_flat_union(
+            ops in prop::collection::vec(op(), 1..24),
+            cache_entries in 0usize..4,
+        ) {
+            let mut m = Model::default();
+            // A tiny cache: entries are evicted and reused across changes.
+            let cache = Arc::new(AllowCache::new(4096, cache_entries));
+            let mut view = Arc::new(full_view(&m, 0, cache));
+            let mut before = brute_force(&m);
+            for op in &ops {
+                let old_snapshot = view.clone();
+                let mut p = Pending::default();
+                apply(&mut m, op, &mut p);
+                let after = brute_force(&m);
+                // The old flat kernel agrees with the brute force.
+                for (u, want) in &after {
+                    prop_assert_eq!(&m.materialise_user(u), want);
+                }
+                let empty = RoaringBitmap::new();
+                let names: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+                let changed = names
+                    .iter()
+                    .filter(|u| {
+                        before.get(**u).unwrap_or(&empty) != after.get(**u).unwrap_or(&empty)
+                    })
+                    .count();
+                let touched = p.touched.clone().users(&m);
+                for u in &names {
+                    if !touched.contains(u.as_str()) {
+                        prop_assert_eq!(before.get(*u), after.get(*u), "{} untouched", u);
+                    }
+                }
+                let mut prepared = None;
+                for budget in [0, 1, 3, sets::CANDIDATE_BUDGET] {
+                    let pending = Pending { touched: p.touched.clone(), tokens_changed: false };
+                    let got = prepare(&m, &view, pending, budget);
+                    prop_assert_eq!(got.access_changed, changed, "budget {}", budget);
+                    prepared = Some(got);
+                }
+                view = Arc::new(publish(&view, prepared.unwrap()));
+                check(&view, &after);
+                // The snapshot taken before the change still shows the old state.
+                check(&old_snapshot, &before);
+                // A restart (full view from the model) agrees.
+                check(&Arc::new(full_view(&m, 0, Arc::new(AllowCache::default()))), &after);
+                before = after;
+            }
+        }
+    }
 }

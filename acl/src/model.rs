@@ -1,9 +1,10 @@
 //! The writer-side in-memory model: users, memberships, grants and the group → documents and
-//! user → directly-granted-documents bitmaps the per-user sets are computed from.
+//! user → directly-granted-documents bitmaps the per-user sets are made of.
 //!
 //! It mirrors the SQLite rows exactly; it is only mutated after the matching transaction has
-//! committed, and only under the writer lock. Readers never see it: they see the published
-//! [`crate::view`].
+//! committed, and only under the writer lock. Readers never see the model itself: they see the
+//! published [`crate::view`], which shares the model's group and user bitmaps ([`Part`]s,
+//! copied on write) until the next change to them.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
@@ -14,6 +15,7 @@ use roaring::{MultiOps, RoaringBitmap};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use crate::sets::Part;
 
 /// A role a user may hold (separation of duties). Deny by default: no role grants document
 /// access (grants do); a role only opens the endpoints of its duty (the appliance's route table
@@ -106,10 +108,11 @@ pub(crate) struct Model {
     pub group_members: HashMap<Name, HashSet<Name>>,
     /// Non-empty grants by document ordinal.
     pub grants: HashMap<u32, Grant>,
-    /// Documents granted to each group.
-    pub group_docs: HashMap<Name, RoaringBitmap>,
-    /// Documents granted to each user id by name (the id need not exist as a user).
-    pub user_docs: HashMap<Name, RoaringBitmap>,
+    /// Documents granted to each group (never an empty bitmap).
+    pub group_docs: HashMap<Name, Part>,
+    /// Documents granted to each user id by name (the id need not exist as a user; never an
+    /// empty bitmap).
+    pub user_docs: HashMap<Name, Part>,
     /// Cache of `doc_ordinals` (ordinals are never reassigned, so a hit is always right; a miss
     /// is resolved against the table).
     pub ordinals: HashMap<Name, u32>,
@@ -118,7 +121,7 @@ pub(crate) struct Model {
 /// What a change may have affected: users directly, and groups whose documents changed (their
 /// members are expanded once at the end, not per document: a group like `all-staff` on 300k
 /// documents would otherwise cost members × documents).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Touched {
     pub users: HashSet<Name>,
     pub groups: HashSet<Name>,
@@ -165,7 +168,8 @@ pub(crate) fn sorted_diff(old: &[Name], new: &[Name], mut f: impl FnMut(&Name, b
 }
 
 /// Union of a user's directly granted documents and the documents of each of their groups: the
-/// whole materialisation kernel. Used at start-up, on every change and by the benchmarks.
+/// whole materialisation kernel. Used for a request's [`crate::AllowSet`] (see `sets`) and by
+/// the benchmarks.
 pub fn materialise<'a>(
     direct: Option<&'a RoaringBitmap>,
     groups: impl IntoIterator<Item = &'a RoaringBitmap>,
@@ -197,14 +201,18 @@ impl Model {
         Grant { users, groups }
     }
 
-    /// The readable documents of `user` computed from the model (empty for unknown users).
+    /// The readable documents of `user` computed from the model (empty for unknown users): the
+    /// flat union the published two-level sets are tested against.
+    #[cfg(test)]
     pub fn materialise_user(&self, user: &str) -> RoaringBitmap {
         let Some(rec) = self.users.get(user) else {
             return RoaringBitmap::new();
         };
         materialise(
-            self.user_docs.get(user),
-            rec.groups.iter().filter_map(|g| self.group_docs.get(g)),
+            self.user_docs.get(user).map(|p| &*p.bits),
+            rec.groups
+                .iter()
+                .filter_map(|g| self.group_docs.get(g).map(|p| &*p.bits)),
         )
     }
 
@@ -222,10 +230,14 @@ impl Model {
         let user_docs = &mut self.user_docs;
         sorted_diff(&old.users, &new.users, |u, added| {
             if added {
-                user_docs.entry(u.clone()).or_default().insert(ordinal);
+                user_docs
+                    .entry(u.clone())
+                    .or_default()
+                    .edit()
+                    .insert(ordinal);
             } else if let Some(b) = user_docs.get_mut(u) {
-                b.remove(ordinal);
-                if b.is_empty() {
+                b.edit().remove(ordinal);
+                if b.bits.is_empty() {
                     user_docs.remove(u);
                 }
             }
@@ -236,10 +248,14 @@ impl Model {
         let group_docs = &mut self.group_docs;
         sorted_diff(&old.groups, &new.groups, |g, added| {
             if added {
-                group_docs.entry(g.clone()).or_default().insert(ordinal);
+                group_docs
+                    .entry(g.clone())
+                    .or_default()
+                    .edit()
+                    .insert(ordinal);
             } else if let Some(b) = group_docs.get_mut(g) {
-                b.remove(ordinal);
-                if b.is_empty() {
+                b.edit().remove(ordinal);
+                if b.bits.is_empty() {
                     group_docs.remove(g);
                 }
             }

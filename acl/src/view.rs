@@ -1,24 +1,44 @@
 //! The published, immutable ACL state readers see. A writer builds a new [`View`] that shares every
-//! unchanged user's entry with the previous one and swaps it in with one atomic pointer store, so
-//! a reader holding an [`AclSnapshot`] sees one complete state, old or new, never a mix.
+//! unchanged user's entry and every unchanged group's bitmap with the previous one and swaps it in
+//! with one atomic pointer store, so a reader holding an [`AclSnapshot`] sees one complete state,
+//! old or new, never a mix.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use roaring::RoaringBitmap;
 use serde::Serialize;
 
 use crate::allow::AllowSet;
 use crate::model::{Name, Role};
+use crate::sets::{AllowCache, CacheUse, Lineages, Part};
 
-/// One user as published.
+/// One user as published: their readable set is the union of their groups' documents and their
+/// direct grants (two levels: the bitmaps are shared, not copied per user).
 #[derive(Debug)]
 pub(crate) struct UserView {
-    pub bits: Arc<RoaringBitmap>,
+    /// The user's groups, sorted, each with the documents granted to it (`None`: none).
+    pub groups: Box<[(Name, Option<Part>)]>,
+    /// The documents granted to the user by name.
+    pub direct: Option<Part>,
     pub roles: Box<[Role]>,
-    pub groups: Box<[Name]>,
     pub local: bool,
     pub has_token: bool,
+}
+
+impl UserView {
+    pub fn lineages(&self) -> Lineages<'_> {
+        Lineages {
+            groups: &self.groups,
+            direct: self.direct.as_ref(),
+        }
+    }
+
+    /// Whether the user may read the document: a probe per part.
+    pub fn can_read(&self, doc_ordinal: u32) -> bool {
+        self.lineages()
+            .parts()
+            .any(|p| p.bits.contains(doc_ordinal))
+    }
 }
 
 /// SHA-256 of a bearer token → user id and expiry (µs since the epoch; `None`: never).
@@ -31,6 +51,8 @@ pub(crate) struct View {
     pub users: HashMap<Name, Arc<UserView>>,
     /// SHA-256 of a bearer token → user id and expiry.
     pub tokens: Arc<TokenMap>,
+    /// Materialised unions, shared by every published state of one `Acl`.
+    pub cache: Arc<AllowCache>,
 }
 
 /// An authenticated caller.
@@ -66,6 +88,17 @@ pub struct UserInfo {
     pub readable_documents: u64,
 }
 
+/// Where the published readable sets' memory goes ([`AclSnapshot::set_memory`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SetMemory {
+    /// Distinct group and direct-grant bitmaps referenced by users.
+    pub parts: usize,
+    /// Their bytes (roaring serialized size).
+    pub part_bytes: usize,
+    /// The cache of materialised unions (shared by every state of one `Acl`).
+    pub cache: CacheUse,
+}
+
 /// A consistent, immutable view of the whole ACL state at one point in time.
 ///
 /// Cheap to clone. Use one snapshot for every decision of one request that must agree with
@@ -82,10 +115,13 @@ impl AclSnapshot {
         self.view.generation
     }
 
-    /// The documents `user` may read in this state; an unknown user gets the empty set.
+    /// The documents `user` may read in this state; an unknown user gets the empty set. Take it
+    /// once per request: it is the union of the user's group and direct-grant bitmaps, the
+    /// bitmap itself for a user with one, otherwise materialised (or found in a bounded cache
+    /// shared by users with the same groups and no direct grant).
     pub fn allow_set(&self, user: &str) -> AllowSet {
         match self.view.users.get(user) {
-            Some(u) => AllowSet::from_arc(u.bits.clone()),
+            Some(u) => self.view.cache.allow_set(u.lineages().parts()),
             None => AllowSet::empty(),
         }
     }
@@ -95,18 +131,45 @@ impl AclSnapshot {
         self.view
             .users
             .get(user)
-            .is_some_and(|u| u.bits.contains(doc_ordinal))
+            .is_some_and(|u| u.can_read(doc_ordinal))
     }
 
-    /// The user's groups, roles and flags, if the user exists.
+    /// The user's groups, sorted, if the user exists (cheaper than [`AclSnapshot::user`], which
+    /// counts the readable documents).
+    pub fn user_groups(&self, user: &str) -> Option<Vec<String>> {
+        let u = self.view.users.get(user)?;
+        Some(u.groups.iter().map(|(g, _)| g.to_string()).collect())
+    }
+
+    /// Where the readable sets' memory goes in this state: the distinct group and direct-grant
+    /// bitmaps the users' entries share, and the cache of materialised unions.
+    pub fn set_memory(&self) -> SetMemory {
+        let mut parts: HashMap<u64, usize> = HashMap::new();
+        for u in self.view.users.values() {
+            for p in u.lineages().parts() {
+                parts
+                    .entry(p.id)
+                    .or_insert_with(|| p.bits.serialized_size());
+            }
+        }
+        SetMemory {
+            parts: parts.len(),
+            part_bytes: parts.values().sum(),
+            cache: self.view.cache.usage(),
+        }
+    }
+
+    /// The user's groups, roles and flags, if the user exists. Counting `readable_documents`
+    /// takes the user's set as [`AclSnapshot::allow_set`] does (a union on a cache miss): use
+    /// [`AclSnapshot::user_groups`] to walk many users' groups.
     pub fn user(&self, user: &str) -> Option<UserInfo> {
         self.view.users.get_key_value(user).map(|(id, u)| UserInfo {
             user_id: id.to_string(),
-            groups: u.groups.iter().map(|g| g.to_string()).collect(),
+            groups: u.groups.iter().map(|(g, _)| g.to_string()).collect(),
             roles: u.roles.to_vec(),
             local: u.local,
             has_token: u.has_token,
-            readable_documents: u.bits.len(),
+            readable_documents: self.view.cache.allow_set(u.lineages().parts()).len(),
         })
     }
 

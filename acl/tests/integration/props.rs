@@ -1,6 +1,8 @@
 //! Property test: for random sequences of grant / revoke / membership / user / snapshot
-//! operations, every user's published set equals (1) a brute-force evaluation from the SQLite
-//! rows and (2) an independent reference model of the operations; a restart agrees too.
+//! operations, every user's published set (and `can_read` of every document) equals (1) a
+//! brute-force evaluation from the SQLite rows and (2) an independent reference model of the
+//! operations (the flat union); every change's access-changed count is exact; a restart agrees
+//! too.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -104,18 +106,22 @@ fn apply(acl: &Acl, r: &mut Reference, op: &Op) {
             users,
             groups,
         } => {
-            acl.set_document_grants(
-                "t",
-                &doc(*d),
-                &DocGrants {
-                    users: names(users, user),
-                    groups: names(groups, group),
-                },
-            )
-            .unwrap();
+            let before = r.readable();
+            let out = acl
+                .set_document_grants(
+                    "t",
+                    &doc(*d),
+                    &DocGrants {
+                        users: names(users, user),
+                        groups: names(groups, group),
+                    },
+                )
+                .unwrap();
             r.grants.insert(*d, (users.clone(), groups.clone()));
+            assert_eq!(out.users_access_changed, changed(&before, &r.readable()));
         }
         Op::PutUser { user: u, groups } => {
+            let before = r.readable();
             let out = acl
                 .put_user(
                     "t",
@@ -128,6 +134,11 @@ fn apply(acl: &Acl, r: &mut Reference, op: &Op) {
                 .unwrap();
             assert_eq!(out.created, !r.users.contains_key(u));
             r.users.entry(*u).or_insert((BTreeSet::new(), true)).0 = groups.clone();
+            assert_eq!(
+                out.access_changed,
+                changed(&before, &r.readable()) > 0,
+                "put_user access_changed"
+            );
         }
         Op::AddUser { user: u, groups } => {
             let res = acl.add_user(
@@ -205,6 +216,18 @@ fn apply(acl: &Acl, r: &mut Reference, op: &Op) {
     }
 }
 
+/// How many users' readable sets differ between two evaluations (absent: empty).
+fn changed(
+    before: &BTreeMap<String, BTreeSet<String>>,
+    after: &BTreeMap<String, BTreeSet<String>>,
+) -> usize {
+    let empty = BTreeSet::new();
+    let all: BTreeSet<&String> = before.keys().chain(after.keys()).collect();
+    all.iter()
+        .filter(|u| before.get(**u).unwrap_or(&empty) != after.get(**u).unwrap_or(&empty))
+        .count()
+}
+
 fn check(acl: &Acl, db: &std::path::Path, r: &Reference) {
     let from_rows = brute_force_from_rows(db);
     let published = published(acl);
@@ -217,7 +240,20 @@ fn check(acl: &Acl, db: &std::path::Path, r: &Reference) {
         .into_iter()
         .map(|(u, ds)| (u, ds.into_iter().map(|d| ids[&d].clone()).collect()))
         .collect();
-    assert_eq!(named, r.readable(), "published sets vs reference model");
+    let readable = r.readable();
+    assert_eq!(named, readable, "published sets vs reference model");
+    let empty = BTreeSet::new();
+    for (&o, id) in &ids {
+        for u in 0..USERS {
+            let want = readable.get(&user(u)).unwrap_or(&empty).contains(id);
+            assert_eq!(
+                acl.can_read(&user(u), o),
+                want,
+                "can_read({}, {id})",
+                user(u)
+            );
+        }
+    }
     for u in 0..USERS {
         if !r.users.contains_key(&u) {
             assert!(acl.allow_set(&user(u)).is_empty());

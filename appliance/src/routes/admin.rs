@@ -306,7 +306,7 @@ pub async fn groups(
         let snap = services.acl.snapshot();
         let mut members: BTreeMap<String, usize> = grants.keys().map(|g| (g.clone(), 0)).collect();
         for u in snap.user_ids() {
-            for g in snap.user(&u).map(|u| u.groups).unwrap_or_default() {
+            for g in snap.user_groups(&u).unwrap_or_default() {
                 *members.entry(g).or_default() += 1;
             }
         }
