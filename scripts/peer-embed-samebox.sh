@@ -10,7 +10,8 @@
 #            (its safetensors is the file our embedder loads; SHA-256 checked); copies of
 #            ../shared/peers/{common,bench_embed_throughput,bench_embed_query}.py with two
 #            additions only: the dataset path from $PEER_DATA, and time.process_time() (process
-#            CPU-seconds) around the same timed regions; our bench binary built (release).
+#            CPU-seconds) around the same timed regions, and AIRLOCK_EMBED_N (pieces, default 2,000)
+#            read by both sides; our bench binary built (release).
 # throughput ours, peer, ours, peer ($ROUNDS rounds, default 2): 2,000 bank-dev pieces of <= 256
 #            tokens, batch 32, 3 timed passes each, median; `uptime` before every run.
 # gemm-ab    ours with gemm's AVX2 kernels (the bench binary $BEFORE_BIN, built before gemm's
@@ -73,6 +74,7 @@ patch("common.py", [(
  '# same-box run: data from $PEER_DATA (default: the original ../datasets next to the script)\n'
  'DATA = os.environ.get("PEER_DATA", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "datasets"))')])
 patch("bench_embed_throughput.py", [
+ ('N, PIECE = 2000, 254', 'N, PIECE = int(os.environ.get("AIRLOCK_EMBED_N", 2000)), 254  # same-box run: ours\' knob'),
  ('times = []\nfor r in range(3):', 'times = []; cpus = []\nfor r in range(3):'),
  ('    t0 = time.perf_counter()\n    m.encode(',
   '    c0 = time.process_time()  # same-box run: process CPU-seconds (user+system, all threads)\n'
