@@ -2,7 +2,7 @@
 # Same-box, back-to-back comparison of our embedder with the peer (sentence-transformers), as in
 # docs/benchmarks/inference-embed.md, section "Same-box peer run (sentence-transformers)".
 #
-#   scripts/peer-embed-samebox.sh [setup|throughput|query|rerank|mklcheck|all]   (default: all)
+#   scripts/peer-embed-samebox.sh [setup|throughput|gemm-ab|query|rerank|mklcheck|all]   (default: all)
 #
 # setup      venv $ST_VENV (default /tmp/st-venv) with the peer's pinned versions from PyPI
 #            (torch 2.15.0, sentence-transformers 6.2.0, numpy 2.4.6); the model in the
@@ -10,9 +10,14 @@
 #            (its safetensors is the file our embedder loads; SHA-256 checked); copies of
 #            ../shared/peers/{common,bench_embed_throughput,bench_embed_query}.py with two
 #            additions only: the dataset path from $PEER_DATA, and time.process_time() (process
-#            CPU-seconds) around the same timed regions; our bench binary built (release).
+#            CPU-seconds) around the same timed regions, and AIRLOCK_EMBED_N (pieces, default 2,000)
+#            read by both sides; our bench binary built (release).
 # throughput ours, peer, ours, peer ($ROUNDS rounds, default 2): 2,000 bank-dev pieces of <= 256
 #            tokens, batch 32, 3 timed passes each, median; `uptime` before every run.
+# gemm-ab    ours with gemm's AVX2 kernels (the bench binary $BEFORE_BIN, built before gemm's
+#            `x86-v4` feature was enabled), ours as built now (AVX-512 where the CPU has it; or the
+#            binary $AFTER_BIN), peer;
+#            $ROUNDS rounds of the throughput run, back to back (docs/benchmarks/inference-embed.md).
 # query      ours, peer: 300 single-query embeds, 3 passes, median pass.
 # rerank     ours, peer: 50 (query, passage) pairs; ours per scorer (cross-encoder, embedding
 #            rescorer, SmolLM2 yes/no judge), the peer = sentence-transformers' CrossEncoder on the
@@ -69,6 +74,7 @@ patch("common.py", [(
  '# same-box run: data from $PEER_DATA (default: the original ../datasets next to the script)\n'
  'DATA = os.environ.get("PEER_DATA", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "datasets"))')])
 patch("bench_embed_throughput.py", [
+ ('N, PIECE = 2000, 254', 'N, PIECE = int(os.environ.get("AIRLOCK_EMBED_N", 2000)), 254  # same-box run: ours\' knob'),
  ('times = []\nfor r in range(3):', 'times = []; cpus = []\nfor r in range(3):'),
  ('    t0 = time.perf_counter()\n    m.encode(',
   '    c0 = time.process_time()  # same-box run: process CPU-seconds (user+system, all threads)\n'
@@ -153,10 +159,14 @@ EOF_CE
 
 stamp() { echo "== $1 $(date -u +%H:%M:%S) $(uptime)"; }
 
-ours() { # ours MODE LOG
-  stamp "ours $1" | tee -a "$2"
-  (cd "$ROOT" && RAYON_NUM_THREADS=2 /usr/bin/time -v \
-    cargo bench -q -p airlock-inference --bench embed_throughput -- "$1") >>"$2" 2>&1
+ours() { # ours MODE LOG [BENCH_BINARY]  (default: cargo bench builds and runs the current one)
+  stamp "ours $1 ${3:-}" | tee -a "$2"
+  if [ -n "${3:-}" ]; then
+    (cd "$ROOT/inference" && RAYON_NUM_THREADS=2 /usr/bin/time -v "$3" "$1") >>"$2" 2>&1
+  else
+    (cd "$ROOT" && RAYON_NUM_THREADS=2 /usr/bin/time -v \
+      cargo bench -q -p airlock-inference --bench embed_throughput -- "$1") >>"$2" 2>&1
+  fi
 }
 
 peer() { # peer SCRIPT LOG
@@ -167,6 +177,16 @@ peer() { # peer SCRIPT LOG
 throughput() {
   for r in $(seq 1 "$ROUNDS"); do
     ours throughput "$OUT/logs/ours-throughput$TAG-$r.txt"
+    peer bench_embed_throughput.py "$OUT/logs/peer-throughput$TAG-$r.txt"
+  done
+}
+
+gemm_ab() {
+  [ -x "${BEFORE_BIN:-}" ] || { echo "gemm-ab: set BEFORE_BIN to the embed_throughput bench binary built without gemm's x86-v4" >&2; exit 2; }
+  [ -n "${AFTER_BIN:-}" ] || (cd "$ROOT" && cargo bench -q -p airlock-inference --bench embed_throughput --no-run)
+  for r in $(seq 1 "$ROUNDS"); do
+    ours throughput "$OUT/logs/ours-avx2gemm-throughput$TAG-$r.txt" "$BEFORE_BIN"
+    ours throughput "$OUT/logs/ours-x86v4-throughput$TAG-$r.txt" "${AFTER_BIN:-}"
     peer bench_embed_throughput.py "$OUT/logs/peer-throughput$TAG-$r.txt"
   done
 }
@@ -206,11 +226,12 @@ EOF_MM
 case "${1:-all}" in
   setup) setup ;;
   throughput) throughput ;;
+  gemm-ab) gemm_ab ;;
   query) query ;;
   rerank) rerank ;;
   mklcheck) mklcheck ;;
   all) setup; throughput; query; rerank ;;
-  *) echo "usage: $0 [setup|throughput|query|rerank|mklcheck|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [setup|throughput|gemm-ab|query|rerank|mklcheck|all]" >&2; exit 2 ;;
 esac
-grep -h -E '^== |THROUGHPUT|QUERY|RERANK|median_secs|tokens_per_cpu_s|mean_ms|peer_cross|Elapsed|User time|System time' \
+grep -h -E '^== |gemm f32|THROUGHPUT|QUERY|RERANK|median_secs|tokens_per_cpu_s|mean_ms|peer_cross|Elapsed|User time|System time' \
   "$OUT"/logs/*.txt 2>/dev/null | tail -n 80 || true

@@ -26,10 +26,12 @@ use candle_core::{Device, Tensor};
 fn main() {
     let what = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     let run = |name: &str| what.as_deref().is_none_or(|w| w == name);
+    println!("{}", airlock_inference::cpu_line());
     println!(
-        "RAYON_NUM_THREADS={} load={}",
+        "RAYON_NUM_THREADS={} load={} gemm f32 kernels: {}",
         util::threads(),
-        util::load_avg()
+        util::load_avg(),
+        airlock_inference::gemm_kernels()
     );
     let emb = Arc::new(util::embedder());
     if run("throughput") {

@@ -20,6 +20,15 @@
 //! 128), `AIRLOCK_BENCH_REPS` (timed runs after the warm-up, default 2) and
 //! `AIRLOCK_BENCH_STREAMS` (comma-separated stream counts, default `1,2,4,8,16`; empty skips the
 //! engine part).
+//! - `AIRLOCK_BENCH_PREFIX=N` (0 < N < pp) also times the first token with the KV of the prompt's
+//!   first N tokens cached, as the engine's shared system-prompt prefix does: the cached prefix
+//!   is prefilled once, untimed; each timed run copies its KV cache and prefills the other
+//!   pp − N tokens in one chunk (the copy is timed too).
+//! - `AIRLOCK_BENCH_BATCHED=1,4,8` also times batched decode on the model directly, like the
+//!   peer's `bench_llm_batched.py`: S sequences, each with its own 128-token prompt prefilled
+//!   (untimed), then 128 greedy steps, each one forward of S tokens (one per sequence);
+//!   aggregate decode tok/s = S × 128 / decode time, median of `AIRLOCK_BENCH_REPS` after a
+//!   warm-up.
 //! - chunked prefill that does not starve decoders: 4 streams decode 64 tokens each,
 //!   undisturbed and then with a long prompt (`AIRLOCK_BENCH_INTRUDER`, default 450 tokens, the
 //!   size of a RAG prompt) submitted once all four are decoding; the time per output token of
@@ -179,6 +188,91 @@ fn single_stream(model: &DecoderModel, sz: Sizes) -> (Rate, Rate) {
     (median_rate(pp), median_rate(tg))
 }
 
+/// Time to first token (ms, wall and per CPU-time; medians of `reps` after one warm-up) of a
+/// `pp`-token prompt whose first `prefix` tokens' KV is cached: copy that cache, prefill the rest.
+fn ttft_with_prefix(model: &DecoderModel, pp: usize, prefix: usize, reps: usize) -> (f64, f64) {
+    let p = prompt(pp, 1);
+    let mut cached = model.new_cache();
+    let mut c = [SeqChunk {
+        tokens: &p[..prefix],
+        cache: &mut cached,
+        want_logits: false,
+    }];
+    model.forward(&mut c).expect("prefix prefill");
+    let (mut wall, mut cpu) = (Vec::new(), Vec::new());
+    for rep in 0..=reps {
+        let (t, c0) = (Instant::now(), cpu_secs());
+        let mut cache = cached.clone();
+        let mut c = [SeqChunk {
+            tokens: &p[prefix..],
+            cache: &mut cache,
+            want_logits: true,
+        }];
+        let logits = model
+            .forward(&mut c)
+            .expect("prefill")
+            .remove(0)
+            .expect("logits");
+        std::hint::black_box(argmax(&logits));
+        if rep > 0 {
+            wall.push(t.elapsed().as_secs_f64() * 1e3);
+            cpu.push((cpu_secs() - c0) / threads() * 1e3);
+        }
+    }
+    (median(wall), median(cpu))
+}
+
+/// Aggregate decode rate of `s` sequences stepped together (see the module docs).
+fn batched_decode(model: &DecoderModel, s: usize, reps: usize) -> Rate {
+    const PL: usize = 128;
+    const TG: usize = 128;
+    let prompts: Vec<Vec<u32>> = (0..s).map(|i| prompt(PL, 500 + i as u64)).collect();
+    let mut rates = Vec::new();
+    for rep in 0..=reps {
+        let mut caches: Vec<_> = (0..s).map(|_| model.new_cache()).collect();
+        let mut chunks: Vec<SeqChunk> = caches
+            .iter_mut()
+            .zip(&prompts)
+            .map(|(cache, p)| SeqChunk {
+                tokens: p,
+                cache,
+                want_logits: true,
+            })
+            .collect();
+        let mut next: Vec<u32> = model
+            .forward(&mut chunks)
+            .expect("prefill")
+            .into_iter()
+            .map(|l| argmax(&l.expect("logits")))
+            .collect();
+        drop(chunks);
+        let rate = Rate::measure(s * TG, || {
+            for _ in 0..TG {
+                let toks: Vec<[u32; 1]> = next.iter().map(|&t| [t]).collect();
+                let mut chunks: Vec<SeqChunk> = caches
+                    .iter_mut()
+                    .zip(&toks)
+                    .map(|(cache, t)| SeqChunk {
+                        tokens: t,
+                        cache,
+                        want_logits: true,
+                    })
+                    .collect();
+                next = model
+                    .forward(&mut chunks)
+                    .expect("decode")
+                    .into_iter()
+                    .map(|l| argmax(&l.expect("logits")))
+                    .collect();
+            }
+        });
+        if rep > 0 {
+            rates.push(rate);
+        }
+    }
+    median_rate(rates)
+}
+
 /// Aggregate generated tokens/s with `n` concurrent streams through the engine.
 fn aggregate(engine: &Engine, n: usize) -> Rate {
     let (t0, c0) = (Instant::now(), cpu_secs());
@@ -319,7 +413,33 @@ fn main() {
             sz.pp as f64 / pp.wall * 1e3,
             sz.pp as f64 / pp.cpu * 1e3
         );
+        let prefix = knob("AIRLOCK_BENCH_PREFIX", 0);
+        if prefix > 0 && prefix < sz.pp {
+            let (wall, cpu) = ttft_with_prefix(&model, sz.pp, prefix, sz.reps);
+            println!(
+                "time to first token ({} prompt tokens, the first {prefix} cached): {wall:.0} ms \
+                 wall, {cpu:.0} ms per CPU-time",
+                sz.pp
+            );
+        }
         println!("tg{} (after {}):     {tg}", sz.tg, sz.pp);
+        let batched: Vec<usize> = std::env::var("AIRLOCK_BENCH_BATCHED")
+            .unwrap_or_default()
+            .split(',')
+            .filter_map(|v| v.trim().parse().ok())
+            .filter(|&n| n > 0)
+            .collect();
+        let mut base = None;
+        for &n in &batched {
+            let rate = batched_decode(&model, n, sz.reps);
+            let b = *base.get_or_insert(rate);
+            println!(
+                "batched decode, {n} sequences x 128 steps after 128-token prompts: {rate}  \
+                 ({:.2}x / {:.2}x the first)",
+                rate.wall / b.wall,
+                rate.cpu / b.cpu
+            );
+        }
         if streams.is_empty() {
             continue;
         }

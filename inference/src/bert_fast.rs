@@ -1147,6 +1147,47 @@ mod tests {
         check_against_candle(32, 2, HiddenAct::Relu);
     }
 
+    /// The matmuls (`matmul` above: candle → gemm, whose f32 kernels are picked at run time:
+    /// AVX-512 with the `x86-v4` feature, else AVX2+FMA) against an f64 reference, on the
+    /// embedder's shapes and on ragged ones that leave partial micro-tiles on every edge.
+    #[test]
+    fn gemm_matmul_matches_an_f64_reference() {
+        println!("gemm f32 kernels: {}", crate::gemm_kernels());
+        for (m, k, n) in [
+            (1, 1, 1),
+            (5, 7, 13),
+            (17, 33, 49),
+            (37, 384, 1152),
+            (250, 384, 384),
+            (61, 1536, 384),
+        ] {
+            let x: Vec<f32> = (0..m * k)
+                .map(|i| ((i * 7919 % 211) as f32 - 105.0) / 97.0)
+                .collect();
+            let w: Vec<f32> = (0..k * n)
+                .map(|i| ((i * 104_729 % 193) as f32 - 96.0) / 89.0)
+                .collect();
+            let wt = Tensor::from_slice(&w, (k, n), &Device::Cpu).unwrap();
+            let got = matmul(&x, m, &wt).unwrap().to_vec2::<f32>().unwrap();
+            for (r, row) in got.iter().enumerate() {
+                for (c, &g) in row.iter().enumerate() {
+                    let (mut want, mut mag) = (0f64, 0f64);
+                    for j in 0..k {
+                        let p = f64::from(x[r * k + j]) * f64::from(w[j * n + c]);
+                        want += p;
+                        mag += p.abs();
+                    }
+                    // f32 accumulation: error ≤ k · ε · Σ|products| (bound with margin).
+                    let tol = 4.0 * k as f64 * f64::from(f32::EPSILON) * mag + 1e-6;
+                    assert!(
+                        (f64::from(g) - want).abs() <= tol,
+                        "{m}x{k}x{n} [{r},{c}]: {g} vs {want} (tol {tol})"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn rejects_bad_inputs() {
         let (config, vb) = random_model(32, 2, HiddenAct::Gelu);

@@ -42,3 +42,23 @@ pub fn cpu_line() -> String {
         simd.join(" ")
     )
 }
+
+/// The f32 micro-kernels of the `gemm` crate (candle's matmuls: the embedder and the
+/// cross-encoder) on this CPU: `avx512f` (the workspace enables gemm's `x86-v4` feature),
+/// `avx2+fma`, or `scalar`. gemm chooses at run time with the same tests, in this order, so a
+/// CPU without AVX-512 (or a VM/emulator that masks it) runs the AVX2 kernels of the same binary.
+/// `AIRLOCK_KERNEL_TIER` does not apply here: it forces the quantized generator kernels only.
+pub fn gemm_kernels() -> &'static str {
+    // The crate is a dependency only for its feature; this names it so the link is explicit.
+    use gemm as _;
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            return "avx512f";
+        }
+        if is_x86_feature_detected!("fma") {
+            return "avx2+fma";
+        }
+    }
+    "scalar"
+}
