@@ -13,7 +13,7 @@ import path from 'node:path';
 
 import { browserMissing, launch, openPage } from './lib/browser.mjs';
 import { assertClean, signIn } from './lib/ui.mjs';
-import { REPO, startDaemon, tail } from './lib/daemon.mjs';
+import { bankDevDir, startDaemon, tail } from './lib/daemon.mjs';
 
 const BIN = process.env.AIRLOCK_BIN;
 const skip = !BIN
@@ -22,7 +22,8 @@ const skip = !BIN
 const DOCS = 200;
 /** Each document's text is cut to this many characters: one chunk each. */
 const TEXT_CHARS = 400;
-const CRANFIELD = path.join(REPO, '..', 'shared', 'datasets', 'cranfield', 'corpus.jsonl');
+// Beside bank-dev (AIRLOCK_SHARED_DIR/datasets, else ../shared beside the repo).
+const CRANFIELD = path.join(bankDevDir(), '..', 'cranfield', 'corpus.jsonl');
 // The page's first `GET /v1/info` without a session answers 401: the sign-in form.
 const SIGN_IN_401 = [/Failed to load resource: the server responded with a status of 401/];
 
