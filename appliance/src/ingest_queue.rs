@@ -210,7 +210,7 @@ pub fn enqueue(data: &Path, name: &str, source: &Path) -> anyhow::Result<Job> {
         std::io::copy(&mut from, &mut to)?;
         to.sync_all()?;
         std::fs::rename(&tmp, &path)?;
-        std::fs::File::open(&dir)?.sync_all()
+        sync_dir(&dir)
     };
     if let Err(e) = copy() {
         let _ = std::fs::remove_file(&tmp);
@@ -221,6 +221,20 @@ pub fn enqueue(data: &Path, name: &str, source: &Path) -> anyhow::Result<Job> {
         path,
         name: name.to_owned(),
     })
+}
+
+/// Makes a rename or removal in `dir` durable.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// The next job to run, with the count of those behind it recorded in `status`; `None` (and
+/// nothing queued) when the queue is empty.
+fn next_job(data: &Path, status: &Status) -> anyhow::Result<Option<Job>> {
+    let jobs = pending(data)?;
+    let queued = jobs.len().saturating_sub(1);
+    status.update(|s| s.queued = queued);
+    Ok(jobs.into_iter().next())
 }
 
 /// What [`run_job`] did.
@@ -300,9 +314,7 @@ pub fn run_job(
     })?;
     std::fs::remove_file(&job.path).with_context(|| format!("removing {}", job.path.display()))?;
     if let Some(dir) = job.path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .with_context(|| format!("syncing {}", dir.display()))?;
+        sync_dir(dir).with_context(|| format!("syncing {}", dir.display()))?;
     }
     let outcome = JobOutcome {
         stored: report.outcomes.len(),
@@ -342,17 +354,12 @@ pub fn drain(
     observe: &mut dyn FnMut(&Job, &JobStatus),
 ) -> anyhow::Result<Vec<(Job, JobOutcome)>> {
     let mut done = Vec::new();
-    loop {
-        let jobs = pending(data)?;
-        let Some(job) = jobs.first().cloned() else {
-            status.update(|s| s.queued = 0);
-            return Ok(done);
-        };
-        status.update(|s| s.queued = jobs.len() - 1);
+    while let Some(job) = next_job(data, status)? {
         let outcome = run_job(services, &job, status, &mut |j| observe(&job, j))
             .with_context(|| format!("ingest job `{}`", job.name))?;
         done.push((job, outcome));
     }
+    Ok(done)
 }
 
 /// Starts the daemon's worker thread: it runs the queued jobs in order and then looks for new
@@ -367,21 +374,19 @@ pub fn spawn(
         .name("airlock-ingest-queue".into())
         .spawn(move || {
             loop {
-                let jobs = match pending(&data) {
-                    Ok(j) => j,
+                let job = match next_job(&data, &status) {
+                    Ok(Some(job)) => job,
+                    Ok(None) => {
+                        std::thread::sleep(POLL_INTERVAL);
+                        continue;
+                    }
                     Err(e) => {
                         tracing::error!(error = %format!("{e:#}"), "reading the ingest queue");
                         std::thread::sleep(RETRY_AFTER);
                         continue;
                     }
                 };
-                let Some(job) = jobs.first().cloned() else {
-                    status.update(|s| s.queued = 0);
-                    std::thread::sleep(POLL_INTERVAL);
-                    continue;
-                };
-                status.update(|s| s.queued = jobs.len() - 1);
-                tracing::info!(job = %job.name, queued = jobs.len() - 1, "ingest job started");
+                tracing::info!(job = %job.name, queued = status.snapshot().queued, "ingest job started");
                 match run_job(&services, &job, &status, &mut |_| {}) {
                     Ok(o) => tracing::info!(
                         job = %job.name,
