@@ -352,11 +352,39 @@ def xlsx_from_doc(path, doc):
             ws.write_row(r, 0, [section, val])
             r += 1
         else:
-            tables.append(val)
-    for i, t in enumerate(tables):
-        ts = wb.add_worksheet(f"Table {i + 1}")
+            tables.append((section, val))
+    # Each table on a sheet of its own, as a person lays a workbook out: the sheet named after
+    # the section that introduced the table, that section's heading as the title in A1, a blank
+    # row, then the table (the header row first).
+    names = set()
+    for i, (caption, t) in enumerate(tables):
+        name = re.sub(r"[\[\]:*?/\\']", " ", caption).strip()[:31].strip() or f"Table {i + 1}"
+        if name.lower() in names or name.lower() == "document":
+            name = f"Table {i + 1}"
+        names.add(name.lower())
+        ts = wb.add_worksheet(name)
+        first = 0
+        if caption:
+            ts.write_string(0, 0, caption)
+            first = 2
         for j, row in enumerate(t):
-            ts.write_row(j, 0, row)
+            ts.write_row(first + j, 0, row)
+    wb.close()
+
+
+def xlsx_titled(path):
+    """Branch limits under a title row and a subtitle, as sheets are often laid out."""
+    wb = xlsxwriter.Workbook(path)
+    wb.set_properties({"title": "Branch cash limits", "created": FIXED_DATE.replace(tzinfo=None)})
+    ws = wb.add_worksheet("Limits")
+    ws.write_string(0, 0, "Bradwell Station Road branch limits")
+    ws.write_string(1, 0, "Approved by Retail Operations, February 2024")
+    ws.write_row(3, 0, ["Limit", "Amount (USD)"])
+    ws.write_row(4, 0, ["Main vault", 834500])
+    ws.write_row(5, 0, ["Teller drawer", 22450])
+    ws2 = wb.add_worksheet("Codes")
+    for i, c in enumerate(["BR-01", "BR-02", "BR-03"]):
+        ws2.write_string(i, 0, c)
     wb.close()
 
 
@@ -614,6 +642,7 @@ def fixtures(corpus, out):
     pdf_scanned(p("scanned.pdf"))
     pdf_encrypted(p("encrypted.pdf"), d1)
     xlsx_rates(p("rates.xlsx"))
+    xlsx_titled(p("titled.xlsx"))
     docx_policy(p("policy.docx"))
     normalize_zip(p("policy.docx"))
     pptx_committee(p("committee.pptx"))

@@ -1,6 +1,7 @@
 //! XLSX/XLSM through `calamine` (cell by cell, never a dense range: a sheet claiming
-//! A1:XFD1048576 costs what its cells cost): one section per sheet, the first non-empty row as
-//! the header, formulas as their cached values, anchors sheet + row range.
+//! A1:XFD1048576 costs what its cells cost): one section per sheet, up to three one-cell title
+//! rows above the table as headings under it, the first row after them as the header, formulas
+//! as their cached values, anchors sheet + row range.
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -11,6 +12,9 @@ use crate::csv::push_table;
 use crate::limits::Budget;
 use crate::xml::Zip;
 use crate::{Anchor, Block, BlockKind, Extracted, Format, Limits, Refusal};
+
+/// At most this many one-cell rows above a sheet's table are read as its title lines.
+const MAX_TITLE_ROWS: usize = 3;
 
 pub(crate) fn extract(
     bytes: &[u8],
@@ -63,13 +67,46 @@ pub(crate) fn extract(
             }
         }
         out.units += 1;
-        let anchor = Anchor {
+        let mut anchor = Anchor {
             sheet: Some(sheet.clone()),
             section: vec![sheet.clone()],
             ..Anchor::default()
         };
         if rows.is_empty() {
             continue;
+        }
+        budget.push(
+            &mut out.blocks,
+            Block {
+                kind: BlockKind::Heading(1),
+                text: sheet.clone(),
+                anchor: anchor.clone(),
+            },
+        )?;
+        // Title lines: a sheet often starts with its caption in A1 ("Bradwell Station Road
+        // branch limits"), maybe a subtitle, then the table. A leading row of one cell while a
+        // later row has several is such a line: it becomes a heading under the sheet's (so every
+        // chunk of the table carries it in its section path), never the table's header.
+        let mut titles = 0;
+        while rows.len() > 1 && titles < MAX_TITLE_ROWS {
+            let (&r, first) = rows.iter().next().expect("non-empty");
+            if first.len() != 1 || !rows.values().skip(1).any(|c| c.len() > 1) {
+                break;
+            }
+            let text = first[0].1.clone();
+            rows.remove(&r);
+            titles += 1;
+            anchor.section.push(text.clone());
+            let mut a = anchor.clone();
+            a.rows = Some((r + 1, r + 1));
+            budget.push(
+                &mut out.blocks,
+                Block {
+                    kind: BlockKind::Heading(2),
+                    text,
+                    anchor: a,
+                },
+            )?;
         }
         let min_c = rows
             .values()
@@ -98,14 +135,6 @@ pub(crate) fn extract(
         };
         let mut it = rows.iter();
         let (hr, header) = it.next().map(|(r, c)| (*r, line(c))).unwrap_or_default();
-        budget.push(
-            &mut out.blocks,
-            Block {
-                kind: BlockKind::Heading(1),
-                text: sheet.clone(),
-                anchor: anchor.clone(),
-            },
-        )?;
         let data: Vec<(u32, String)> = it.map(|(r, c)| (r + 1, line(c))).collect();
         if data.is_empty() {
             let mut a = anchor.clone();

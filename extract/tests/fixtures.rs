@@ -180,6 +180,30 @@ fn xlsx_sheets_header_rows_and_cached_formula_values() {
 }
 
 #[test]
+fn xlsx_title_rows_above_a_table_are_headings_not_its_header() {
+    let x = ok("titled.xlsx");
+    let t = find(&x, "Main vault | 834500");
+    assert_eq!(t.table_header(), Some("Limit | Amount (USD)"));
+    assert_eq!(
+        t.anchor.section,
+        vec![
+            "Limits",
+            "Bradwell Station Road branch limits",
+            "Approved by Retail Operations, February 2024"
+        ],
+        "the caption travels with every chunk of the table"
+    );
+    assert_eq!(t.anchor.rows, Some((5, 6)));
+    let caption = find(&x, "Bradwell Station Road branch limits");
+    assert_eq!(caption.kind, BlockKind::Heading(2));
+    assert_eq!(caption.anchor.rows, Some((1, 1)));
+    // A sheet of one column has no title row: every line is the table's.
+    let codes = find(&x, "BR-02");
+    assert_eq!(codes.table_header(), Some("BR-01"));
+    assert_eq!(codes.anchor.section, vec!["Codes"]);
+}
+
+#[test]
 fn docx_headings_lists_and_tables() {
     let x = ok("policy.docx");
     assert_eq!(x.title.as_deref(), Some("Credit Limits Policy"));
