@@ -122,7 +122,7 @@ def subset(set_dir, docs, converted, out, out_files):
     print(f"{len(keep)} of {len(corpus)} documents kept in {out}")
 
 
-def answer_sample(set_dir, every, kind, out):
+def answer_sample(set_dir, every, kind, out, offset=0):
     os.makedirs(out, exist_ok=True)
     for name in SET_FILES:
         src = os.path.join(set_dir, name)
@@ -131,7 +131,7 @@ def answer_sample(set_dir, every, kind, out):
         with open(src) as f:
             lines = f.readlines()
         if name == "golden.jsonl":
-            lines = [l for l in lines if l.strip() and json.loads(l)["kind"] == kind][::every]
+            lines = [l for l in lines if l.strip() and json.loads(l)["kind"] == kind][offset::every]
             n = len(lines)
         with open(os.path.join(out, name), "w") as f:
             f.writelines(lines)
@@ -246,6 +246,8 @@ def main():
     w.add_argument("--set", required=True)
     w.add_argument("--every", type=int, required=True)
     w.add_argument("--kind", default="answerable")
+    w.add_argument("--offset", type=int, default=0,
+                   help="first case taken (0-based); --every 2 with --offset 0 and 1 splits a set in two")
     w.add_argument("--out", required=True)
     t = sub.add_parser("table-set")
     t.add_argument("--corpus", default=os.path.join(DEFAULT_SET, "corpus.jsonl"))
@@ -255,7 +257,7 @@ def main():
     if a.cmd == "map-set":
         map_set(a.set, a.converted, a.out)
     elif a.cmd == "answer-sample":
-        answer_sample(a.set, a.every, a.kind, a.out)
+        answer_sample(a.set, a.every, a.kind, a.out, a.offset)
     elif a.cmd == "subset":
         subset(a.set, a.docs, a.converted, a.out, a.out_files)
     else:

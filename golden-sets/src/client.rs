@@ -100,7 +100,14 @@ pub struct ChatOutcome {
     pub bundle_version: Option<String>,
     /// Wall time of the call in ms.
     pub latency_ms: f64,
+    /// The daemon's generation stages in ms (`airlock.timings_ms`: `first_token`, `queue_wait`,
+    /// `prefill`, `decode`), when it sends them (to admins, or to everyone where configured, as
+    /// on the runner's own daemon); empty otherwise and for an answer given without generation.
+    pub stages_ms: Vec<(&'static str, f64)>,
 }
+
+/// The generation stages of a chat answer's `timings_ms`, in the order a report lists them.
+const CHAT_STAGES: [&str; 4] = ["first_token", "queue_wait", "prefill", "decode"];
 
 /// The priority the eval's requests ask for (`X-Airlock-Priority`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -524,8 +531,21 @@ impl Client {
             rung: v["airlock"]["rung"].as_u64().map(|r| r as u8),
             bundle_version: v["airlock"]["bundle_version"].as_str().map(str::to_owned),
             latency_ms,
+            stages_ms: chat_stages(&v["airlock"]["timings_ms"]),
         })
     }
+}
+
+/// The generation stages of `timings_ms` (absent when the answer was given without running the
+/// model: its `first_token` is 0 and says nothing about time to first token).
+fn chat_stages(t: &serde_json::Value) -> Vec<(&'static str, f64)> {
+    if t["first_token"].as_f64().is_none_or(|ms| ms <= 0.0) {
+        return Vec::new();
+    }
+    CHAT_STAGES
+        .iter()
+        .filter_map(|&k| t[k].as_f64().map(|ms| (k, ms)))
+        .collect()
 }
 
 /// OpenAI chat messages: the earlier turns, then the question.

@@ -238,6 +238,7 @@ fn observe(
             cited,
             bundle_version,
             latency_ms,
+            stages_ms,
             ..
         } = client.chat(
             token,
@@ -248,6 +249,9 @@ fn observe(
             opts.max_tokens,
         )?;
         lat.push(("chat.total".into(), latency_ms));
+        for (stage, ms) in stages_ms {
+            lat.push((format!("chat.{stage}"), ms));
+        }
         obs.answer = answer;
         obs.used_doc_ids = cited.map(|ns| {
             ns.iter()

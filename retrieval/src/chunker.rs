@@ -203,9 +203,14 @@ pub fn chunk_regions(
     let mut out = Vec::new();
     // Units: runs of regions with the same page/slide/sheet, a table alone.
     let mut i = 0;
+    // Headings that lead the table after them (their first byte): see below.
+    let mut lead: Option<usize> = None;
     while i < regions.len() {
         let r = &regions[i];
         let mut j = i + 1;
+        // This unit ends before `unit_end` when its last headings lead the table after it.
+        let mut unit_end: Option<usize> = None;
+        let mut caption_of_next: Option<usize> = None;
         if r.table_header.is_none() {
             while j < regions.len()
                 && regions[j].table_header.is_none()
@@ -213,21 +218,58 @@ pub fn chunk_regions(
             {
                 j += 1;
             }
+            // The headings right before a table in the same place (a sheet's name and the
+            // caption above its table, a section heading over a table) are the table's
+            // caption, not the end of the text before it nor a chunk of their own: a chunk of
+            // bare headings says nothing and crowds out real sources, while the table's chunks
+            // would lose what they are about.
+            if j < regions.len()
+                && regions[j].table_header.is_some()
+                && same_place(&regions[j].anchor, &r.anchor)
+            {
+                let mut k = j;
+                while k > i
+                    && only_headings(&text[regions[k - 1].byte_start..regions[k - 1].byte_end])
+                {
+                    k -= 1;
+                }
+                if k < j {
+                    caption_of_next = Some(regions[k].byte_start);
+                    if k == i {
+                        lead = caption_of_next.take();
+                        i = j;
+                        continue;
+                    }
+                    unit_end = Some(k);
+                }
+            }
         }
-        let (ub, ue) = (r.byte_start, regions[j - 1].byte_end);
+        let (ub, ue) = (
+            lead.take().unwrap_or(r.byte_start),
+            regions[unit_end.unwrap_or(j) - 1].byte_end,
+        );
         let t0 = spans.partition_point(|&(s, _)| s < ub);
         let t1 = spans.partition_point(|&(s, _)| s < ue);
         if t1 > t0 {
             let unit = &spans[t0..t1];
             if let Some(header) = &r.table_header {
+                // The caption (if any) leads the first piece and is repeated, with the header
+                // row, at the top of every later piece of a split table.
+                let mut repeated: String = text[ub..r.byte_start]
+                    .lines()
+                    .filter(|l| !l.trim().is_empty())
+                    .flat_map(|l| [l.trim_end(), "\n"])
+                    .collect();
+                repeated.push_str(header);
                 table_pieces(
                     text,
                     unit,
                     t0,
-                    r,
+                    (ub, r),
+                    &repeated,
                     header,
                     max_tokens,
-                    header_tokens(header),
+                    header_tokens(&repeated),
                     &mut out,
                 );
             } else {
@@ -241,9 +283,10 @@ pub fn chunk_regions(
                         token_end: c.token_end + t0,
                     };
                     // The anchor of the region the chunk starts in.
-                    let k = regions[i..j]
+                    let end = unit_end.unwrap_or(j);
+                    let k = regions[i..end]
                         .partition_point(|g| g.byte_end <= span.byte_start)
-                        .min(j - i - 1);
+                        .min(end - i - 1);
                     out.push(RegionChunk {
                         span,
                         header: None,
@@ -252,9 +295,23 @@ pub fn chunk_regions(
                 }
             }
         }
+        lead = caption_of_next;
         i = j;
     }
     out
+}
+
+/// Whether every non-blank line of `text` is a Markdown ATX heading (how extracted headings
+/// are written into a document's text).
+fn only_headings(text: &str) -> bool {
+    let mut any = false;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        if !is_atx_heading(line) {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 fn same_place(a: &crate::ingest::Anchor, b: &crate::ingest::Anchor) -> bool {
@@ -265,14 +322,17 @@ fn same_place(a: &crate::ingest::Anchor, b: &crate::ingest::Anchor) -> bool {
 }
 
 /// Splits one table region between rows: every piece holds whole rows and, when it does not
-/// start with the header row, gets the header prepended; its row range is narrowed when the
-/// table's rows are numbered contiguously (spreadsheets, CSV).
+/// start with the header row, gets `repeated` (the caption and the header row) prepended; its
+/// row range is narrowed when the table's rows are numbered contiguously (spreadsheets, CSV).
+/// `(lead, region)`: the unit starts at byte `lead`, the table's caption, if any, before the
+/// region.
 #[allow(clippy::too_many_arguments)]
 fn table_pieces(
     text: &str,
     unit: &[(usize, usize)],
     t0: usize,
-    region: &crate::ingest::Region,
+    (lead, region): (usize, &crate::ingest::Region),
+    repeated: &str,
     header: &str,
     max_tokens: usize,
     header_tokens: usize,
@@ -287,8 +347,9 @@ fn table_pieces(
         });
         return;
     }
-    // Row starts (byte offsets of each line of the table) and the token each starts at.
-    let mut rows: Vec<usize> = vec![rb];
+    // Row starts (byte offsets of each line of the table) and the token each starts at; the
+    // caption belongs to the first row.
+    let mut rows: Vec<usize> = vec![lead];
     for (k, b) in text[rb..re].bytes().enumerate() {
         if b == b'\n' {
             rows.push(rb + k + 1);
@@ -335,7 +396,7 @@ fn table_pieces(
         }
         out.push(RegionChunk {
             span: span(unit, start_tok, end_tok).shift(t0),
-            header: (r > 0).then(|| header.to_owned()),
+            header: (r > 0).then(|| repeated.to_owned()),
             anchor,
         });
         if end_tok >= unit.len() {
@@ -525,5 +586,98 @@ mod tests {
             next_row = z + 1;
         }
         assert_eq!(next_row, 32, "every row once");
+    }
+
+    /// Regions of one sheet: text, the headings over a table (sheet name, caption), the table.
+    fn captioned(rows: usize, intro: bool) -> (String, Vec<crate::ingest::Region>) {
+        use crate::ingest::{Anchor, Region};
+        let sheet = || Anchor {
+            sheet: Some("Limits".into()),
+            ..Anchor::default()
+        };
+        let mut t = String::new();
+        let mut regions = Vec::new();
+        let mut push = |t: &mut String, s: &str, header: Option<&str>| {
+            if !t.is_empty() {
+                t.push_str("\n\n");
+            }
+            let b = t.len();
+            t.push_str(s);
+            regions.push(Region {
+                byte_start: b,
+                byte_end: t.len(),
+                anchor: sheet(),
+                table_header: header.map(str::to_owned),
+            });
+        };
+        if intro {
+            push(&mut t, "Vault limits are set per branch.", None);
+        }
+        push(&mut t, "# Limits", None);
+        push(&mut t, "## Bradwell Station Road branch limits", None);
+        let mut table = String::from("Limit | Amount");
+        for i in 0..rows {
+            table.push_str(&format!("\nitem{i} | {i}00"));
+        }
+        push(&mut t, &table, Some("Limit | Amount"));
+        (t, regions)
+    }
+
+    #[test]
+    fn headings_over_a_table_are_its_caption_not_a_chunk() {
+        let piece = |t: &str, c: &RegionChunk| -> String {
+            let body = &t[c.span.byte_start..c.span.byte_end];
+            match &c.header {
+                Some(h) => format!("{h}\n{body}"),
+                None => body.to_owned(),
+            }
+        };
+        let heads_only = |s: &str| only_headings(s);
+        // Headings alone before a small table: one chunk, the caption first.
+        let (t, regions) = captioned(3, false);
+        let spans = words(&t);
+        let c = chunk_regions(&t, &spans, &regions, 50, 0.15, &|h: &str| words(h).len());
+        assert_eq!(c.len(), 1, "{c:?}");
+        let text = piece(&t, &c[0]);
+        assert!(
+            text.starts_with(
+                "# Limits\n\n## Bradwell Station Road branch limits\n\nLimit | Amount\nitem0"
+            ),
+            "{text}"
+        );
+        // Text, then headings, then the table: the headings go with the table, not the text.
+        let (t, regions) = captioned(3, true);
+        let spans = words(&t);
+        let c = chunk_regions(&t, &spans, &regions, 50, 0.15, &|h: &str| words(h).len());
+        let texts: Vec<String> = c.iter().map(|c| piece(&t, c)).collect();
+        assert_eq!(texts[0], "Vault limits are set per branch.", "{texts:?}");
+        assert!(texts[1].starts_with("# Limits"), "{texts:?}");
+        assert!(texts.iter().all(|x| !heads_only(x)), "{texts:?}");
+        // A split table: every later piece repeats the caption and the header row, within the
+        // budget, and every row is in exactly one piece.
+        let (t, regions) = captioned(40, true);
+        let spans = words(&t);
+        let c = chunk_regions(&t, &spans, &regions, 30, 0.15, &|h: &str| words(h).len());
+        let texts: Vec<String> = c.iter().map(|c| piece(&t, c)).collect();
+        assert!(texts.len() >= 4, "{texts:?}");
+        assert!(texts.iter().all(|x| !heads_only(x)), "{texts:?}");
+        for x in &texts[2..] {
+            assert!(
+                x.starts_with(
+                    "# Limits\n## Bradwell Station Road branch limits\nLimit | Amount\nitem"
+                ),
+                "{x}"
+            );
+            assert!(words(x).len() <= 30 + 1, "over budget: {x}");
+        }
+        let rows: usize = texts.iter().map(|x| x.matches("item").count()).sum();
+        assert_eq!(rows, 40, "every row once");
+        // Headings before a table on another sheet stay where they are.
+        let (t, mut regions) = captioned(3, false);
+        regions[2].anchor.sheet = Some("Other".into());
+        let spans = words(&t);
+        let c = chunk_regions(&t, &spans, &regions, 50, 0.15, &|h: &str| words(h).len());
+        assert_eq!(c.len(), 2, "{c:?}");
+        assert!(piece(&t, &c[1]).starts_with("Limit | Amount"));
     }
 }

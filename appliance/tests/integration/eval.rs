@@ -203,6 +203,12 @@ fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
         "u5 was removed in v2: its token is refused"
     );
     assert!(report.latency_ms.contains_key("chat.total"));
+    for stage in ["chat.first_token", "chat.prefill", "chat.decode"] {
+        assert!(
+            report.latency_ms.contains_key(stage),
+            "the owned daemon's stage timings give the generation's {stage}"
+        );
+    }
     assert!(report.latency_ms.keys().any(|k| k.starts_with("retrieve.")));
 
     // Markdown and self-contained HTML.
