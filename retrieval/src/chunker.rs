@@ -208,9 +208,9 @@ pub fn chunk_regions(
     while i < regions.len() {
         let r = &regions[i];
         let mut j = i + 1;
-        // This unit ends before `unit_end` when its last headings lead the table after it.
-        let mut unit_end: Option<usize> = None;
-        let mut caption_of_next: Option<usize> = None;
+        // This unit is regions [i, end): shorter than [i, j) when its last headings lead the
+        // table after it.
+        let mut end = j;
         if r.table_header.is_none() {
             while j < regions.len()
                 && regions[j].table_header.is_none()
@@ -218,6 +218,7 @@ pub fn chunk_regions(
             {
                 j += 1;
             }
+            end = j;
             // The headings right before a table in the same place (a sheet's name and the
             // caption above its table, a section heading over a table) are the table's
             // caption, not the end of the text before it nor a chunk of their own: a chunk of
@@ -227,27 +228,19 @@ pub fn chunk_regions(
                 && regions[j].table_header.is_some()
                 && same_place(&regions[j].anchor, &r.anchor)
             {
-                let mut k = j;
-                while k > i
-                    && only_headings(&text[regions[k - 1].byte_start..regions[k - 1].byte_end])
+                while end > i
+                    && only_headings(&text[regions[end - 1].byte_start..regions[end - 1].byte_end])
                 {
-                    k -= 1;
-                }
-                if k < j {
-                    caption_of_next = Some(regions[k].byte_start);
-                    if k == i {
-                        lead = caption_of_next.take();
-                        i = j;
-                        continue;
-                    }
-                    unit_end = Some(k);
+                    end -= 1;
                 }
             }
         }
-        let (ub, ue) = (
-            lead.take().unwrap_or(r.byte_start),
-            regions[unit_end.unwrap_or(j) - 1].byte_end,
-        );
+        let ub = lead.take().unwrap_or(r.byte_start);
+        let ue = if end > i {
+            regions[end - 1].byte_end
+        } else {
+            ub
+        };
         let t0 = spans.partition_point(|&(s, _)| s < ub);
         let t1 = spans.partition_point(|&(s, _)| s < ue);
         if t1 > t0 {
@@ -283,7 +276,6 @@ pub fn chunk_regions(
                         token_end: c.token_end + t0,
                     };
                     // The anchor of the region the chunk starts in.
-                    let end = unit_end.unwrap_or(j);
                     let k = regions[i..end]
                         .partition_point(|g| g.byte_end <= span.byte_start)
                         .min(end - i - 1);
@@ -295,7 +287,7 @@ pub fn chunk_regions(
                 }
             }
         }
-        lead = caption_of_next;
+        lead = (end < j).then(|| regions[end].byte_start);
         i = j;
     }
     out
