@@ -16,6 +16,7 @@ mod bm25;
 pub mod chunker;
 mod config;
 mod console;
+mod cow_vec;
 mod dense;
 mod engine;
 mod error;
