@@ -301,7 +301,9 @@ pub struct Stats {
 /// The visibility state searches read: an immutable snapshot, replaced by writers.
 pub(crate) struct Snapshot {
     pub(crate) map: ChunkMap,
-    pub(crate) dead: RoaringBitmap,
+    /// Shared with the previous snapshot until a write tombstones something (an ingest batch of
+    /// new documents does not copy it).
+    pub(crate) dead: Arc<RoaringBitmap>,
     live_chunks: u64,
     live_docs: u64,
 }
@@ -892,7 +894,7 @@ impl Retrieval {
     fn publish_counted(&self, committed: &Committed, only: Publish, live_docs: u64) {
         let old = self.snapshot.load_full();
         let mut map = old.map.clone();
-        let mut dead = old.dead.clone();
+        let mut dead = Arc::clone(&old.dead);
         let mut live_chunks = old.live_chunks;
         if only != Publish::Additions {
             let was_live = committed
@@ -903,7 +905,9 @@ impl Retrieval {
             for &ord in &committed.replaced_docs {
                 map.remove_doc(ord);
             }
-            dead.extend(committed.dead.iter().copied());
+            if !committed.dead.is_empty() {
+                Arc::make_mut(&mut dead).extend(committed.dead.iter().copied());
+            }
             live_chunks -= was_live as u64;
         }
         if only != Publish::Removals {
@@ -1035,14 +1039,14 @@ impl Retrieval {
         let deleted = store.delete(doc_ids)?;
         let old = self.snapshot.load_full();
         let mut map = old.map.clone();
-        let mut dead = old.dead.clone();
+        let mut dead = Arc::clone(&old.dead);
         let mut dead_ids = Vec::new();
         let mut out = Vec::with_capacity(doc_ids.len());
         for (id, d) in doc_ids.iter().zip(deleted) {
             match d {
                 Some((ord, chunks)) => {
                     map.remove_doc(ord);
-                    dead.extend(chunks.iter().copied());
+                    Arc::make_mut(&mut dead).extend(chunks.iter().copied());
                     dead_ids.extend(chunks);
                     out.push(DeleteOutcome::Deleted);
                 }
@@ -1608,7 +1612,7 @@ fn load_snapshot(store: &Store) -> Result<Snapshot> {
     dead -= &live;
     Ok(Snapshot {
         map,
-        dead,
+        dead: Arc::new(dead),
         live_chunks: live.len(),
         live_docs: store.live_doc_count()?,
     })
@@ -1651,7 +1655,7 @@ fn remove_other_generations(root: &Path, keep: u64) -> Result<()> {
 fn repair_indexes(store: &Store, idx: &Indexes, snap: &Snapshot) -> Result<RepairReport> {
     let mut live = RoaringBitmap::new();
     live.insert_range(0..snap.map.chunk_id_bound());
-    live -= &snap.dead;
+    live -= &*snap.dead;
     let mut report = RepairReport::default();
     let in_bm25 = idx.bm25.chunk_ids()?;
     let missing = &live - &in_bm25;
