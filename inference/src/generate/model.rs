@@ -396,34 +396,39 @@ impl DecoderModel {
         let mut normed = vec![0f32; rows * h];
         let mut attn = vec![0f32; rows * nh * hd];
 
+        // The element-wise steps run on the rayon pool for prefill-sized calls (per row or per
+        // slice: each value's operations are unchanged, so the results are too).
+        let par = rows >= PAR_ROWS;
         for (li, layer) in self.layers.iter().enumerate() {
-            ops::rms_norm(&x, &layer.attn_norm, cfg.rms_eps, &mut normed);
+            rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut normed, par);
             let mut q = layer.wq.matmul(&normed, rows).map_err(&terr)?;
             let mut k = layer.wk.matmul(&normed, rows).map_err(&terr)?;
             let mut v = layer.wv.matmul(&normed, rows).map_err(&terr)?;
             add_bias(&mut q, layer.bq.as_deref());
             add_bias(&mut k, layer.bk.as_deref());
             add_bias(&mut v, layer.bv.as_deref());
-            for r in 0..rows {
-                ops::apply_rope(
-                    &mut q[r * nh * hd..(r + 1) * nh * hd],
-                    hd,
-                    cfg.rope_dims,
-                    style,
-                    &angles[r],
-                );
-                ops::apply_rope(
-                    &mut k[r * kv_dim..(r + 1) * kv_dim],
-                    hd,
-                    cfg.rope_dims,
-                    style,
-                    &angles[r],
-                );
+            // RoPE, then llama.cpp's rounding: its default cache holds K and V in f16 and
+            // multiplies Q in f16, so round the same values the same way and near-tied tokens
+            // fall the same side.
+            let rope = |row: &mut [f32], angles: &[(f32, f32)]| {
+                ops::apply_rope(row, hd, cfg.rope_dims, style, angles);
+                round_f16(row);
+            };
+            if par {
+                q.par_chunks_mut(nh * hd)
+                    .zip(angles.par_iter())
+                    .for_each(|(row, a)| rope(row, &a[..]));
+                k.par_chunks_mut(kv_dim)
+                    .zip(angles.par_iter())
+                    .for_each(|(row, a)| rope(row, &a[..]));
+            } else {
+                for (row, a) in q.chunks_mut(nh * hd).zip(&angles) {
+                    rope(row, &a[..]);
+                }
+                for (row, a) in k.chunks_mut(kv_dim).zip(&angles) {
+                    rope(row, &a[..]);
+                }
             }
-            // llama.cpp's default cache holds K and V in f16 and multiplies Q in f16: round the
-            // same values the same way so near-tied tokens fall the same side.
-            round_f16(&mut q);
-            round_f16(&mut k);
             round_f16(&mut v);
             for (ci, c) in chunks.iter_mut().enumerate() {
                 let (a, b) = (
@@ -462,10 +467,17 @@ impl DecoderModel {
             let o = layer.wo.matmul(&attn, rows).map_err(&terr)?;
             add_assign(&mut x, &o);
 
-            ops::rms_norm(&x, &layer.ffn_norm, cfg.rms_eps, &mut normed);
+            rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut normed, par);
             let mut gate = layer.w_gate.matmul(&normed, rows).map_err(&terr)?;
             let up = layer.w_up.matmul(&normed, rows).map_err(&terr)?;
-            ops::silu_mul(&mut gate, &up);
+            if par {
+                let w = up.len() / rows;
+                gate.par_chunks_mut(w)
+                    .zip(up.par_chunks(w))
+                    .for_each(|(g, u)| ops::silu_mul(g, u));
+            } else {
+                ops::silu_mul(&mut gate, &up);
+            }
             let down = layer.w_down.matmul(&gate, rows).map_err(&terr)?;
             add_assign(&mut x, &down);
         }
@@ -537,6 +549,21 @@ impl Loader<'_, '_> {
             ));
         }
         Ok(v)
+    }
+}
+
+/// Rows from which a forward call runs its element-wise steps on the rayon pool.
+const PAR_ROWS: usize = 8;
+
+/// [`ops::rms_norm`] of every row, in parallel when `par`.
+fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32], par: bool) {
+    let w = weight.len();
+    if par {
+        x.par_chunks(w)
+            .zip(out.par_chunks_mut(w))
+            .for_each(|(x, o)| ops::rms_norm(x, weight, eps, o));
+    } else {
+        ops::rms_norm(x, weight, eps, out);
     }
 }
 

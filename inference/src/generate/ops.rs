@@ -91,7 +91,7 @@ pub(crate) fn silu_mul(gate: &mut [f32], up: &[f32]) {
 }
 
 /// Dot product with eight independent accumulators (vectorisable without fast-math).
-#[inline]
+#[inline(always)]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let mut ca = a.chunks_exact(8);
@@ -166,7 +166,36 @@ pub(crate) fn attend(q: &[f32], view: &HeadView<'_>, scale: f32, out: &mut [f32]
 /// attention), each written to its `head_dim` slice of `out`. Every key and value vector is
 /// loaded once for the whole group instead of once per head; each head's own operations and
 /// their order are exactly [`attend`]'s, so the results are bit-identical to one call per head.
+///
+/// On a CPU with AVX2 the same code runs compiled for it (eight-wide vectors instead of
+/// baseline x86-64's four-wide ones): the operations and their order per value are unchanged
+/// (no FMA: every multiply and add is rounded on its own, as in the baseline build), so the
+/// results are the same bits.
+#[allow(unsafe_code)]
 pub(crate) fn attend_group(
+    q: &[f32],
+    head_dim: usize,
+    view: &HeadView<'_>,
+    scale: f32,
+    out: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected just above; the function has no other precondition.
+        return unsafe { attend_group_avx2(q, head_dim, view, scale, out) };
+    }
+    attend_group_portable(q, head_dim, view, scale, out)
+}
+
+/// [`attend_group`] compiled with AVX2 (and without FMA).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn attend_group_avx2(q: &[f32], head_dim: usize, view: &HeadView<'_>, scale: f32, out: &mut [f32]) {
+    attend_group_portable(q, head_dim, view, scale, out)
+}
+
+#[inline(always)]
+fn attend_group_portable(
     q: &[f32],
     head_dim: usize,
     view: &HeadView<'_>,
@@ -175,44 +204,45 @@ pub(crate) fn attend_group(
 ) {
     let heads = q.len() / head_dim;
     let ctx = view.ctx;
-    SCORES.with(|cell| {
-        let mut scores = cell.borrow_mut();
-        scores.clear();
-        scores.resize(heads * ctx, 0.0);
-        // Scores, head-major: scores[h * ctx + t]. Each key and value is widened to f32 once
-        // for the whole group (exact: the f32 values the cache was filled from).
-        let mut row = vec![0f32; head_dim];
-        for t in 0..ctx {
-            let base = t * view.kv_stride + view.kv_offset;
-            view.keys[base..base + head_dim].convert_to_f32_slice(&mut row);
-            let key = &row[..];
-            for (h, qh) in q.chunks_exact(head_dim).enumerate() {
-                scores[h * ctx + t] = dot(qh, key) * scale;
+    // The buffer is taken out of the thread-local for the work (not used inside a closure
+    // passed to `LocalKey::with`, which would be compiled without the caller's AVX2).
+    let mut scores = SCORES.with(|cell| std::mem::take(&mut *cell.borrow_mut()));
+    scores.clear();
+    scores.resize(heads * ctx, 0.0);
+    // Scores, head-major: scores[h * ctx + t]. Each key and value is widened to f32 once
+    // for the whole group (exact: the f32 values the cache was filled from).
+    let mut row = vec![0f32; head_dim];
+    for t in 0..ctx {
+        let base = t * view.kv_stride + view.kv_offset;
+        view.keys[base..base + head_dim].convert_to_f32_slice(&mut row);
+        let key = &row[..];
+        for (h, qh) in q.chunks_exact(head_dim).enumerate() {
+            scores[h * ctx + t] = dot(qh, key) * scale;
+        }
+    }
+    let mut inv = Vec::with_capacity(heads);
+    for row in scores.chunks_exact_mut(ctx) {
+        let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
+        let mut sum = 0f32;
+        for s in row.iter_mut() {
+            *s = (*s - max).exp();
+            sum += *s;
+        }
+        inv.push(1.0 / sum);
+    }
+    out.fill(0.0);
+    for t in 0..ctx {
+        let base = t * view.kv_stride + view.kv_offset;
+        view.values[base..base + head_dim].convert_to_f32_slice(&mut row);
+        let value = &row[..];
+        for (h, o) in out.chunks_exact_mut(head_dim).enumerate() {
+            let w = scores[h * ctx + t] * inv[h];
+            for (o, &v) in o.iter_mut().zip(value) {
+                *o += w * v;
             }
         }
-        let mut inv = Vec::with_capacity(heads);
-        for row in scores.chunks_exact_mut(ctx) {
-            let max = row.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-            let mut sum = 0f32;
-            for s in row.iter_mut() {
-                *s = (*s - max).exp();
-                sum += *s;
-            }
-            inv.push(1.0 / sum);
-        }
-        out.fill(0.0);
-        for t in 0..ctx {
-            let base = t * view.kv_stride + view.kv_offset;
-            view.values[base..base + head_dim].convert_to_f32_slice(&mut row);
-            let value = &row[..];
-            for (h, o) in out.chunks_exact_mut(head_dim).enumerate() {
-                let w = scores[h * ctx + t] * inv[h];
-                for (o, &v) in o.iter_mut().zip(value) {
-                    *o += w * v;
-                }
-            }
-        }
-    });
+    }
+    SCORES.with(|cell| *cell.borrow_mut() = scores);
 }
 
 #[cfg(test)]

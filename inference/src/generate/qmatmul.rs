@@ -4,20 +4,25 @@
 //! Every call quantizes the activation rows once (ggml's Q8_0/Q8_1 blocks of 32 for Q4_1, Q5_0
 //! and Q8_0 weights; ggml's Q8_K blocks of 256 for Q4_K and Q6_K), then runs column tiles of the
 //! weight matrix in parallel on rayon (the pool every other step of the forward uses). Each weight
-//! row is read once per call and meets every activation row while it is in L1, four activation
-//! rows per pass (four independent accumulators sharing each weight-block load): Q4_1/Q5_0
-//! rows are unpacked to bytes once per call (Q8_0 rows are read in place); K-quant rows are
+//! row is read once per call and meets every activation row while it is in L1, several activation
+//! rows per pass (independent accumulators sharing each weight-block load): Q4_1/Q5_0 rows are
+//! unpacked to bytes once per call and row block (Q8_0 rows are read in place); K-quant rows are
 //! unpacked in registers chunk by chunk for each group of four rows, as ggml does. Big calls
 //! (prefill chunks) are split into row blocks that stay in L2 while all column tiles pass over
 //! them; the tiles' outputs are assembled into row-major order in parallel.
 //!
-//! Register tiles of four activation rows × two weight rows were measured too (AVX2 on the
-//! 2-vCPU AMD EPYC): no faster than four rows × one weight row at 4–64 rows and slower at 1–8
-//! (spilled accumulators), so they are not used. Per 32 products the kernels issue
-//! `vpmaddubsw` + `vpmaddwd` (both on one port on this CPU) plus the per-block float step that
-//! ggml's order requires, which bounds them at ~45 G multiply-adds per second on the two cores
-//! whatever the tiling; ggml's AVX-512 VNNI path (`vpdpbusd`) does the two integer steps in one
-//! instruction on 64 bytes, which this CPU does not have.
+//! The AVX2 tier's prefill kernels are register tiles whose float steps stay per output:
+//! Q5_0/Q8_0 run four activation rows × two weight rows ([`lanes_micro_avx2`]: eight lane
+//! accumulators, the `d_w·d_a` products computed eight blocks per multiply before the loop, so
+//! the loop is `vpsignb` + `vpmaddubsw` + `vpmaddwd` + convert + FMA per block and pair);
+//! Q4_1 runs eight activation rows per register ([`block_micro_avx2`]: its per-block order is
+//! one scalar chain per output, so eight outputs share each vector step). On the AVX2-only AMD
+//! EPYC (2 vCPUs) they took Qwen2.5-0.5B's prefill of 450 tokens from ~3.9 to ~3.4 CPU-seconds
+//! (Q5_0 is 70% of its multiply-adds) and SmolLM2's (all Q4_1) from ~2.3 to ~1.25 (see
+//! docs/benchmarks/inference-generate.md). An earlier four × two tile that kept the scale
+//! multiply and broadcast in the loop and the accumulators in memory was no faster than four ×
+//! one. ggml's AVX-512 VNNI path (`vpdpbusd`) does the two integer steps in one instruction on
+//! 64 bytes; the `avx512` tier below uses it.
 //!
 //! Candle's kernels are not used for these types because they differ from ggml in ways that
 //! change greedy tokens, are slow, or run on a second thread pool:
@@ -119,6 +124,13 @@ const ROW_GROUP: usize = 4;
 /// Bytes of quantized activations one row block may hold: the block stays in L2 while every
 /// column tile passes over it.
 const ROW_BLOCK_BYTES: usize = 192 * 1024;
+/// Activation rows whose outputs share one register in the AVX2 per-block (Q4_1) kernel: one
+/// lane per row, so the per-block float steps of eight rows are one vector operation each.
+const BLOCK_T: usize = 8;
+/// Register tile of the AVX2 lanes-order kernel (Q5_0, Q8_0): activation rows × weight rows,
+/// one eight-lane accumulator each (eight of the sixteen `ymm` registers).
+const LANES_R: usize = 4;
+const LANES_C: usize = 2;
 
 /// A weight matrix `[n, k]` (`n` outputs) in whichever form runs it fastest and faithfully.
 pub(crate) enum Weight {
@@ -193,6 +205,27 @@ struct Q8Rows {
     q: Vec<i8>,
     d: Vec<f32>,
     s: Vec<f32>,
+    /// `d` and `s` of groups of [`BLOCK_T`] rows transposed (`[group][block][row in group]`,
+    /// zero past the last row) for the AVX2 per-block kernel, which holds one output per row
+    /// of a group in the lanes of one register; empty otherwise.
+    dt: Vec<f32>,
+    st: Vec<f32>,
+}
+
+impl Q8Rows {
+    /// Fills [`Q8Rows::dt`] and [`Q8Rows::st`] for `rows` rows of `kb` blocks.
+    fn transpose_scales(&mut self, rows: usize, kb: usize) {
+        let groups = rows.div_ceil(BLOCK_T);
+        self.dt = vec![0f32; groups * kb * BLOCK_T];
+        self.st = vec![0f32; groups * kb * BLOCK_T];
+        for r in 0..rows {
+            let (g, t) = (r / BLOCK_T, r % BLOCK_T);
+            for b in 0..kb {
+                self.dt[(g * kb + b) * BLOCK_T + t] = self.d[r * kb + b];
+                self.st[(g * kb + b) * BLOCK_T + t] = self.s[r * kb + b];
+            }
+        }
+    }
 }
 
 /// Activation rows quantized to ggml's Q8_K: per 256-value super-block a scale `d` and, per
@@ -319,7 +352,13 @@ fn quantize_rows<S: Send + Copy + Default>(
 #[inline(always)]
 fn quantize_q8_generic(x: &[f32], rows: usize) -> Q8Rows {
     let (q, d, s) = quantize_rows(x, rows, (1, QK, QK), quantize_q8_row);
-    Q8Rows { q, d, s }
+    Q8Rows {
+        q,
+        d,
+        s,
+        dt: Vec::new(),
+        st: Vec::new(),
+    }
 }
 
 /// All rows of a call in ggml's Q8_K form.
@@ -769,32 +808,12 @@ impl OwnWeight {
                     }
                 }
             }
-            // Q4_1 (per-block float order): eight blocks' integer sums at a time.
-            (Kind::Q4_1 { d, .. }, Acts::Q8(a)) => {
-                let kb = k / QK;
-                let mut buf = vec![0i8; k];
-                let mut vals = vec![0f32; rows];
-                for c in 0..cols {
-                    let col = first_col + c;
-                    self.unpack_row_with(
-                        col,
-                        &mut buf,
-                        |qs, qh, dst| unpack_q5_0_avx2(qs, qh, dst),
-                        |qs, dst| unpack_q4_1_avx2(qs, dst),
-                    );
-                    let dw = &d[col * kb..(col + 1) * kb];
-                    for (r, v) in vals.iter_mut().enumerate() {
-                        let ar = first + r;
-                        let aq = &a.q[ar * k..(ar + 1) * k];
-                        *v = block_order_row_avx2(&buf, dw, aq, &a.d[ar * kb..(ar + 1) * kb]);
-                    }
-                    self.add_min_terms(col, a, first, &mut vals);
-                    for (r, &v) in vals.iter().enumerate() {
-                        out[r * cols + c] = v;
-                    }
-                }
+            (Kind::Q4_1 { .. }, Acts::Q8(a)) => {
+                self.block_tile_avx2(first_col, a, first, rows, out)
             }
-            (_, Acts::Q8(a)) => self.tile_by_column(
+            // Decode-sized calls (memory-bound) keep one weight row at a time, each unpacked
+            // right before use: unpacking a whole tile first cost ~15% of Qwen's decode speed.
+            (_, Acts::Q8(a)) if rows < LANES_R => self.tile_by_column(
                 first_col,
                 a,
                 first,
@@ -804,7 +823,164 @@ impl OwnWeight {
                 |qs, qh, dst| unpack_q5_0_avx2(qs, qh, dst),
                 |qs, dst| unpack_q4_1_avx2(qs, dst),
             ),
+            (_, Acts::Q8(a)) => self.lanes_tile_avx2(first_col, a, first, rows, out),
             (_, Acts::Q8K(_)) => unreachable!("Q8_K activations for a block type"),
+        }
+    }
+
+    /// The tile's weight rows as bytes, unpacked once (Q8_0 rows in place) into `buf`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn tile_rows_avx2<'a>(
+        &'a self,
+        first_col: usize,
+        cols: usize,
+        buf: &'a mut Vec<i8>,
+    ) -> &'a [i8] {
+        let k = self.k;
+        if let Kind::Q8_0 { qs, .. } = &self.kind {
+            return &qs[first_col * k..(first_col + cols) * k];
+        }
+        buf.clear();
+        buf.resize(cols * k, 0);
+        for (c, dst) in buf.chunks_exact_mut(k).enumerate() {
+            self.unpack_row_with(
+                first_col + c,
+                dst,
+                |qs, qh, dst| unpack_q5_0_avx2(qs, qh, dst),
+                |qs, dst| unpack_q4_1_avx2(qs, dst),
+            );
+        }
+        buf
+    }
+
+    /// Q5_0 / Q8_0 (lanes order) with AVX2 in register tiles of [`LANES_R`] activation rows ×
+    /// [`LANES_C`] weight rows ([`lanes_micro_avx2`]): each weight block load feeds four rows,
+    /// each activation block load two weight rows. The tile's weight rows are unpacked once;
+    /// the activation rows of a tile stay in L1 while it passes over the tile's weight rows.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn lanes_tile_avx2(
+        &self,
+        first_col: usize,
+        a: &Q8Rows,
+        first: usize,
+        rows: usize,
+        out: &mut [f32],
+    ) {
+        let (k, kb) = (self.k, self.k / QK);
+        let cols = out.len() / rows;
+        let mut buf = Vec::new();
+        let w = self.tile_rows_avx2(first_col, cols, &mut buf);
+        let dw = &self.block_scales()[first_col * kb..(first_col + cols) * kb];
+        let mut dp = Vec::new();
+        let mut r = 0;
+        while r < rows {
+            let nr = LANES_R.min(rows - r);
+            let ar = first + r;
+            let (aq, ad) = (&a.q[ar * k..(ar + nr) * k], &a.d[ar * kb..(ar + nr) * kb]);
+            let mut c = 0;
+            while c < cols {
+                let nc = LANES_C.min(cols - c);
+                let (wc, dc) = (&w[c * k..(c + nc) * k], &dw[c * kb..(c + nc) * kb]);
+                macro_rules! run {
+                    ($r:literal, $c:literal) => {{
+                        let v = lanes_micro_avx2::<$r, $c>(wc, dc, aq, ad, kb, &mut dp);
+                        for (ci, col) in v.iter().enumerate() {
+                            for (ri, &x) in col.iter().enumerate() {
+                                out[(r + ri) * cols + c + ci] = x;
+                            }
+                        }
+                    }};
+                }
+                match (nr, nc) {
+                    (4, 2) => run!(4, 2),
+                    (4, _) => run!(4, 1),
+                    (3, 2) => run!(3, 2),
+                    (3, _) => run!(3, 1),
+                    (2, 2) => run!(2, 2),
+                    (2, _) => run!(2, 1),
+                    (_, 2) => run!(1, 2),
+                    _ => run!(1, 1),
+                }
+                c += nc;
+            }
+            r += nr;
+        }
+    }
+
+    /// Q4_1 (per-block order) with AVX2: groups of [`BLOCK_T`] activation rows against one
+    /// weight row at a time ([`block_micro_avx2`], one row per lane, so each per-block float
+    /// step is one vector operation for eight rows and eight independent chains); leftover rows
+    /// one at a time ([`block_order_row_avx2`]). The tile's weight rows are unpacked once.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    fn block_tile_avx2(
+        &self,
+        first_col: usize,
+        a: &Q8Rows,
+        first: usize,
+        rows: usize,
+        out: &mut [f32],
+    ) {
+        let Kind::Q4_1 { d, m, .. } = &self.kind else {
+            unreachable!("per-block tile on another type")
+        };
+        let (k, kb) = (self.k, self.k / QK);
+        let cols = out.len() / rows;
+        let mut buf = Vec::new();
+        let w = self.tile_rows_avx2(first_col, cols, &mut buf);
+        let grouped = if a.dt.is_empty() {
+            0
+        } else {
+            rows / BLOCK_T * BLOCK_T
+        };
+        debug_assert!(grouped == 0 || first.is_multiple_of(BLOCK_T));
+        for g in (0..grouped).step_by(BLOCK_T) {
+            let ar = first + g;
+            let gi = ar / BLOCK_T;
+            let (dt, st) = (
+                &a.dt[gi * kb * BLOCK_T..(gi + 1) * kb * BLOCK_T],
+                &a.st[gi * kb * BLOCK_T..(gi + 1) * kb * BLOCK_T],
+            );
+            let aq = &a.q[ar * k..(ar + BLOCK_T) * k];
+            for c in 0..cols {
+                let col = first_col + c;
+                let v = block_micro_avx2(
+                    &w[c * k..(c + 1) * k],
+                    &d[col * kb..(col + 1) * kb],
+                    &m[col * kb..(col + 1) * kb],
+                    aq,
+                    dt,
+                    st,
+                    kb,
+                );
+                for (t, &x) in v.iter().enumerate() {
+                    out[(g + t) * cols + c] = x;
+                }
+            }
+        }
+        let rest = rows - grouped;
+        if rest > 0 {
+            let mut vals = vec![0f32; rest];
+            for c in 0..cols {
+                let col = first_col + c;
+                let dw = &d[col * kb..(col + 1) * kb];
+                for (i, v) in vals.iter_mut().enumerate() {
+                    let ar = first + grouped + i;
+                    let aq = &a.q[ar * k..(ar + 1) * k];
+                    *v = block_order_row_avx2(
+                        &w[c * k..(c + 1) * k],
+                        dw,
+                        aq,
+                        &a.d[ar * kb..(ar + 1) * kb],
+                    );
+                }
+                self.add_min_terms(col, a, first + grouped, &mut vals);
+                for (i, &v) in vals.iter().enumerate() {
+                    out[(grouped + i) * cols + c] = v;
+                }
+            }
         }
     }
 
@@ -1007,7 +1183,13 @@ impl OwnWeight {
     fn matmul_with(&self, tier: Tier, x: &[f32], rows: usize) -> Vec<f32> {
         debug_assert_eq!(x.len(), rows * self.k);
         let n = self.n;
-        let a = self.quantize(tier, x, rows);
+        let mut a = self.quantize(tier, x, rows);
+        #[cfg(target_arch = "x86_64")]
+        if let (Tier::Avx2, Kind::Q4_1 { .. }, Acts::Q8(q)) = (tier, &self.kind, &mut a)
+            && rows >= BLOCK_T
+        {
+            q.transpose_scales(rows, self.k / QK);
+        }
         #[cfg(target_arch = "x86_64")]
         let biased: Vec<u8> = if tier == Tier::Avx512 && self.needs_biased_acts() {
             let q = match &a {
@@ -1026,7 +1208,9 @@ impl OwnWeight {
         };
         // Row blocks that stay in L2 while all column tiles pass over them; each tile unpacks
         // its weight rows once per row block and meets every row of the block.
-        let block_rows = (ROW_BLOCK_BYTES / self.k / ROW_GROUP * ROW_GROUP).max(ROW_GROUP);
+        // (A multiple of `BLOCK_T`, so that every row block starts a group of the transposed
+        // scales; also a multiple of `ROW_GROUP`.)
+        let block_rows = (ROW_BLOCK_BYTES / self.k / BLOCK_T * BLOCK_T).max(BLOCK_T);
         let mut y = vec![0f32; rows * n];
         let mut tiles = vec![
             0f32;
@@ -1194,6 +1378,152 @@ fn block_order_row_avx2(w: &[i8], dw: &[f32], a: &[i8], da: &[f32]) -> f32 {
         acc += (dw[b] * da[b]) * s as f32;
     }
     acc
+}
+
+/// [`LANES_R`]-style register tile for the lanes order (Q5_0, Q8_0): `R` activation rows
+/// (`a`, `R` rows of `kb` blocks, scales `da`) against `C` unpacked weight rows (`w`, scales
+/// `dw`), one eight-lane accumulator per (weight row, activation row). Per block and pair:
+/// `vpsignb` + `vpmaddubsw` + `vpmaddwd` give the eight exact four-product lanes (as in
+/// [`fma_block_avx2`]), converted and fused-multiply-added with `d_w·d_a` — the same float
+/// operations in the same order as every other tier, per output. The `d_w·d_a` products are
+/// computed eight blocks per multiply before the main loop (into `dp`), so the loop only
+/// broadcasts them. Returns `[weight row][activation row]`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+// The row and column indices also address the weights, activations and scale products.
+#[allow(unsafe_code, clippy::needless_range_loop)]
+fn lanes_micro_avx2<const R: usize, const C: usize>(
+    w: &[i8],
+    dw: &[f32],
+    a: &[i8],
+    da: &[f32],
+    kb: usize,
+    dp: &mut Vec<f32>,
+) -> [[f32; R]; C] {
+    use std::arch::x86_64::{
+        __m256i, _mm256_broadcast_ss, _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_loadu_si256,
+        _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_set1_epi16,
+        _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sign_epi8,
+    };
+    let k = kb * QK;
+    assert!(w.len() >= C * k && dw.len() >= C * kb && a.len() >= R * k && da.len() >= R * kb);
+    // dp[(c·R + r)·kb + b] = d_w[c][b] · d_a[r][b] (the multiply each tier does per block).
+    dp.clear();
+    dp.resize(C * R * kb, 0.0);
+    let full = kb / 8 * 8;
+    for c in 0..C {
+        let x = &dw[c * kb..(c + 1) * kb];
+        for r in 0..R {
+            let y = &da[r * kb..(r + 1) * kb];
+            let o = &mut dp[(c * R + r) * kb..(c * R + r + 1) * kb];
+            for b in (0..full).step_by(8) {
+                store_f32x8(
+                    &mut o[b..],
+                    _mm256_mul_ps(load_f32x8(&x[b..]), load_f32x8(&y[b..])),
+                );
+            }
+            for b in full..kb {
+                o[b] = x[b] * y[b];
+            }
+        }
+    }
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); R]; C];
+    let (wp, ap, dpp) = (w.as_ptr(), a.as_ptr(), dp.as_ptr());
+    for b in 0..kb {
+        let mut wv = [_mm256_setzero_si256(); C];
+        let mut wabs = [_mm256_setzero_si256(); C];
+        for c in 0..C {
+            // SAFETY: `c·k + b·32 + 32 ≤ C·k ≤ w.len()` (asserted above); `loadu` has no
+            // alignment requirement.
+            wv[c] = unsafe { _mm256_loadu_si256(wp.add(c * k + b * QK).cast::<__m256i>()) };
+            wabs[c] = _mm256_sign_epi8(wv[c], wv[c]);
+        }
+        for r in 0..R {
+            // SAFETY: `r·k + b·32 + 32 ≤ R·k ≤ a.len()` (asserted above).
+            let av = unsafe { _mm256_loadu_si256(ap.add(r * k + b * QK).cast::<__m256i>()) };
+            for c in 0..C {
+                let lanes = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(wabs[c], _mm256_sign_epi8(av, wv[c])),
+                    ones,
+                );
+                // SAFETY: `(c·R + r)·kb + b < C·R·kb = dp.len()`.
+                let d = _mm256_broadcast_ss(unsafe { &*dpp.add((c * R + r) * kb + b) });
+                acc[c][r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[c][r]);
+            }
+        }
+    }
+    let mut out = [[0f32; R]; C];
+    for c in 0..C {
+        for r in 0..R {
+            out[c][r] = hsum_avx(acc[c][r]);
+        }
+    }
+    out
+}
+
+/// The per-block order (Q4_1) for [`BLOCK_T`] activation rows (`a`: eight consecutive rows of
+/// `kb` blocks; `dt`, `st`: their scales and sums transposed, `[block][row]`) against one
+/// unpacked weight row `w` (scales `dw`, mins `mw`), one row per lane: per block the eight
+/// rows' exact integer sums come out of one `vphaddd` tree (as in [`block_order_row_avx2`],
+/// which does the same for eight blocks of one row), then `acc += (d_w·d_a)·Σ` and
+/// `summs += m_w·s_a` are one vector multiply and add each, block after block; the result is
+/// `acc + summs`. Every lane performs exactly the scalar operations of the other tiers, in
+/// their order.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+#[allow(unsafe_code)]
+fn block_micro_avx2(
+    w: &[i8],
+    dw: &[f32],
+    mw: &[f32],
+    a: &[i8],
+    dt: &[f32],
+    st: &[f32],
+    kb: usize,
+) -> [f32; BLOCK_T] {
+    use std::arch::x86_64::{
+        __m256i, _mm256_add_epi32, _mm256_add_ps, _mm256_cvtepi32_ps, _mm256_hadd_epi32,
+        _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps,
+        _mm256_permute2x128_si256, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps,
+    };
+    let k = kb * QK;
+    assert!(w.len() >= k && dw.len() >= kb && mw.len() >= kb && a.len() >= BLOCK_T * k);
+    assert!(dt.len() >= kb * BLOCK_T && st.len() >= kb * BLOCK_T);
+    debug_assert!(w[..k].iter().all(|&v| (0..16).contains(&v)));
+    let ones = _mm256_set1_epi16(1);
+    let (wp, ap) = (w.as_ptr(), a.as_ptr());
+    let (mut acc, mut summs) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for b in 0..kb {
+        // SAFETY: `b·32 + 32 ≤ k ≤ w.len()` (asserted above); `loadu` has no alignment
+        // requirement.
+        let wv = unsafe { _mm256_loadu_si256(wp.add(b * QK).cast::<__m256i>()) };
+        // Row t's eight four-product lanes of block b (the nibbles are unsigned: no sign step).
+        let quads = |t: usize| {
+            // SAFETY: `t·k + b·32 + 32 ≤ 8·k ≤ a.len()` (asserted above).
+            let av = unsafe { _mm256_loadu_si256(ap.add(t * k + b * QK).cast::<__m256i>()) };
+            _mm256_madd_epi16(_mm256_maddubs_epi16(wv, av), ones)
+        };
+        let s01 = _mm256_hadd_epi32(quads(0), quads(1));
+        let s23 = _mm256_hadd_epi32(quads(2), quads(3));
+        let s45 = _mm256_hadd_epi32(quads(4), quads(5));
+        let s67 = _mm256_hadd_epi32(quads(6), quads(7));
+        let (lo, hi) = (_mm256_hadd_epi32(s01, s23), _mm256_hadd_epi32(s45, s67));
+        // Lane t: the sum of row t's 32 products of block b.
+        let sums = _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(lo, hi),
+            _mm256_permute2x128_si256::<0x31>(lo, hi),
+        );
+        let d = _mm256_mul_ps(_mm256_set1_ps(dw[b]), load_f32x8(&dt[b * BLOCK_T..]));
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sums)));
+        let ms = _mm256_mul_ps(_mm256_set1_ps(mw[b]), load_f32x8(&st[b * BLOCK_T..]));
+        summs = _mm256_add_ps(summs, ms);
+    }
+    let mut out = [0f32; BLOCK_T];
+    store_f32x8(&mut out, _mm256_add_ps(acc, summs));
+    out
 }
 
 /// Eight `f32` from the start of `s` into a register.
@@ -1804,7 +2134,9 @@ fn fma_block_generic(acc: &mut Lanes, d: f32, w: &[i8], a: &[i8], lanes: bool) {
 /// (as u8) by a with w's sign and adds pairs into i16 (|pair| ≤ 2·128·127 = 32,512 < 32,767),
 /// `vpmaddwd` against ones widens to the eight i32 lanes, which are converted to f32 (exact:
 /// |lane| < 2²⁴) and fused-multiply-added — ggml's `mul_sum_i8_pairs_float` + `_mm256_fmadd_ps`
-/// — or, in the per-block order, summed as integers first (`hsum_i32_8`).
+/// — or, in the per-block order, summed as integers first (`hsum_i32_8`). The prefill kernels
+/// ([`lanes_micro_avx2`], [`block_micro_avx2`]) do these steps in register tiles; decode-sized
+/// calls use this one.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
@@ -2358,7 +2690,8 @@ mod tests {
         // lanes order (AVX2 `vec_dot_q5_0_q8_0` / `_q8_0_q8_0`): acc_j = fma(d_w·d_a, lane_j, acc_j)
         // over the blocks, then hsum_float_8; per-block order (Q4_1): acc += (d_w·d_a)·sumi, then
         // + Σ m_w·s_a.
-        let (n, k, rows) = (9, 128, 6);
+        // 19 rows: two groups of eight and three left over; 9 blocks: one of eight and one more.
+        let (n, k, rows) = (9, 288, 19);
         let w: Vec<f32> = (0..n * k)
             .map(|i| ((i * 6007 % 251) as f32 - 125.0) / 61.0)
             .collect();
@@ -2688,7 +3021,12 @@ mod timing {
             else {
                 panic!()
             };
-            for rows in [1, 4, 8, 64] {
+            // AIRLOCK_KERNEL_ROWS=1,64,450 picks the row counts (450: a RAG prompt's prefill).
+            let row_counts: Vec<usize> = std::env::var("AIRLOCK_KERNEL_ROWS")
+                .ok()
+                .map(|v| v.split(',').filter_map(|r| r.trim().parse().ok()).collect())
+                .unwrap_or_else(|| vec![1, 4, 8, 64]);
+            for rows in row_counts {
                 if rows > 1
                     && !only.is_empty()
                     && std::env::var_os("AIRLOCK_KERNEL_ROWS1").is_some()
@@ -2699,7 +3037,7 @@ mod timing {
                     .map(|i| ((i * 104_729 % 211) as f32 - 105.0) / 31.0)
                     .collect();
                 let _ = own.matmul(&x, rows);
-                let reps = if only.is_empty() { 60 } else { 600 };
+                let reps = (if only.is_empty() { 60 } else { 600 } / rows.div_ceil(64)).max(3);
                 let (t, c) = (std::time::Instant::now(), cpu_secs());
                 for _ in 0..reps {
                     std::hint::black_box(own.matmul(&x, rows));
