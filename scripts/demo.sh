@@ -26,8 +26,8 @@ for a in "$@"; do
   if [ "$a" = "--rack" ]; then RACK=1; else ARGS+=("$a"); fi
 done
 
-# The binary: the `demo` profile (Cargo.toml: release, with the crates off the answer and ingest
-# paths at opt-level 1, a fifth less build time on 2 cores), in target/demo/airlock.
+# The binary: the `demo` profile (Cargo.toml: release code generation for the per-chunk and
+# per-token crates, half the build time on 2 cores; docs/OPERATIONS.md §2), target/demo/airlock.
 BIN="$ROOT/target/demo/airlock"
 echo "==> fetching the pinned models (in the background) and building airlock (profile demo)"
 mkdir -p "$CACHE"
