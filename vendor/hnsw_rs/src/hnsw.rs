@@ -928,6 +928,12 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
         layer: u8,
         filter: Option<&dyn FilterT>,
     ) -> BinaryHeap<Arc<PointWithOrder<'b, T>>> {
+        // Airlock fork: a filtered search is hnswlib's (AIRLOCK.md, change (e)).
+        if let Some(f) = filter {
+            return self
+                .search_layer_filtered(point, entry_point, ef, layer, f, usize::MAX)
+                .0;
+        }
         //
         trace!(
             "entering search_layer with entry_point_id {:?} layer : {:?} ef {:?} ",
@@ -986,16 +992,7 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
                     -(c.dist_to_ref),
                     f.dist_to_ref
                 );
-                if filter.is_none() {
-                    return return_points;
-                } else if return_points.len() >= ef {
-                    return_points.retain(|p| {
-                        filter
-                            .as_ref()
-                            .unwrap()
-                            .hnsw_filter(&p.point_ref.get_origin_id())
-                    });
-                }
+                return return_points;
             }
             // now we scan neighborhood of c in layer and increment visited_point, candidate_points
             // and optimize candidate_points so that it contains points with lowest distances to point arg
@@ -1031,20 +1028,7 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
                         candidate_points
                             .push(Arc::new(PointWithOrder::new(&e.point_ref, -e_dist_to_p)));
                         //
-                        if let Some(f) = filter {
-                            let id: &usize = &e_prime.point_ref.get_origin_id();
-                            if f.hnsw_filter(id) {
-                                if return_points.len() == 1 {
-                                    let only_id = return_points.peek().unwrap().point_ref.origin_id;
-                                    if !f.hnsw_filter(&only_id) {
-                                        return_points.clear()
-                                    }
-                                }
-                                return_points.push(Arc::clone(&e_prime))
-                            }
-                        } else {
-                            return_points.push(Arc::clone(&e_prime));
-                        }
+                        return_points.push(Arc::clone(&e_prime));
 
                         if return_points.len() > ef {
                             return_points.pop();
@@ -1060,6 +1044,109 @@ impl<'b, T: Clone + Send + Sync, D: Distance<T> + Send + Sync> Hnsw<'b, T, D> {
         );
         return_points
     } // end of search_layer
+
+    /// Airlock fork (AIRLOCK.md, change (e)): the filtered search of one layer, as hnswlib's
+    /// `searchBaseLayerST` with an `isIdAllowed` filter. Every point is expanded through
+    /// (allowed or not: the graph stays navigable however the filter cuts it), only allowed
+    /// points enter the result list, and the search stops when the nearest unexpanded candidate
+    /// is farther than the farthest of `ef` allowed results. Upstream instead kept invisible
+    /// points in the result list and never stopped early once a filter was given.
+    ///
+    /// `max_evals` caps the distance evaluations; returns the results (at most `ef`, allowed
+    /// only, as a max-heap on distance), the evaluations made, and whether the search ended by
+    /// its own rule (`false`: the cap cut it short).
+    pub(crate) fn search_layer_filtered(
+        &self,
+        point: &[T],
+        entry_point: Arc<Point<'b, T>>,
+        ef: usize,
+        layer: u8,
+        filter: &dyn FilterT,
+        max_evals: usize,
+    ) -> (BinaryHeap<Arc<PointWithOrder<'b, T>>>, usize, bool) {
+        let ef = ef.max(1);
+        let mut results = BinaryHeap::<Arc<PointWithOrder<T>>>::with_capacity(ef + 1);
+        if entry_point.p_id.1 < 0 {
+            return (results, 0, true);
+        }
+        let d_entry = self.dist_f.eval(point, entry_point.data.get_v());
+        let mut evals = 1usize;
+        let mut visited = VisitedSet::start();
+        visited.insert(entry_point.p_id);
+        // Min-heap by distance through negated distances, as in `search_layer`.
+        let mut candidates = BinaryHeap::<Arc<PointWithOrder<T>>>::with_capacity(ef + 1);
+        candidates.push(Arc::new(PointWithOrder::new(&entry_point, -d_entry)));
+        if filter.hnsw_filter(&entry_point.origin_id) {
+            results.push(Arc::new(PointWithOrder::new(&entry_point, d_entry)));
+        }
+        while let Some(c) = candidates.pop() {
+            let bound = if results.len() >= ef {
+                results.peek().map_or(f32::INFINITY, |f| f.dist_to_ref)
+            } else {
+                f32::INFINITY
+            };
+            if -c.dist_to_ref > bound {
+                break;
+            }
+            let neighbours = &c.point_ref.neighbours.read()[layer as usize];
+            for e in neighbours {
+                if !visited.insert(e.point_ref.p_id) {
+                    continue;
+                }
+                if evals >= max_evals {
+                    return (results, evals, false);
+                }
+                let d = self.dist_f.eval(point, e.point_ref.data.get_v());
+                evals += 1;
+                let full = results.len() >= ef;
+                if !full || results.peek().is_some_and(|f| d < f.dist_to_ref) {
+                    candidates.push(Arc::new(PointWithOrder::new(&e.point_ref, -d)));
+                    if filter.hnsw_filter(&e.point_ref.origin_id) {
+                        results.push(Arc::new(PointWithOrder::new(&e.point_ref, d)));
+                        if results.len() > ef {
+                            results.pop();
+                        }
+                    }
+                }
+            }
+        }
+        (results, evals, true)
+    }
+
+    /// Airlock fork (AIRLOCK.md, change (e)): a filtered k-NN search whose base-layer search is
+    /// [`Self::search_layer_filtered`] with a cap of `max_evals` distance evaluations there.
+    /// Returns up to `min(knbn, ef)` allowed neighbours, nearest first, the base-layer distance
+    /// evaluations, and `false` when the cap cut the search short (the neighbours are then the
+    /// best found so far, possibly fewer than asked).
+    pub fn search_filter_capped(
+        &self,
+        data: &[T],
+        knbn: usize,
+        ef_arg: usize,
+        filter: &dyn FilterT,
+        max_evals: usize,
+    ) -> (Vec<Neighbour>, usize, bool) {
+        let entry_point = match self.layer_indexed_points.entry_point.read().as_ref() {
+            Some(e) => Arc::clone(e),
+            None => return (Vec::new(), 0, true),
+        };
+        let pivot = self.descend_upper_layers(data, entry_point);
+        let ef = ef_arg.max(knbn);
+        let Some(layer) = (0..NB_LAYER_MAX)
+            .find(|&l| self.get_point_indexation().get_layer_nb_point(l as usize) > 0)
+        else {
+            return (Vec::new(), 0, true);
+        };
+        let (heap, evals, complete) =
+            self.search_layer_filtered(data, pivot, ef, layer, filter, max_evals);
+        let neighbours = heap
+            .into_sorted_vec()
+            .into_iter()
+            .take(knbn)
+            .map(|p| Neighbour::new(p.point_ref.origin_id, p.dist_to_ref, p.point_ref.p_id))
+            .collect();
+        (neighbours, evals, complete)
+    }
 
     /// insert a tuple (&Vec, usize) with its external id as given by the client.
     ///  The insertion method gives the point an internal id.
@@ -2018,5 +2105,103 @@ mod tests {
             wrong.len(),
             &wrong[..wrong.len().min(5)]
         );
+    }
+
+    /// Brute-force top `k` ids of `q` among the points `allowed` accepts.
+    fn brute_top(
+        data: &[Vec<f32>],
+        q: &[f32],
+        k: usize,
+        allowed: &dyn Fn(usize) -> bool,
+    ) -> Vec<usize> {
+        let d = dist::DistL2 {};
+        let mut all: Vec<(f32, usize)> = (0..data.len())
+            .filter(|&i| allowed(i))
+            .map(|i| (d.eval(q, &data[i]), i))
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        all.into_iter().take(k).map(|x| x.1).collect()
+    }
+
+    // (e) A filtered search expands through points the filter refuses, returns only allowed
+    // ones, and stops early like an unfiltered one. Upstream's filtered search kept refused
+    // points in its result list and never stopped early once a filter was given (it evaluated
+    // nearly every point of the graph even when half of them were allowed).
+    #[test]
+    fn filtered_search_counts_only_allowed_points_and_stops_early() {
+        let n = 4000;
+        let data = seeded_points(n, 8, 5);
+        let hnsw = Hnsw::<f32, dist::DistL2>::new(16, n, 16, 100, dist::DistL2 {});
+        for (i, d) in data.iter().enumerate() {
+            hnsw.insert((d, i));
+        }
+        let queries = seeded_points(100, 8, 6);
+        for (modulus, min_recall) in [(2usize, 0.95), (10, 0.95)] {
+            let allowed = |id: usize| id % modulus == 0;
+            let filter = |id: &usize| allowed(*id);
+            let (mut hits, mut evals) = (0usize, 0usize);
+            for q in &queries {
+                let (found, e, complete) =
+                    hnsw.search_filter_capped(q, 10, 64, &filter, usize::MAX);
+                assert!(complete);
+                assert_eq!(found.len(), 10);
+                assert!(
+                    found.iter().all(|nb| allowed(nb.d_id)),
+                    "a refused point returned"
+                );
+                assert!(found.windows(2).all(|w| w[0].distance <= w[1].distance));
+                let truth = brute_top(&data, q, 10, &allowed);
+                hits += found.iter().filter(|nb| truth.contains(&nb.d_id)).count();
+                evals += e;
+                // the public filtered search (upstream's API) takes the same path: same
+                // result, and the filter is asked at most once per evaluated point
+                let asked = std::cell::Cell::new(0usize);
+                let counting = |id: &usize| {
+                    asked.set(asked.get() + 1);
+                    allowed(*id)
+                };
+                let via_api = hnsw.search_filter(q, 10, 64, Some(&counting));
+                assert!(
+                    asked.get() <= e,
+                    "filter asked {} times, {e} evaluations",
+                    asked.get()
+                );
+                assert_eq!(
+                    via_api.iter().map(|nb| nb.d_id).collect::<Vec<_>>(),
+                    found.iter().map(|nb| nb.d_id).collect::<Vec<_>>()
+                );
+            }
+            let recall = hits as f64 / (10 * queries.len()) as f64;
+            let mean_evals = evals / queries.len();
+            assert!(recall >= min_recall, "1/{modulus} allowed: recall {recall}");
+            // stopping early: far fewer evaluations than points (upstream: ~n at 1/2 allowed)
+            if modulus == 2 {
+                assert!(
+                    mean_evals < n / 3,
+                    "1/2 allowed: {mean_evals} evaluations of {n}"
+                );
+            }
+        }
+    }
+
+    // (e) The evaluation cap is honoured and reported.
+    #[test]
+    fn filtered_search_stops_at_the_evaluation_cap() {
+        let data = seeded_points(2000, 8, 7);
+        let hnsw = Hnsw::<f32, dist::DistL2>::new(16, data.len(), 16, 100, dist::DistL2 {});
+        for (i, d) in data.iter().enumerate() {
+            hnsw.insert((d, i));
+        }
+        // one point in 500 allowed: filling ef = 64 needs the whole graph
+        let filter = |id: &usize| id % 500 == 0;
+        let q = &seeded_points(1, 8, 8)[0];
+        let (found, evals, complete) = hnsw.search_filter_capped(q, 10, 64, &filter, 200);
+        assert!(!complete);
+        assert!(evals <= 200, "{evals}");
+        assert!(found.iter().all(|nb| nb.d_id % 500 == 0));
+        let (all, evals, complete) = hnsw.search_filter_capped(q, 10, 64, &filter, usize::MAX);
+        assert!(complete);
+        assert_eq!(all.len(), 4, "every allowed point is reachable");
+        assert!(evals > 1000, "{evals}");
     }
 } // end of module test
