@@ -95,7 +95,6 @@ fn main() {
     for ef in EFS {
         let plain = SearchOptions {
             ef,
-            max_ef: ef.max(K),
             candidates: K,
             rescore: false,
             path: PathChoice::Graph,
@@ -104,7 +103,6 @@ fn main() {
         let resc = SearchOptions {
             candidates: 40,
             rescore: true,
-            max_ef: ef.max(40),
             ..plain
         };
         let mut cells = Vec::new();

@@ -1,10 +1,12 @@
 //! Filtered search at 200k vectors: recall@10 against exact search over exactly the visible
-//! chunks, and p50/p99 latency, per selectivity, for the automatic planner and for each strategy
-//! forced (which is how the crossover is chosen). Also int8 + rescoring recall vs f32 exact.
+//! chunks, p50/p99 latency and graph distance evaluations, per selectivity, with random and
+//! correlated ACLs, for the automatic planner and for each strategy forced (which is how the
+//! cost model's constants are read off). Also int8 + rescoring recall vs f32 exact.
 //!
 //! `cargo bench -p airlock-retrieval --bench vector_filtered`
 //! Reuses the index checkpointed by `vector_build` (opened, not rebuilt), or builds it.
-//! Env: `AIRLOCK_BENCH_N` (default 200000), `AIRLOCK_BENCH_NQ` (queries per selectivity, 200).
+//! Env: `AIRLOCK_BENCH_N` (default 200000), `AIRLOCK_BENCH_NQ` (queries per selectivity, 200),
+//! `AIRLOCK_BENCH_PATHS=auto` (only the planner's rows: the forced strategies are slow at 1M+).
 
 mod vector_support;
 
@@ -12,7 +14,7 @@ use std::time::Instant;
 
 use airlock_acl::AllowSet;
 use airlock_retrieval::vector::synth::Rng;
-use airlock_retrieval::vector::{PathChoice, SearchOptions, SearchPath, VectorIndex, VectorParams};
+use airlock_retrieval::vector::{PathChoice, SearchOptions, VectorIndex, VectorParams};
 use airlock_retrieval::{ChunkMap, Visibility};
 use roaring::RoaringBitmap;
 use vector_support::*;
@@ -78,77 +80,84 @@ fn main() {
     let dead = RoaringBitmap::new();
     let queries = &data.queries[..nq.min(data.queries.len())];
     let defaults = SearchOptions::default();
+    println!("# cpu: {}", cpu_desc());
     println!(
-        "\nDefaults: ef {}, candidates {} (f32-rescored), oversample {}, crossover: exact scan when estimated visible ≤ {}% of the index.\n",
+        "\nDefaults: ef {}, candidates {} (f32-rescored); cost model: exact {} ns/row, graph {} ns/evaluation × {} evaluations per ef / visible fraction; under auto the graph is capped at the exact scan's cost.\n",
         defaults.ef,
         defaults.candidates,
-        defaults.oversample,
-        defaults.exact_fraction * 100.0
+        defaults.exact_row_ns,
+        defaults.graph_eval_ns,
+        defaults.graph_evals_per_ef,
     );
     println!(
-        "| allowed | visible chunks | strategy | recall@10 | p50 ms | p99 ms | mean ms | paths |"
+        "Random ACLs: documents drawn uniformly. Correlated ACLs: the documents nearest (by their first chunk) to a random document, like a department whose documents are near each other; the queries are the same for both, so most ask about something outside a correlated user's documents.\n"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    for (i, pct) in [100.0, 50.0, 10.0, 2.0, 1.0, 0.1, 0.01]
+    println!(
+        "| allowed | acl | visible chunks | strategy | recall@10 | p50 ms | p99 ms | mean ms | mean evals | paths |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let strategies: Vec<(&str, PathChoice)> = match std::env::var("AIRLOCK_BENCH_PATHS").as_deref() {
+        Ok("auto") => vec![("auto", PathChoice::Auto)],
+        _ => vec![
+            ("auto", PathChoice::Auto),
+            ("exact", PathChoice::Exact),
+            ("graph", PathChoice::Graph),
+        ],
+    };
+    for (i, pct) in [100.0, 50.0, 25.0, 10.0, 1.0, 0.1, 0.01]
         .into_iter()
         .enumerate()
     {
         let want_docs = ((f64::from(n_docs) * pct / 100.0).round() as u64).max(1);
-        let mut rng = Rng::new(11 + i as u64);
-        let mut bits = RoaringBitmap::new();
-        if pct >= 100.0 {
-            bits.insert_range(0..n_docs);
-        }
-        while bits.len() < want_docs {
-            bits.insert(rng.below(u64::from(n_docs)) as u32);
-        }
-        let allow = AllowSet::from_bitmap_for_tests(bits);
-        let vis = Visibility::new(&allow, &map, &dead);
-        let visible: Vec<u32> = vis.visible_chunks().iter().collect();
-        let truth = if pct >= 100.0 {
-            data.truth[..queries.len()].to_vec()
-        } else {
-            exact_truth(&data.vectors, queries, Some(&visible))
-        };
-        for (name, path) in [
-            ("auto", PathChoice::Auto),
-            ("exact", PathChoice::Exact),
-            ("graph", PathChoice::Graph),
-        ] {
-            let opts = SearchOptions { path, ..defaults };
-            let mut lat = Vec::with_capacity(queries.len());
-            let mut got = Vec::with_capacity(queries.len());
-            let mut paths = std::collections::BTreeMap::<&str, usize>::new();
-            for q in queries {
-                let t = Instant::now();
-                let out = index.search(q, K, &vis, &opts).expect("search");
-                lat.push(t.elapsed().as_secs_f64() * 1e3);
-                assert!(
-                    out.hits.iter().all(|h| vis.visible(h.0)),
-                    "invisible chunk returned"
-                );
-                assert_eq!(out.hits.len(), K.min(visible.len()), "short result");
-                *paths
-                    .entry(match out.path {
-                        SearchPath::Graph => "hnsw",
-                        SearchPath::Exact => "exact",
-                        SearchPath::GraphThenExact => "hnsw+exact",
-                        SearchPath::Empty => "empty",
-                    })
-                    .or_default() += 1;
-                got.push(out.hits.iter().map(|h| h.0).collect::<Vec<u32>>());
+        for acl in ["random", "correlated"] {
+            if pct >= 100.0 && acl == "correlated" {
+                continue;
             }
-            let mean = lat.iter().sum::<f64>() / lat.len() as f64;
-            lat.sort_by(f64::total_cmp);
-            let paths: Vec<String> = paths.iter().map(|(k, v)| format!("{k} {v}")).collect();
-            println!(
-                "| {pct}% | {} | {name} | {:.4} | {:.3} | {:.3} | {mean:.3} | {} |",
-                visible.len(),
-                mean_recall(&got, &truth),
-                percentile(&lat, 50.0),
-                percentile(&lat, 99.0),
-                paths.join(", ")
-            );
+            let bits = if acl == "random" {
+                random_docs(n_docs, want_docs, 11 + i as u64)
+            } else {
+                nearby_docs(&data.vectors, n_docs, want_docs, 23 + i as u64)
+            };
+            let allow = AllowSet::from_bitmap_for_tests(bits);
+            let vis = Visibility::new(&allow, &map, &dead);
+            let visible: Vec<u32> = vis.visible_chunks().iter().collect();
+            let truth = if pct >= 100.0 {
+                data.truth[..queries.len()].to_vec()
+            } else {
+                exact_truth(&data.vectors, queries, Some(&visible))
+            };
+            for &(name, path) in &strategies {
+                let opts = SearchOptions { path, ..defaults };
+                let mut lat = Vec::with_capacity(queries.len());
+                let mut got = Vec::with_capacity(queries.len());
+                let mut evals = 0usize;
+                let mut paths = std::collections::BTreeMap::<&str, usize>::new();
+                for q in queries {
+                    let t = Instant::now();
+                    let out = index.search(q, K, &vis, &opts).expect("search");
+                    lat.push(t.elapsed().as_secs_f64() * 1e3);
+                    assert!(
+                        out.hits.iter().all(|h| vis.visible(h.0)),
+                        "invisible chunk returned"
+                    );
+                    assert_eq!(out.hits.len(), K.min(visible.len()), "short result");
+                    evals += out.evals;
+                    *paths.entry(out.path.name()).or_default() += 1;
+                    got.push(out.hits.iter().map(|h| h.0).collect::<Vec<u32>>());
+                }
+                let mean = lat.iter().sum::<f64>() / lat.len() as f64;
+                lat.sort_by(f64::total_cmp);
+                let paths: Vec<String> = paths.iter().map(|(k, v)| format!("{k} {v}")).collect();
+                println!(
+                    "| {pct}% | {acl} | {} | {name} | {:.4} | {:.3} | {:.3} | {mean:.3} | {} | {} |",
+                    visible.len(),
+                    mean_recall(&got, &truth),
+                    percentile(&lat, 50.0),
+                    percentile(&lat, 99.0),
+                    evals / queries.len(),
+                    paths.join(", ")
+                );
+            }
         }
     }
 
@@ -186,4 +195,29 @@ fn main() {
         println!("- {label}: {:.4}", mean_recall(&got, &data.truth[..nq_q]));
     }
     println!("\nload at end: {}", load_avg());
+}
+
+/// `want` documents drawn uniformly.
+fn random_docs(n_docs: u32, want: u64, seed: u64) -> RoaringBitmap {
+    let mut rng = Rng::new(seed);
+    let mut bits = RoaringBitmap::new();
+    if want >= u64::from(n_docs) {
+        bits.insert_range(0..n_docs);
+    }
+    while bits.len() < want {
+        bits.insert(rng.below(u64::from(n_docs)) as u32);
+    }
+    bits
+}
+
+/// The `want` documents whose first chunk is nearest to a random document's first chunk.
+fn nearby_docs(vectors: &[Vec<f32>], n_docs: u32, want: u64, seed: u64) -> RoaringBitmap {
+    let mut rng = Rng::new(seed);
+    let first = |d: u32| &vectors[(d * CHUNKS_PER_DOC) as usize];
+    let centre = first(rng.below(u64::from(n_docs)) as u32);
+    let mut by_sim: Vec<(f32, u32)> = (0..n_docs)
+        .map(|d| (first(d).iter().zip(centre).map(|(a, b)| a * b).sum(), d))
+        .collect();
+    by_sim.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+    by_sim.into_iter().take(want as usize).map(|x| x.1).collect()
 }

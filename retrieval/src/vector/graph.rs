@@ -104,13 +104,23 @@ impl Graph {
         }
     }
 
-    /// Up to `ef` nearest slots (by int8 dot) with their hnsw distances, nearest first.
-    pub fn search(&self, query: &[i8], ef: usize) -> Vec<(usize, f32)> {
-        self.hnsw
-            .search(query, ef, ef)
-            .into_iter()
-            .map(|n| (n.d_id, n.distance))
-            .collect()
+    /// Up to `ef` nearest slots that `allowed` accepts, nearest first, by hnswlib's filtered
+    /// traversal (the fork's `search_filter_capped`: expands through refused points, counts
+    /// only accepted ones). Also returns the distance evaluations made and whether the search
+    /// ended by its own rule (`false`: `max_evals` cut it short).
+    pub fn search_filtered(
+        &self,
+        query: &[i8],
+        ef: usize,
+        allowed: &dyn Fn(usize) -> bool,
+        max_evals: usize,
+    ) -> (Vec<(usize, f32)>, usize, bool) {
+        let filter = |slot: &usize| allowed(*slot);
+        let (found, evals, complete) = self
+            .hnsw
+            .search_filter_capped(query, ef, ef, &filter, max_evals);
+        let found = found.into_iter().map(|n| (n.d_id, n.distance)).collect();
+        (found, evals, complete)
     }
 
     /// Points in the graph.

@@ -6,10 +6,11 @@
 //! * **Graph** (hnsw_rs, `M` 16, `ef_construction` 200 by default) over the int8 rows with an
 //!   int8 dot distance ([`DistI8Dot`]) whose kernel is vectorised ([`kernels`]).
 //! * **Search that never collapses** ([`VectorIndex::search`]): estimate the visible chunks from the
-//!   caller's [`Visibility`]; at or below the crossover fraction, scan exactly the visible chunks;
-//!   above it, search the unfiltered graph with an oversampled `ef`, filter, and widen `ef` until
-//!   enough candidates survive, falling back to the exact scan. `k` results come back whenever `k`
-//!   visible chunks are indexed.
+//!   caller's [`Visibility`] and pick by estimated cost ([`SearchOptions`]'s cost model) between
+//!   an exact scan of the visible chunks and the graph searched with the visibility filter inside
+//!   the traversal (expanding through invisible chunks, counting only visible ones), capped at
+//!   the exact scan's cost, after which it scans. `k` results come back whenever `k` visible
+//!   chunks are indexed.
 //! * **Rescoring** ([`VectorIndex::rescore`]): exact f32 dot products from `vectors.f32`.
 //! * **Persistence**: a directory of append-only row files (`vectors.f32`, `vectors.i8`,
 //!   `chunks.u32`; versioned header, SHA-256 per 4096-row block), the hnsw_rs dump

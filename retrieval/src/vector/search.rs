@@ -1,9 +1,13 @@
-//! Filtered search that never collapses: exact int8 scan below a crossover, unfiltered HNSW with
-//! oversampling + filter + widening above it, f32 rescoring of the survivors.
+//! Filtered search that never collapses, at every selectivity: an exact int8 scan of the
+//! visible chunks, or the HNSW graph searched with the visibility filter applied during the
+//! traversal, whichever the cost model says is cheaper; f32 rescoring of the survivors.
 //!
-//! Why not hnsw_rs's own filter: with a selective filter its search never exits early and walks
-//! most of the graph (100–380 ms per query at 1% allowed on 100k vectors, see STACK.md), while an
-//! exact scan of the allowed rows costs ~0.1 µs per row.
+//! The graph path is hnswlib's filtered search (the fork's change (e), ACORN-style): it expands
+//! through chunks the user cannot see and counts only visible ones, so it needs no oversampling;
+//! its cost grows as `1 / visible fraction`. The exact scan costs a fixed amount per visible row.
+//! The planner compares the two estimates; under `Auto` the graph search is also capped at the
+//! exact scan's estimated cost, after which it gives up and scans (so a query never costs more
+//! than about twice the exact scan, whatever the layout of the user's documents in the graph).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -15,51 +19,65 @@ use crate::visibility::Visibility;
 /// Which strategy to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PathChoice {
-    /// Pick by the estimated visible fraction (the crossover).
+    /// Pick by estimated cost, and cap the graph search at the exact scan's cost.
     #[default]
     Auto,
     /// Always scan the visible chunks exactly.
     Exact,
-    /// Always search the graph (still falls back to the exact scan when widening cannot find `k`).
+    /// Always search the graph, uncapped (still falls back to the exact scan when the graph
+    /// cannot reach `k` visible chunks).
     Graph,
 }
 
 /// Search knobs. Defaults come from `docs/benchmarks/vector.md`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SearchOptions {
-    /// Base HNSW candidate list (`ef`) for an unfiltered search. Default 512, from
-    /// `vector_build` at 200k real-MiniLM-based vectors: hnsw_rs's graph needs it for recall@10
-    /// ≥ 0.95 there (ef 96: 0.72; 256: 0.93; 512: 0.97 after rescoring) at ~2.7 ms per query
-    /// on one core.
+    /// HNSW result list size (`ef`) of the base-layer search; the filtered traversal collects
+    /// `ef` *visible* chunks. Default 512, from `vector_build` at 200k real-MiniLM-based
+    /// vectors: the graph needs it for recall@10 ≥ 0.95 there.
     pub ef: usize,
-    /// Cap on `ef` while widening; past it the search falls back to the exact scan.
-    pub max_ef: usize,
-    /// Crossover: scan exactly when the estimated visible chunks are at most this fraction of
-    /// the index. Default 0.25, from `vector_filtered` (40k vectors): the exact scan wins by 70×
-    /// at 10% visible (0.24 vs 17 ms p50, since the filtered graph search needs `ef` ≈ 600) and
-    /// loses by 1.6× at 50% (1.56 vs 0.95 ms).
-    pub exact_fraction: f64,
     /// Int8 candidates collected before rescoring (at least `k` are always collected).
     pub candidates: usize,
     /// Re-rank candidates by exact f32 dot products from the on-disk vectors.
     pub rescore: bool,
-    /// `ef` is sized to `candidates / visible fraction × oversample` for filtered graph searches.
-    pub oversample: f64,
     /// Strategy override (benchmarks, tests).
     pub path: PathChoice,
+    /// Cost model: nanoseconds per visible row of the exact scan (bitmap walk, slot lookup,
+    /// 384-d int8 dot, top-k). From `vector_filtered`.
+    pub exact_row_ns: f64,
+    /// Cost model: nanoseconds per distance evaluation of the graph search (including its
+    /// heaps, visited set and filter). From `vector_filtered`.
+    pub graph_eval_ns: f64,
+    /// Cost model: distance evaluations of an unfiltered graph search per unit of `ef`; a
+    /// filtered one is estimated at this divided by the visible fraction. From `vector_filtered`.
+    pub graph_evals_per_ef: f64,
 }
 
 impl Default for SearchOptions {
     fn default() -> Self {
         Self {
             ef: 512,
-            max_ef: 4096,
-            exact_fraction: 0.25,
             candidates: 40,
             rescore: true,
-            oversample: 1.5,
             path: PathChoice::Auto,
+            exact_row_ns: 60.0,
+            graph_eval_ns: 120.0,
+            graph_evals_per_ef: 16.0,
         }
+    }
+}
+
+impl SearchOptions {
+    /// Estimated cost (ns) of the exact scan over `visible` rows.
+    pub fn exact_cost_ns(&self, visible: u64) -> f64 {
+        visible as f64 * self.exact_row_ns
+    }
+
+    /// Estimated cost (ns) of the filtered graph search when `visible` of `n` chunks are
+    /// visible.
+    pub fn graph_cost_ns(&self, visible: u64, n: usize) -> f64 {
+        let frac = (visible as f64 / n.max(1) as f64).clamp(1e-9, 1.0);
+        self.ef as f64 * self.graph_evals_per_ef / frac * self.graph_eval_ns
     }
 }
 
@@ -70,9 +88,9 @@ pub enum SearchPath {
     Empty,
     /// Exact int8 scan over the visible chunks.
     Exact,
-    /// Unfiltered HNSW, then the visibility filter.
+    /// HNSW searched with the visibility filter applied during the traversal.
     Graph,
-    /// The graph could not find `k` visible chunks even after widening: exact scan.
+    /// The graph search reached its cost cap, or could not reach `k` visible chunks: exact scan.
     GraphThenExact,
 }
 
@@ -98,10 +116,12 @@ pub struct SearchOutcome {
     pub path: SearchPath,
     /// The visible-chunk estimate that drove the choice.
     pub estimated_visible: u64,
-    /// Final `ef` of the graph search (0 for the exact path).
+    /// `ef` of the graph search (0 for the exact path).
     pub ef: usize,
     /// Rows whose int8 distance was computed by the exact scan (0 for the graph path).
     pub scanned: usize,
+    /// Distance evaluations of the graph search's base layer (0 for the exact path).
+    pub evals: usize,
 }
 
 /// Keeps the `k` largest `(score, chunk)`; ties prefer the smaller chunk id.
@@ -161,6 +181,7 @@ impl VectorIndex {
             estimated_visible: est,
             ef: 0,
             scanned: 0,
+            evals: 0,
         };
         let Some(quant) = self.quant else {
             return Ok(empty);
@@ -170,21 +191,26 @@ impl VectorIndex {
         }
         let want = opts.candidates.max(k);
         let q8 = quant.quantize(query);
-        let frac = est as f64 / n as f64;
+        let exact_ns = opts.exact_cost_ns(est);
         let exact = match opts.path {
-            PathChoice::Auto => frac <= opts.exact_fraction,
+            PathChoice::Auto => exact_ns <= opts.graph_cost_ns(est, n),
             PathChoice::Exact => true,
             PathChoice::Graph => false,
         };
-        let (cands, path, ef, scanned) = if exact {
+        let (cands, path, ef, scanned, evals) = if exact {
             let (c, scanned) = self.exact_scan(&q8, want, vis);
-            (c, SearchPath::Exact, 0, scanned)
+            (c, SearchPath::Exact, 0, scanned, 0)
         } else {
-            match self.graph_search(&q8, k, want, frac, vis, opts) {
-                (Some(c), ef) => (c, SearchPath::Graph, ef, 0),
-                (None, ef) => {
+            let max_evals = match opts.path {
+                PathChoice::Auto => (exact_ns / opts.graph_eval_ns.max(1e-3)).ceil() as usize,
+                _ => usize::MAX,
+            };
+            let ef = opts.ef.max(want);
+            match self.graph_search(&q8, k, want, ef, max_evals, vis) {
+                (Some(c), evals) => (c, SearchPath::Graph, ef, 0, evals),
+                (None, evals) => {
                     let (c, scanned) = self.exact_scan(&q8, want, vis);
-                    (c, SearchPath::GraphThenExact, ef, scanned)
+                    (c, SearchPath::GraphThenExact, ef, scanned, evals)
                 }
             }
         };
@@ -195,6 +221,7 @@ impl VectorIndex {
             estimated_visible: est,
             ef,
             scanned,
+            evals,
         })
     }
 
@@ -211,42 +238,38 @@ impl VectorIndex {
         (top.into_sorted(), scanned)
     }
 
-    /// Unfiltered graph search, filtered afterwards, widening `ef` until `want` candidates
-    /// survive. `None` when even the widest search finds fewer than `k`.
+    /// The graph searched with the visibility filter during the traversal: the best `want`
+    /// visible candidates and the distance evaluations made. `None` when the search hit
+    /// `max_evals`, or ended with fewer than `k` visible chunks (the reachable part of the graph
+    /// holds fewer): the caller scans exactly.
     fn graph_search(
         &self,
         q8: &[i8],
         k: usize,
         want: usize,
-        frac: f64,
+        ef: usize,
+        max_evals: usize,
         vis: &Visibility<'_>,
-        opts: &SearchOptions,
     ) -> (Option<Vec<(u32, i32)>>, usize) {
-        let n = self.len();
-        let max_ef = opts.max_ef.max(want).min(n);
-        let sized = (want as f64 / frac.max(1e-9) * opts.oversample).ceil() as usize;
-        let mut ef = opts.ef.max(want).max(sized).min(max_ef);
-        let offset = 128 * 128 * self.dim as i64;
-        loop {
-            let found = self.graph.search(q8, ef);
-            let exhausted = found.len() < ef;
-            let survivors: Vec<(u32, i32)> = found
-                .into_iter()
-                .filter_map(|(slot, dist)| {
-                    let chunk = *self.slot_chunk.get(slot)?;
-                    vis.visible(chunk)
-                        .then_some((chunk, (offset - dist as i64) as i32))
-                })
-                .take(want)
-                .collect();
-            if survivors.len() >= want || ((exhausted || ef >= max_ef) && survivors.len() >= k) {
-                return (Some(survivors), ef);
-            }
-            if exhausted || ef >= max_ef {
-                return (None, ef);
-            }
-            ef = (ef * 4).min(max_ef);
+        let allowed = |slot: usize| {
+            self.slot_chunk
+                .get(slot)
+                .is_some_and(|&chunk| vis.visible(chunk))
+        };
+        let (found, evals, complete) = self.graph.search_filtered(q8, ef, &allowed, max_evals);
+        if !complete || found.len() < k {
+            return (None, evals);
         }
+        let offset = 128 * 128 * self.dim as i64;
+        let cands = found
+            .into_iter()
+            .take(want)
+            .filter_map(|(slot, dist)| {
+                let chunk = *self.slot_chunk.get(slot)?;
+                Some((chunk, (offset - dist as i64) as i32))
+            })
+            .collect();
+        (Some(cands), evals)
     }
 
     /// Rescoring (or int8 scores) → best `k`.

@@ -143,14 +143,13 @@ fn filtered_search_matches_exact_search_at_every_selectivity() {
 }
 
 #[test]
-fn graph_path_widens_then_falls_back_instead_of_collapsing() {
+fn graph_path_falls_back_instead_of_collapsing() {
     let f = fixture(4000);
     let allow = allow_fraction(500, 0.002, 5); // one document: 8 chunks < k
     let dead = RoaringBitmap::new();
     let vis = Visibility::new(&allow, &f.map, &dead);
     let opts = SearchOptions {
         path: PathChoice::Graph,
-        max_ef: 64,
         ..SearchOptions::default()
     };
     let out = f.index.search(&f.queries[0], K, &vis, &opts).unwrap();
@@ -159,11 +158,56 @@ fn graph_path_widens_then_falls_back_instead_of_collapsing() {
     // With a wide filter the graph alone finds k.
     let all = allow_fraction(500, 1.0, 5);
     let vis = Visibility::new(&all, &f.map, &dead);
-    let out = f
-        .index
-        .search(&f.queries[0], K, &vis, &SearchOptions::default())
-        .unwrap();
+    let out = f.index.search(&f.queries[0], K, &vis, &opts).unwrap();
     assert_eq!((out.path, out.hits.len()), (SearchPath::Graph, K));
+}
+
+#[test]
+fn a_wrong_cost_model_cannot_make_a_selective_query_walk_the_graph() {
+    let f = fixture(4000);
+    let allow = allow_fraction(500, 0.002, 5); // one document: 8 chunks
+    let dead = RoaringBitmap::new();
+    let vis = Visibility::new(&allow, &f.map, &dead);
+    // A model that believes the graph is nearly free picks it even for 8 visible chunks...
+    let fooled = SearchOptions {
+        graph_evals_per_ef: 1e-6,
+        ..SearchOptions::default()
+    };
+    let out = f.index.search(&f.queries[0], K, &vis, &fooled).unwrap();
+    // ...but the graph search stops at the exact scan's estimated cost and scans.
+    assert_eq!(out.path, SearchPath::GraphThenExact);
+    let cap = (8.0 * fooled.exact_row_ns / fooled.graph_eval_ns).ceil() as usize;
+    assert!(out.evals <= cap, "{} evaluations, cap {cap}", out.evals);
+    assert_eq!(out.hits.len(), CHUNKS_PER_DOC as usize);
+    // The same query uncapped walks far more of the graph.
+    let forced = SearchOptions {
+        path: PathChoice::Graph,
+        ..fooled
+    };
+    let out = f.index.search(&f.queries[0], K, &vis, &forced).unwrap();
+    assert!(out.evals > 10 * cap, "{} evaluations", out.evals);
+    assert_eq!(out.hits.len(), CHUNKS_PER_DOC as usize);
+}
+
+#[test]
+fn the_planner_scans_for_selective_users_and_walks_the_graph_for_broad_ones() {
+    let f = fixture(4000);
+    let dead = RoaringBitmap::new();
+    // At 4,000 chunks the exact scan beats a search with the default ef 512 even for everyone;
+    // with ef 32 the graph wins for broad users.
+    let opts = SearchOptions {
+        ef: 32,
+        ..SearchOptions::default()
+    };
+    for (frac, want) in [(1.0, SearchPath::Graph), (0.01, SearchPath::Exact)] {
+        let allow = allow_fraction(500, frac, 9);
+        let vis = Visibility::new(&allow, &f.map, &dead);
+        let out = f.index.search(&f.queries[1], K, &vis, &opts).unwrap();
+        assert_eq!(out.path, want, "{frac}");
+        let visible = out.estimated_visible;
+        let graph_wins = opts.graph_cost_ns(visible, 4000) < opts.exact_cost_ns(visible);
+        assert_eq!(graph_wins, want == SearchPath::Graph, "{frac}");
+    }
 }
 
 #[test]
