@@ -218,3 +218,25 @@ pub fn cpu_desc() -> String {
     let cpus = info.lines().filter(|l| l.starts_with("processor")).count();
     format!("{} × {cpus}, flags {}", field("model name"), simd.join(" "))
 }
+
+/// `(RssAnon, RssFile)` of this process in KiB (/proc/self/status): heap and touched mapped
+/// file pages.
+pub fn rss_kib() -> (u64, u64) {
+    let status = fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    (field("RssAnon:"), field("RssFile:"))
+}
+
+/// The tag `noisy(n)` stores its files under (`real-<n>` or `synth-<n>`), without loading them.
+pub fn data_tag(n: usize) -> String {
+    let dir = work_dir();
+    let real = dir.join("real-base.f32").exists();
+    format!("{}-{n}", if real { "real" } else { "synth" })
+}
