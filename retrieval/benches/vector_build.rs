@@ -18,7 +18,7 @@ use airlock_retrieval::{ChunkMap, Visibility};
 use roaring::RoaringBitmap;
 use vector_support::*;
 
-const EFS: [usize; 6] = [16, 32, 64, 128, 256, 512];
+const EFS: [usize; 7] = [16, 32, 64, 128, 256, 512, 1024];
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -149,6 +149,8 @@ fn main() {
         .arg(data.dir.join(format!("truth-{tag}.u32")))
         .arg("--threads")
         .arg(threads.to_string())
+        .arg("--efs")
+        .arg(EFS.map(|e| e.to_string()).join(","))
         .output();
     let json = match out {
         Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).to_string(),

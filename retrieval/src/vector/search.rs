@@ -42,15 +42,21 @@ pub struct SearchOptions {
     pub rescore: bool,
     /// Strategy override (benchmarks, tests).
     pub path: PathChoice,
-    /// Cost model: nanoseconds per visible row of the exact scan (bitmap walk, slot lookup,
-    /// 384-d int8 dot, top-k). From `vector_filtered`.
+    /// Cost model: nanoseconds per visible row of the exact scan (visible-set walk, slot lookup,
+    /// 384-d int8 dot, top-k). `vector_filtered` at 200k, AVX2: 49 ns at 100% visible, 60 at
+    /// 1%, 80–105 at 10–50% (docs/benchmarks/vector.md); the default is the upper end.
     pub exact_row_ns: f64,
     /// Cost model: nanoseconds per distance evaluation of the graph search (including its
-    /// heaps, visited set and filter). From `vector_filtered`.
+    /// heaps, visited set and filter). `vector_filtered` at 200k, AVX2: 520 ns unfiltered,
+    /// 580–700 ns filtered at 10–50% visible (hnsw_rs's layout: an `Arc` and a heap entry per
+    /// evaluated point).
     pub graph_eval_ns: f64,
-    /// Cost model: distance evaluations of an unfiltered graph search per unit of `ef`; a
-    /// filtered one is estimated at this divided by the visible fraction. From `vector_filtered`.
+    /// Cost model: distance evaluations of an unfiltered graph search per unit of `ef` (18 at
+    /// 200k and ef 512).
     pub graph_evals_per_ef: f64,
+    /// Cost model: a filtered graph search makes `1 / fraction^exponent` times the evaluations
+    /// of an unfiltered one (0.81–0.85 measured at 10–50% visible, random and correlated ACLs).
+    pub graph_fraction_exponent: f64,
 }
 
 impl Default for SearchOptions {
@@ -60,9 +66,10 @@ impl Default for SearchOptions {
             candidates: 40,
             rescore: true,
             path: PathChoice::Auto,
-            exact_row_ns: 60.0,
-            graph_eval_ns: 120.0,
-            graph_evals_per_ef: 16.0,
+            exact_row_ns: 90.0,
+            graph_eval_ns: 550.0,
+            graph_evals_per_ef: 18.0,
+            graph_fraction_exponent: 0.85,
         }
     }
 }
@@ -74,10 +81,11 @@ impl SearchOptions {
     }
 
     /// Estimated cost (ns) of the filtered graph search when `visible` of `n` chunks are
-    /// visible.
+    /// visible: `ef × evals per ef / fraction^exponent × ns per evaluation`.
     pub fn graph_cost_ns(&self, visible: u64, n: usize) -> f64 {
         let frac = (visible as f64 / n.max(1) as f64).clamp(1e-9, 1.0);
-        self.ef as f64 * self.graph_evals_per_ef / frac * self.graph_eval_ns
+        self.ef as f64 * self.graph_evals_per_ef / frac.powf(self.graph_fraction_exponent)
+            * self.graph_eval_ns
     }
 }
 

@@ -194,9 +194,9 @@ fn the_planner_scans_for_selective_users_and_walks_the_graph_for_broad_ones() {
     let f = fixture(4000);
     let dead = RoaringBitmap::new();
     // At 4,000 chunks the exact scan beats a search with the default ef 512 even for everyone;
-    // with ef 32 the graph wins for broad users.
+    // with ef 16 the graph wins for broad users.
     let opts = SearchOptions {
-        ef: 32,
+        ef: 16,
         ..SearchOptions::default()
     };
     for (frac, want) in [(1.0, SearchPath::Graph), (0.01, SearchPath::Exact)] {
