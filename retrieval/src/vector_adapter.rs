@@ -1,9 +1,15 @@
-//! Connects [`crate::vector::VectorIndex`] to the engine's [`DenseIndex`] seam: a lock for its
-//! `&mut self` writers, the engine's candidate count, and a checkpoint when the engine closes.
+//! Connects [`crate::vector::VectorIndex`] to the engine's [`DenseIndex`] seam: the locks, the
+//! engine's candidate count, and a checkpoint when the engine closes.
+//!
+//! Writes never hold searches up for long: an insert takes the index's write lock only to stage
+//! its rows ([`VectorIndex::stage`]: validation, row files, maps) and links them into the graph
+//! under the read lock ([`VectorIndex::link`]), beside searches; a flush writes the graph dump
+//! under the read lock ([`VectorIndex::prepare_flush`]) and takes the write lock only to commit
+//! the meta file. Writers are serialised by their own mutex, which searches never take.
 
 use std::path::Path;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use roaring::RoaringBitmap;
 
 use crate::dense::DenseIndex;
@@ -16,6 +22,8 @@ const META_FILE: &str = "vector.meta";
 
 struct Adapter {
     index: RwLock<VectorIndex>,
+    /// Serialises writers (stage + link, prepare + commit); searches take only `index`.
+    writer: Mutex<()>,
 }
 
 /// Opens the vector index of one generation directory, creating it when absent. A directory
@@ -40,6 +48,7 @@ pub(crate) fn open(dir: &Path, dim: usize) -> Result<Option<Box<dyn DenseIndex>>
     };
     Ok(Some(Box::new(Adapter {
         index: RwLock::new(index),
+        writer: Mutex::new(()),
     })))
 }
 
@@ -48,7 +57,9 @@ impl DenseIndex for Adapter {
         if items.is_empty() {
             return Ok(());
         }
-        self.index.write().insert(items)?;
+        let _writer = self.writer.lock();
+        let (_, slots) = self.index.write().stage(items)?;
+        self.index.read().link(slots);
         Ok(())
     }
 
@@ -77,7 +88,9 @@ impl DenseIndex for Adapter {
     }
 
     fn flush(&self) -> Result<()> {
-        self.index.write().flush()?;
+        let _writer = self.writer.lock();
+        let prepared = self.index.read().prepare_flush(false)?;
+        self.index.write().commit_flush(prepared)?;
         Ok(())
     }
 }

@@ -155,6 +155,12 @@ struct Meta {
     graph: Option<GraphMeta>,
 }
 
+/// A flush's graph dump written by [`VectorIndex::prepare_flush`], not yet committed.
+#[derive(Debug)]
+pub struct PreparedFlush {
+    graph: Option<GraphMeta>,
+}
+
 /// Counts of one [`VectorIndex::insert`] call.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InsertReport {
@@ -389,8 +395,24 @@ impl VectorIndex {
     /// Indexes `(chunk id, f32 vector)` pairs. Ids already held (or repeated in the batch) are
     /// skipped, so re-inserting after a crash is harmless. The first batch calibrates the
     /// quantizer unless [`calibrate`](Self::calibrate) was called. Call [`flush`](Self::flush)
-    /// to make the batch durable.
+    /// to make the batch durable. [`stage`](Self::stage) + [`link`](Self::link) in one call.
     pub fn insert(&mut self, items: &[(u32, &[f32])]) -> Result<InsertReport, VectorError> {
+        let (report, slots) = self.stage(items)?;
+        self.link(slots);
+        Ok(report)
+    }
+
+    /// The short, exclusive half of an insert: validates the batch, appends its rows to the row
+    /// files and the in-memory maps, and returns the slots still to be linked into the graph by
+    /// [`link`](Self::link), the long half, which runs beside searches (`&self`). Until linked,
+    /// the rows are found by the exact scan but not by the graph.
+    ///
+    /// Writers must be serialised by the caller: each staged range is linked before the next
+    /// `stage`, `flush` or `checkpoint` (the graph dump records how many slots it holds).
+    pub fn stage(
+        &mut self,
+        items: &[(u32, &[f32])],
+    ) -> Result<(InsertReport, std::ops::Range<usize>), VectorError> {
         for &(chunk, v) in items {
             if v.len() != self.dim {
                 return Err(VectorError::Dimension {
@@ -413,8 +435,9 @@ impl VectorIndex {
             added: new.len(),
             skipped: items.len() - new.len(),
         };
+        let first_slot = self.slot_chunk.len();
         if new.is_empty() {
-            return Ok(report);
+            return Ok((report, first_slot..first_slot));
         }
         let quant = match self.quant {
             Some(q) => q,
@@ -426,7 +449,6 @@ impl VectorIndex {
                 q
             }
         };
-        let first_slot = self.slot_chunk.len();
         let mut f32_bytes = Vec::with_capacity(new.len() * self.dim * 4);
         let i8_start = self.i8_data.len();
         let mut ids = Vec::with_capacity(new.len() * 4);
@@ -449,8 +471,13 @@ impl VectorIndex {
         self.id_file.append(&ids)?;
         self.f32_map = mmap::map_read_only(self.f32_file.file())
             .map_err(io_err(&self.dir.join(F32_FILE), "mmap"))?;
-        self.graph_insert_slots(first_slot..self.slot_chunk.len());
-        Ok(report)
+        Ok((report, first_slot..self.slot_chunk.len()))
+    }
+
+    /// The long half of an insert: links staged slots into the graph (in parallel). Takes
+    /// `&self`, so searches run beside it; see [`stage`](Self::stage).
+    pub fn link(&self, slots: std::ops::Range<usize>) {
+        self.graph_insert_slots(slots);
     }
 
     fn graph_insert_slots(&self, slots: std::ops::Range<usize>) {
@@ -460,35 +487,69 @@ impl VectorIndex {
 
     /// Makes all inserted rows durable and commits a new `vector.meta`; dumps the graph when
     /// enough points were added since the last dump (see [`VectorParams::dump_min_new`]).
+    /// [`prepare_flush`](Self::prepare_flush) + [`commit_flush`](Self::commit_flush) in one call.
     pub fn flush(&mut self) -> Result<(), VectorError> {
-        let dumped = self.graph_meta.as_ref().map_or(0, |g| g.points as usize);
-        let new = self.graph.len().saturating_sub(dumped);
-        let dump = new > 0 && new >= self.params.dump_min_new.max(dumped / 8);
-        self.persist(dump)
+        let prepared = self.prepare_flush(false)?;
+        self.commit_flush(prepared)
     }
 
     /// Like [`flush`](Self::flush), but always dumps the graph if it changed (use at shutdown, so
     /// the next open re-inserts nothing).
     pub fn checkpoint(&mut self) -> Result<(), VectorError> {
-        let dumped = self.graph_meta.as_ref().map_or(0, |g| g.points as usize);
-        self.persist(self.graph.len() > dumped)
+        let prepared = self.prepare_flush(true)?;
+        self.commit_flush(prepared)
     }
 
-    fn persist(&mut self, dump_graph: bool) -> Result<(), VectorError> {
-        let old = self.graph_meta.clone();
-        if dump_graph {
+    /// The long half of a flush, beside searches (`&self`): writes the graph dump when one is
+    /// due (always when `force` and the graph changed) and flushes the row files' data to disk.
+    /// Nothing is committed until [`commit_flush`](Self::commit_flush), the short exclusive half;
+    /// no insert may run between the two (writers are serialised by the caller).
+    pub fn prepare_flush(&self, force: bool) -> Result<PreparedFlush, VectorError> {
+        let dumped = self.graph_meta.as_ref().map_or(0, |g| g.points as usize);
+        let new = self.graph.len().saturating_sub(dumped);
+        let due = new > 0 && (force || new >= self.params.dump_min_new.max(dumped / 8));
+        let graph = if due {
             let base = format!("graph-{}", self.generation + 1);
             let name = self.graph.dump(&self.dir, &base)?;
             let [gp, dp] = Graph::dump_files(&self.dir, &name);
             fsync_path(&gp)?;
             fsync_path(&dp)?;
-            self.generation += 1;
-            self.graph_meta = Some(GraphMeta {
+            Some(GraphMeta {
                 basename: name,
                 points: self.graph.len() as u64,
                 graph_sha256: sha256_file(&gp)?,
                 data_sha256: sha256_file(&dp)?,
-            });
+            })
+        } else {
+            None
+        };
+        // The commit's fsyncs then find (almost) nothing left to write.
+        for (file, name) in [
+            (self.f32_file.file(), F32_FILE),
+            (self.i8_file.file(), I8_FILE),
+            (self.id_file.file(), IDS_FILE),
+        ] {
+            file.sync_data()
+                .map_err(io_err(&self.dir.join(name), "flush rows"))?;
+        }
+        Ok(PreparedFlush { graph })
+    }
+
+    /// The short, exclusive half of a flush: checksums the rows written since the last commit,
+    /// commits `vector.meta` (naming the new graph dump, if any) and removes the old dump.
+    pub fn commit_flush(&mut self, prepared: PreparedFlush) -> Result<(), VectorError> {
+        let old = self.graph_meta.clone();
+        if let Some(g) = prepared.graph {
+            if g.points as usize != self.graph.len() {
+                return Err(VectorError::Params(format!(
+                    "graph dump holds {} points, the graph {}: an insert ran between \
+                     prepare_flush and commit_flush",
+                    g.points,
+                    self.graph.len()
+                )));
+            }
+            self.generation += 1;
+            self.graph_meta = Some(g);
         }
         self.write_meta()?;
         if let (Some(old), Some(new)) = (old, &self.graph_meta)

@@ -516,3 +516,79 @@ fn frozen_v1_fixture_still_opens() {
         }
     }
 }
+
+#[test]
+fn searches_run_while_a_batch_is_linked_and_a_dump_is_written() {
+    use parking_lot::RwLock;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let f = fixture(4000);
+    let more = synth::clustered(6000, DIM, 150, 0.9, 77);
+    let index = RwLock::new(f.index);
+    let allow = allow_fraction(500, 1.0, 3);
+    let dead = RoaringBitmap::new();
+    let vis = Visibility::new(&allow, &f.map, &dead);
+    let opts = SearchOptions {
+        path: PathChoice::Graph,
+        ..SearchOptions::default()
+    };
+    let linking = AtomicBool::new(false);
+    let done = AtomicBool::new(false);
+    let mut during = 0;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let items: Vec<(u32, &[f32])> = more
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (4000 + i as u32, v.as_slice()))
+                .collect();
+            let (report, slots) = index.write().stage(&items).unwrap();
+            assert_eq!(report.added, 6000);
+            let guard = index.read();
+            linking.store(true, Ordering::SeqCst);
+            guard.link(slots);
+            let prepared = guard.prepare_flush(true).unwrap();
+            drop(guard);
+            index.write().commit_flush(prepared).unwrap();
+            done.store(true, Ordering::SeqCst);
+        });
+        while !linking.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        // The writer holds a read lock for the whole link and dump: searches must complete
+        // meanwhile (they would wait for the whole batch under a write lock).
+        while !done.load(Ordering::SeqCst) {
+            let out = index
+                .read()
+                .search(&f.queries[during % f.queries.len()], K, &vis, &opts);
+            assert_eq!(out.unwrap().hits.len(), K);
+            during += usize::from(!done.load(Ordering::SeqCst));
+        }
+    });
+    assert!(during > 0, "no search completed while the batch was linked");
+    let index = index.into_inner();
+    assert_eq!(index.len(), 10_000);
+    // The dump committed beside the searches reopens whole, with nothing left to re-insert.
+    let reopened = VectorIndex::open(index.dir()).unwrap();
+    assert_eq!(reopened.len(), 10_000);
+    let q = &more[17];
+    let hit = reopened
+        .search(
+            q,
+            1,
+            &Visibility::new(
+                &AllowSet::from_bitmap_for_tests((0..1250).collect()),
+                &{
+                    let mut m = ChunkMap::new();
+                    for c in 0..10_000u32 {
+                        m.insert(c, c / CHUNKS_PER_DOC);
+                    }
+                    m
+                },
+                &dead,
+            ),
+            &SearchOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(hit.hits[0].0, 4017);
+}
