@@ -10,6 +10,7 @@
 
 mod vector_support;
 
+use std::path::Path;
 use std::time::Instant;
 
 use airlock_acl::AllowSet;
@@ -202,7 +203,105 @@ fn main() {
             .collect();
         println!("- {label}: {:.4}", mean_recall(&got, &data.truth[..nq_q]));
     }
+    drop(index);
+    search_during_ingest(&idx_dir, &data, &map, n_docs);
     println!("\nload at end: {}", load_avg());
+}
+
+/// Search latency (everything visible, default options) alone and while another thread ingests
+/// batches as the engine does (insert + flush per committed batch): with the old protocol (write
+/// lock for the whole insert and flush) and with the current one (write lock only to stage and
+/// to commit; linking and the dump under the read lock). Runs on a copy of the index directory
+/// (removed afterwards), so the benchmark's saved index stays as `vector_build` wrote it.
+fn search_during_ingest(idx_dir: &Path, data: &DataSet, map: &ChunkMap, n_docs: u32) {
+    use parking_lot::{Mutex, RwLock};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let copy = idx_dir.with_extension("ingest-copy");
+    let _ = std::fs::remove_dir_all(&copy);
+    std::fs::create_dir_all(&copy).expect("create copy");
+    for e in std::fs::read_dir(idx_dir).expect("read index dir") {
+        let e = e.expect("dir entry");
+        std::fs::copy(e.path(), copy.join(e.file_name())).expect("copy index file");
+    }
+    let index = VectorIndex::open(&copy).expect("open copy");
+    let batches = env_usize("AIRLOCK_BENCH_INGEST_BATCHES", 16);
+    let batch = env_usize("AIRLOCK_BENCH_INGEST_BATCH", 512);
+    let n = index.len();
+    let allow = AllowSet::from_bitmap_for_tests((0..n_docs).collect());
+    let dead = RoaringBitmap::new();
+    let vis = Visibility::new(&allow, map, &dead);
+    let opts = SearchOptions::default();
+    let index = RwLock::new(index);
+    let writer = Mutex::new(());
+    let measure = |label: &str, ingest: Option<bool>, first_id: u32| {
+        let done = AtomicBool::new(ingest.is_none());
+        let mut lat = Vec::new();
+        let t0 = Instant::now();
+        std::thread::scope(|s| {
+            if let Some(old_protocol) = ingest {
+                let (index, writer, done) = (&index, &writer, &done);
+                s.spawn(move || {
+                    for b in 0..batches {
+                        let items: Vec<(u32, &[f32])> = (0..batch)
+                            .map(|i| {
+                                let k = b * batch + i;
+                                (first_id + k as u32, data.vectors[k % n].as_slice())
+                            })
+                            .collect();
+                        let _w = writer.lock();
+                        if old_protocol {
+                            index.write().insert(&items).expect("insert");
+                            index.write().flush().expect("flush");
+                        } else {
+                            let (_, slots) = index.write().stage(&items).expect("stage");
+                            index.read().link(slots);
+                            let p = index.read().prepare_flush(false).expect("prepare");
+                            index.write().commit_flush(p).expect("commit");
+                        }
+                    }
+                    done.store(true, Ordering::SeqCst);
+                });
+            }
+            let mut i = 0;
+            while lat.len() < 200 || !done.load(Ordering::SeqCst) {
+                let q = &data.queries[i % data.queries.len()];
+                i += 1;
+                let t = Instant::now();
+                index.read().search(q, K, &vis, &opts).expect("search");
+                lat.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+        });
+        let secs = t0.elapsed().as_secs_f64();
+        lat.sort_by(f64::total_cmp);
+        println!(
+            "| {label} | {} | {:.3} | {:.3} | {:.3} | {:.1} |",
+            lat.len(),
+            percentile(&lat, 50.0),
+            percentile(&lat, 99.0),
+            lat[lat.len() - 1],
+            if ingest.is_some() {
+                (batches * batch) as f64 / secs
+            } else {
+                0.0
+            }
+        );
+    };
+    println!(
+        "\nSearch latency while ingesting ({batches} batches × {batch} vectors, insert + flush per batch as the engine does; searches: everything visible, defaults, one thread):\n"
+    );
+    println!("| ingest | searches | p50 ms | p99 ms | max ms | inserts/s |");
+    println!("|---|---|---|---|---|---|");
+    measure("none", None, 0);
+    let extra = (batches * batch) as u32;
+    measure(
+        "old protocol: write lock for insert and flush",
+        Some(true),
+        n as u32,
+    );
+    measure("stage/link + prepare/commit", Some(false), n as u32 + extra);
+    drop(index);
+    let _ = std::fs::remove_dir_all(&copy);
 }
 
 /// `want` documents drawn uniformly.
