@@ -279,6 +279,11 @@ impl Bm25Index {
     pub(crate) fn num_docs(&self) -> u64 {
         self.reader.searcher().num_docs()
     }
+
+    /// Segments of the current searcher (benchmarks: the merge policy's effect).
+    pub(crate) fn segment_count(&self) -> usize {
+        self.reader.searcher().segment_readers().len()
+    }
 }
 
 fn analyzer(cfg: &Bm25Config) -> TextAnalyzer {

@@ -12,6 +12,8 @@
 //! [`Retrieval::delete`], [`Retrieval::reconcile`], [`Retrieval::reindex`].
 #![warn(missing_docs)]
 
+#[doc(hidden)]
+pub mod bench_api;
 mod bm25;
 pub mod chunker;
 mod config;
