@@ -17,12 +17,11 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use airlock_acl::AllowSet;
 use airlock_retrieval::bench_api::Bm25;
 use airlock_retrieval::vector::synth::Rng;
 use airlock_retrieval::{Bm25Config, ChunkMap, Visibility};
 use roaring::RoaringBitmap;
-use vector_support::{cpu_desc, load_avg, percentile};
+use vector_support::{cpu_desc, golden_queries, load_avg, percentile, random_allow};
 
 const CHUNKS_PER_DOC: u32 = 8;
 const WINDOW_WORDS: usize = 120;
@@ -180,32 +179,6 @@ fn corpus(shared: &Path) -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-fn golden_queries(shared: &Path) -> Vec<String> {
-    let f = std::fs::File::open(shared.join("datasets/bank-dev/golden.jsonl")).expect("golden");
-    BufReader::new(f)
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(&l.expect("line")).expect("json");
-            v["query"].as_str().expect("query").to_owned()
-        })
-        .collect()
-}
-
-fn random_allow(n_docs: u32, frac: f64, seed: u64) -> AllowSet {
-    let mut rng = Rng::new(seed);
-    let mut b = RoaringBitmap::new();
-    if frac >= 1.0 {
-        b.insert_range(0..n_docs);
-    } else {
-        for d in 0..n_docs {
-            if rng.unit() < frac {
-                b.insert(d);
-            }
-        }
-    }
-    AllowSet::from_bitmap_for_tests(b)
 }
 
 fn dir_bytes(dir: &Path) -> u64 {

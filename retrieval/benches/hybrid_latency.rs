@@ -10,20 +10,21 @@
 //! `embed_ms`). The built data directory is kept (`--data`, default
 //! `target/bench-data/hybrid-<chunks>`) so re-runs skip the ingest.
 
+mod vector_support;
+
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use airlock_acl::AllowSet;
 use airlock_retrieval::ingest::parse_jsonl;
 use airlock_retrieval::vector::synth::Rng;
 use airlock_retrieval::{
     DocumentInput, Embed, ModelError, Retrieval, RetrievalConfig, SearchMode, SearchRequest,
 };
 use parking_lot::Mutex;
-use roaring::RoaringBitmap;
+use vector_support::{golden_queries, random_allow};
 
 const DIM: usize = 384;
 
@@ -267,26 +268,4 @@ fn ingest(eng: &Retrieval, base: &[DocumentInput], target: u64) {
             st.live_chunks as f64 / t.elapsed().as_secs_f64()
         );
     }
-}
-
-fn golden_queries(shared: &Path) -> Vec<String> {
-    let f = std::fs::File::open(shared.join("datasets/bank-dev/golden.jsonl")).expect("golden");
-    BufReader::new(f)
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(&l.expect("line")).expect("json");
-            v["query"].as_str().expect("query").to_owned()
-        })
-        .collect()
-}
-
-fn random_allow(n_docs: u32, frac: f64, seed: u64) -> AllowSet {
-    let mut rng = Rng::new(seed);
-    let mut b = RoaringBitmap::new();
-    for d in 0..n_docs {
-        if rng.unit() < frac {
-            b.insert(d);
-        }
-    }
-    AllowSet::from_bitmap_for_tests(b)
 }

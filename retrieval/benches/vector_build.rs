@@ -9,7 +9,6 @@
 
 mod vector_support;
 
-use std::process::Command;
 use std::time::Instant;
 
 use airlock_acl::AllowSet;
@@ -134,75 +133,5 @@ fn main() {
         ours.push((ef, cells[0], cells[1]));
     }
 
-    if std::env::var("AIRLOCK_BENCH_PEER").as_deref() == Ok("0") {
-        return;
-    }
-    let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/peers/hnswlib_side.py");
-    let out = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
-        .arg(&script)
-        .arg("--vectors")
-        .arg(data.dir.join(format!("noisy-{tag}.f32")))
-        .arg("--queries")
-        .arg(data.dir.join(format!("queries-{tag}.f32")))
-        .arg("--truth")
-        .arg(data.dir.join(format!("truth-{tag}.u32")))
-        .arg("--threads")
-        .arg(threads.to_string())
-        .arg("--efs")
-        .arg(EFS.map(|e| e.to_string()).join(","))
-        .output();
-    let json = match out {
-        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).to_string(),
-        Ok(o) => {
-            println!(
-                "\nhnswlib peer failed: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            return;
-        }
-        Err(e) => {
-            println!("\nhnswlib peer not run ({e}); `pip install numpy hnswlib`");
-            return;
-        }
-    };
-    let peer: serde_json::Value = serde_json::from_str(json.trim()).expect("peer json");
-    let peer_ips = peer["inserts_per_s"].as_f64().unwrap_or(f64::NAN);
-    println!(
-        "\nhnswlib (same vectors, M 16, ef_c 200, {threads} threads): build {} s = {peer_ips:.0} inserts/s; load {}",
-        peer["build_s"],
-        load_avg()
-    );
-    println!(
-        "build ratio (ours / hnswlib): {:.2}×",
-        n as f64 / build / peer_ips
-    );
-    println!("\n| ef | hnswlib recall@10 | hnswlib q/s |");
-    println!("|---|---|---|");
-    let rows = peer["rows"].as_array().cloned().unwrap_or_default();
-    for r in &rows {
-        println!("| {} | {} | {} |", r["ef"], r["recall"], r["qps"]);
-    }
-    let first = |target: f64| -> (Option<f64>, Option<f64>, Option<f64>) {
-        let o = ours.iter().find(|r| r.1.0 >= target).map(|r| r.1.1);
-        let or = ours.iter().find(|r| r.2.0 >= target).map(|r| r.2.1);
-        let p = rows
-            .iter()
-            .find(|r| r["recall"].as_f64().unwrap_or(0.0) >= target)
-            .and_then(|r| r["qps"].as_f64());
-        (o, or, p)
-    };
-    for target in [0.9, 0.95] {
-        let (o, or, p) = first(target);
-        let ratio = |x: Option<f64>| match (x, p) {
-            (Some(a), Some(b)) => format!("{:.0} q/s = {:.2}×", a, a / b),
-            _ => "not reached".into(),
-        };
-        println!(
-            "q/s at the first ef with recall@10 ≥ {target}: hnswlib {}; ours int8 {}; ours + rescore {}",
-            p.map_or("not reached".into(), |x| format!("{x:.0}")),
-            ratio(o),
-            ratio(or)
-        );
-    }
+    compare_with_hnswlib(&data, &tag, threads, n as f64 / build, &ours, &EFS);
 }

@@ -1,4 +1,5 @@
-//! Shared data and timing helpers of the vector benchmarks (`vector_build`, `vector_filtered`).
+//! Shared data and timing helpers of the retrieval benchmarks (`vector_build`, `vector_filtered`,
+//! `bm25_scale`, `hybrid_latency`).
 //!
 //! Data set ("noisy200k", the peers' scale proxy of `shared/peers/bench_ann.py`): a base set of
 //! 10,419 unit vectors (real MiniLM embeddings of Cranfield docs + bank-dev chunks when
@@ -11,12 +12,15 @@
 #![allow(dead_code)]
 
 use std::fs;
-use std::io::Write;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Instant;
 
+use airlock_acl::AllowSet;
 use airlock_retrieval::vector::synth;
 use rayon::prelude::*;
+use roaring::RoaringBitmap;
 
 pub const DIM: usize = 384;
 pub const BASE_N: usize = 10_419;
@@ -239,4 +243,120 @@ pub fn data_tag(n: usize) -> String {
     let dir = work_dir();
     let real = dir.join("real-base.f32").exists();
     format!("{}-{n}", if real { "real" } else { "synth" })
+}
+
+/// The bank-dev golden set's queries (`datasets/bank-dev/golden.jsonl` under `shared`).
+pub fn golden_queries(shared: &Path) -> Vec<String> {
+    let f = std::fs::File::open(shared.join("datasets/bank-dev/golden.jsonl")).expect("golden");
+    BufReader::new(f)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(&l.expect("line")).expect("json");
+            v["query"].as_str().expect("query").to_owned()
+        })
+        .collect()
+}
+
+/// Each of `n_docs` documents allowed with probability `frac` (seeded).
+pub fn random_allow(n_docs: u32, frac: f64, seed: u64) -> AllowSet {
+    let mut rng = synth::Rng::new(seed);
+    let mut b = RoaringBitmap::new();
+    for d in 0..n_docs {
+        if rng.unit() < frac {
+            b.insert(d);
+        }
+    }
+    AllowSet::from_bitmap_for_tests(b)
+}
+
+/// One of our build + search runs: `(ef, (recall, q/s) int8, (recall, q/s) rescored)`.
+pub type OurRow = (usize, (f64, f64), (f64, f64));
+
+/// Runs hnswlib on the same files (`scripts/peers/hnswlib_side.py`, M 16, ef_c 200) and prints
+/// its table and the two summary lines tooling reads (`build ratio (ours / hnswlib): X×`, `q/s
+/// at the first ef with recall@10 ≥ …`). Skipped with `AIRLOCK_BENCH_PEER=0`.
+pub fn compare_with_hnswlib(
+    data: &DataSet,
+    tag: &str,
+    threads: usize,
+    our_inserts_per_s: f64,
+    ours: &[OurRow],
+    efs: &[usize],
+) {
+    if std::env::var("AIRLOCK_BENCH_PEER").as_deref() == Ok("0") {
+        return;
+    }
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/peers/hnswlib_side.py");
+    let out = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+        .arg(&script)
+        .arg("--vectors")
+        .arg(data.dir.join(format!("noisy-{tag}.f32")))
+        .arg("--queries")
+        .arg(data.dir.join(format!("queries-{tag}.f32")))
+        .arg("--truth")
+        .arg(data.dir.join(format!("truth-{tag}.u32")))
+        .arg("--threads")
+        .arg(threads.to_string())
+        .arg("--efs")
+        .arg(
+            efs.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+        .output();
+    let json = match out {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).to_string(),
+        Ok(o) => {
+            println!(
+                "\nhnswlib peer failed: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            return;
+        }
+        Err(e) => {
+            println!("\nhnswlib peer not run ({e}); `pip install numpy hnswlib`");
+            return;
+        }
+    };
+    let peer: serde_json::Value = serde_json::from_str(json.trim()).expect("peer json");
+    let peer_ips = peer["inserts_per_s"].as_f64().unwrap_or(f64::NAN);
+    println!(
+        "\nhnswlib (same vectors, M 16, ef_c 200, {threads} threads): build {} s = {peer_ips:.0} inserts/s; load {}",
+        peer["build_s"],
+        load_avg()
+    );
+    println!(
+        "build ratio (ours / hnswlib): {:.2}×",
+        our_inserts_per_s / peer_ips
+    );
+    println!("\n| ef | hnswlib recall@10 | hnswlib q/s |");
+    println!("|---|---|---|");
+    let rows = peer["rows"].as_array().cloned().unwrap_or_default();
+    for r in &rows {
+        println!("| {} | {} | {} |", r["ef"], r["recall"], r["qps"]);
+    }
+    let first = |target: f64| -> (Option<f64>, Option<f64>, Option<f64>) {
+        let o = ours.iter().find(|r| r.1.0 >= target).map(|r| r.1.1);
+        let or = ours.iter().find(|r| r.2.0 >= target).map(|r| r.2.1);
+        let p = rows
+            .iter()
+            .find(|r| r["recall"].as_f64().unwrap_or(0.0) >= target)
+            .and_then(|r| r["qps"].as_f64());
+        (o, or, p)
+    };
+    for target in [0.9, 0.95] {
+        let (o, or, p) = first(target);
+        let ratio = |x: Option<f64>| match (x, p) {
+            (Some(a), Some(b)) => format!("{:.0} q/s = {:.2}×", a, a / b),
+            _ => "not reached".into(),
+        };
+        println!(
+            "q/s at the first ef with recall@10 ≥ {target}: hnswlib {}; ours int8 {}; ours + rescore {}",
+            p.map_or("not reached".into(), |x| format!("{x:.0}")),
+            ratio(o),
+            ratio(or)
+        );
+    }
 }

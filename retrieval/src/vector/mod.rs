@@ -25,6 +25,8 @@
 //! Not thread-safe for writers: [`VectorIndex::insert`] and [`VectorIndex::flush`] take `&mut self`
 //! (wrap the index in a lock); searches take `&self` and may run concurrently.
 
+#[doc(hidden)]
+pub mod flat;
 mod graph;
 pub mod kernels;
 mod mmap;

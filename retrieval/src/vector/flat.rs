@@ -1,0 +1,548 @@
+//! An HNSW graph with a flat memory layout over the index's own int8 rows (issue 23 point 1).
+//!
+//! Not yet the index's graph (`graph.rs`, hnsw_rs, is): measured side by side first
+//! (`benches/flat_graph.rs`, docs/benchmarks/vector.md). The algorithm is hnswlib's: a level per
+//! point drawn with `1 / ln(M)`, a greedy descent to a local minimum on every upper layer, an
+//! `ef_construction` search on each of the point's layers, neighbours chosen by the diversity
+//! heuristic both for a new point's links and when a back-link overflows a list, links only on a
+//! point's own layers, and the filtered search of the hnsw_rs fork's change (e).
+//!
+//! Layout, per point: its level (1 byte), its layer-0 list in one flat array (`1 + 2·M` `u32`s:
+//! count, then slots), an offset into one flat array of upper-layer lists (`1 + M` per layer; only
+//! the ≈ 1/M points above layer 0 have any), a one-byte lock. Vectors are not stored: every call
+//! takes the index's int8 rows (`rows`, slot-major, `dim` per row), so the int8 data exist once.
+//! At M = 16 that is ≈ 140 bytes per point against ≈ 3.5 KB in hnsw_rs.
+//!
+//! Concurrency: a point's lists are written under its lock and read under it (copied out), so
+//! searches run beside inserts; links are `AtomicU32`s accessed with relaxed ordering under the
+//! lock (the lock orders them). Points enter through [`FlatGraph::insert`] after
+//! [`FlatGraph::reserve`] (`&mut`) made room.
+//!
+//! Distances are negated int8 dot products (`i32`, exact): smaller is nearer.
+
+use std::cell::RefCell;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+use parking_lot::{Mutex, RwLock};
+use rayon::prelude::*;
+
+use super::kernels::dot_i8;
+
+const NONE: u32 = u32::MAX;
+/// Highest layer a point may get (as hnsw_rs: 16 layers).
+const MAX_LEVEL: u8 = 15;
+
+/// The graph. See the [module docs](self).
+pub struct FlatGraph {
+    dim: usize,
+    m: usize,
+    m0: usize,
+    ef_construction: usize,
+    levels: Vec<u8>,
+    links0: Vec<AtomicU32>,
+    upper_start: Vec<u32>,
+    upper: Vec<AtomicU32>,
+    locks: Vec<Mutex<()>>,
+    /// `(entry slot, its level)`; `NONE` while empty.
+    entry: RwLock<(u32, u8)>,
+    /// Held by an insertion that raises the entry point, for its whole duration (hnswlib).
+    top: Mutex<()>,
+    /// Points linked so far (slots `0..inserted` may be searched once linked).
+    inserted: AtomicU32,
+}
+
+/// A level for `slot`: `floor(-ln(U) / ln(M))` with `U` from a hash of the slot (deterministic,
+/// so a rebuild draws the same levels).
+fn level_for(slot: u32, m: usize) -> u8 {
+    let mut x = u64::from(slot).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    let u = ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+    let l = (-u.ln() / (m as f64).ln()).floor();
+    l.min(f64::from(MAX_LEVEL)) as u8
+}
+
+thread_local! {
+    /// Visited marks (epoch per slot) reused by this thread's searches.
+    static VISITED: RefCell<(u32, Vec<u32>)> = const { RefCell::new((0, Vec::new())) };
+}
+
+/// Runs `f` with an empty visited set for `n` slots.
+fn with_visited<R>(n: usize, f: impl FnOnce(&mut dyn FnMut(u32) -> bool) -> R) -> R {
+    VISITED.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut v) => {
+            let (epoch, marks) = &mut *v;
+            if marks.len() < n {
+                marks.resize(n, 0);
+            }
+            *epoch = epoch.wrapping_add(1);
+            if *epoch == 0 {
+                marks.iter_mut().for_each(|m| *m = 0);
+                *epoch = 1;
+            }
+            let e = *epoch;
+            f(&mut |slot| {
+                let m = &mut marks[slot as usize];
+                let fresh = *m != e;
+                *m = e;
+                fresh
+            })
+        }
+        // A nested search on this thread (e.g. from a filter callback): a set of its own.
+        Err(_) => {
+            let mut marks = vec![false; n];
+            f(&mut |slot| !std::mem::replace(&mut marks[slot as usize], true))
+        }
+    })
+}
+
+impl FlatGraph {
+    /// An empty graph for `dim`-long rows, `m` links per upper-layer list (`2·m` on layer 0).
+    pub fn new(dim: usize, m: usize, ef_construction: usize) -> Self {
+        let m = m.max(2);
+        Self {
+            dim,
+            m,
+            m0: 2 * m,
+            ef_construction: ef_construction.max(m),
+            levels: Vec::new(),
+            links0: Vec::new(),
+            upper_start: Vec::new(),
+            upper: Vec::new(),
+            locks: Vec::new(),
+            entry: RwLock::new((NONE, 0)),
+            top: Mutex::new(()),
+            inserted: AtomicU32::new(0),
+        }
+    }
+
+    /// Makes room for slots `0..n` (their levels are drawn here).
+    pub fn reserve(&mut self, n: usize) {
+        let old = self.levels.len();
+        if n <= old {
+            return;
+        }
+        self.links0
+            .extend((0..(n - old) * (1 + self.m0)).map(|_| AtomicU32::new(0)));
+        self.locks.extend((old..n).map(|_| Mutex::new(())));
+        for slot in old..n {
+            let level = level_for(slot as u32, self.m);
+            self.levels.push(level);
+            if level == 0 {
+                self.upper_start.push(NONE);
+            } else {
+                self.upper_start.push(self.upper.len() as u32);
+                let len = usize::from(level) * (1 + self.m);
+                self.upper.extend((0..len).map(|_| AtomicU32::new(0)));
+            }
+        }
+    }
+
+    /// Points linked into the graph.
+    pub fn len(&self) -> usize {
+        self.inserted.load(Relaxed) as usize
+    }
+
+    /// Whether no point is linked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Heap bytes of the graph's own arrays (capacity-based; rows are the index's).
+    pub fn memory_bytes(&self) -> usize {
+        self.levels.capacity()
+            + 4 * (self.links0.capacity() + self.upper_start.capacity() + self.upper.capacity())
+            + std::mem::size_of::<Mutex<()>>() * self.locks.capacity()
+    }
+
+    fn list(&self, slot: u32, layer: u8) -> &[AtomicU32] {
+        let s = slot as usize;
+        if layer == 0 {
+            let w = 1 + self.m0;
+            &self.links0[s * w..(s + 1) * w]
+        } else {
+            let w = 1 + self.m;
+            let start = self.upper_start[s] as usize + (usize::from(layer) - 1) * w;
+            &self.upper[start..start + w]
+        }
+    }
+
+    fn max_links(&self, layer: u8) -> usize {
+        if layer == 0 { self.m0 } else { self.m }
+    }
+
+    /// Copies the links of `slot` on `layer` into `out` under the point's lock.
+    fn read_links(&self, slot: u32, layer: u8, out: &mut Vec<u32>) {
+        out.clear();
+        let list = self.list(slot, layer);
+        let _g = self.locks[slot as usize].lock();
+        let n = list[0].load(Relaxed) as usize;
+        out.extend(list[1..=n].iter().map(|a| a.load(Relaxed)));
+    }
+
+    fn write_links(list: &[AtomicU32], links: &[u32]) {
+        for (a, &v) in list[1..].iter().zip(links) {
+            a.store(v, Relaxed);
+        }
+        list[0].store(links.len() as u32, Relaxed);
+    }
+
+    #[inline]
+    fn row<'r>(&self, rows: &'r [i8], slot: u32) -> &'r [i8] {
+        let s = slot as usize * self.dim;
+        &rows[s..s + self.dim]
+    }
+
+    #[inline]
+    fn dist(&self, rows: &[i8], q: &[i8], slot: u32) -> i32 {
+        -dot_i8(q, self.row(rows, slot))
+    }
+
+    /// Greedy walk on `layer` from `(cur, d)` to a local minimum.
+    fn greedy(&self, rows: &[i8], q: &[i8], mut cur: u32, mut d: i32, layer: u8) -> (u32, i32) {
+        let mut links = Vec::with_capacity(self.m);
+        loop {
+            let mut changed = false;
+            self.read_links(cur, layer, &mut links);
+            for &nb in &links {
+                let dn = self.dist(rows, q, nb);
+                if dn < d {
+                    (cur, d) = (nb, dn);
+                    changed = true;
+                }
+            }
+            if !changed {
+                return (cur, d);
+            }
+        }
+    }
+
+    /// The `ef` nearest points to `q` on `layer` reachable from `start` (ascending by distance),
+    /// counting only points `allowed` accepts (all when `None`), at most `max_evals` distance
+    /// evaluations. Also returns the evaluations and whether the search ended by its own rule.
+    #[allow(clippy::too_many_arguments)]
+    fn search_layer(
+        &self,
+        rows: &[i8],
+        q: &[i8],
+        start: (u32, i32),
+        ef: usize,
+        layer: u8,
+        allowed: Option<&dyn Fn(u32) -> bool>,
+        max_evals: usize,
+    ) -> (Vec<(i32, u32)>, usize, bool) {
+        let ef = ef.max(1);
+        let start = (start.1, start.0); // heaps order by (distance, slot)
+        let ok = |s: u32| allowed.is_none_or(|f| f(s));
+        with_visited(self.levels.len(), |visit| {
+            let mut cands = BinaryHeap::with_capacity(ef * 2);
+            let mut results: BinaryHeap<(i32, u32)> = BinaryHeap::with_capacity(ef + 1);
+            let mut links = Vec::with_capacity(self.m0);
+            let mut evals = 1usize;
+            visit(start.1);
+            cands.push(Reverse(start));
+            if ok(start.1) {
+                results.push(start);
+            }
+            let mut complete = true;
+            'outer: while let Some(Reverse((d, c))) = cands.pop() {
+                if results.len() >= ef && results.peek().is_some_and(|w| d > w.0) {
+                    break;
+                }
+                self.read_links(c, layer, &mut links);
+                for &nb in &links {
+                    if !visit(nb) {
+                        continue;
+                    }
+                    if evals >= max_evals {
+                        complete = false;
+                        break 'outer;
+                    }
+                    let dn = self.dist(rows, q, nb);
+                    evals += 1;
+                    if results.len() < ef || results.peek().is_some_and(|w| dn < w.0) {
+                        cands.push(Reverse((dn, nb)));
+                        if ok(nb) {
+                            results.push((dn, nb));
+                            if results.len() > ef {
+                                results.pop();
+                            }
+                        }
+                    }
+                }
+            }
+            let mut out = results.into_vec();
+            out.sort_unstable();
+            (out, evals, complete)
+        })
+    }
+
+    /// hnswlib's `getNeighborsByHeuristic2`: from candidates ascending by distance to the base
+    /// point, keep one unless it is nearer to an already kept one than to the base point.
+    fn select(&self, rows: &[i8], cands: &[(i32, u32)], max: usize) -> Vec<u32> {
+        let mut kept: Vec<(i32, u32)> = Vec::with_capacity(max);
+        for &(d, c) in cands {
+            if kept.len() >= max {
+                break;
+            }
+            let rc = self.row(rows, c);
+            if kept
+                .iter()
+                .all(|&(_, k)| -dot_i8(rc, self.row(rows, k)) >= d)
+            {
+                kept.push((d, c));
+            }
+        }
+        kept.into_iter().map(|(_, c)| c).collect()
+    }
+
+    /// Links `slots` (each `< reserve`d length, each inserted once) in parallel.
+    pub fn insert(&self, rows: &[i8], slots: std::ops::Range<u32>) {
+        slots.into_par_iter().for_each(|s| self.insert_one(rows, s));
+    }
+
+    fn insert_one(&self, rows: &[i8], slot: u32) {
+        let q = self.row(rows, slot);
+        let level = self.levels[slot as usize];
+        let mut top_guard = None;
+        let (mut ep, mut max_level) = *self.entry.read();
+        if ep == NONE || level > max_level {
+            top_guard = Some(self.top.lock());
+            (ep, max_level) = *self.entry.read();
+            if ep == NONE {
+                *self.entry.write() = (slot, level);
+                self.inserted.fetch_add(1, Relaxed);
+                return;
+            }
+        }
+        let mut cur = (ep, self.dist(rows, q, ep));
+        for layer in (level + 1..=max_level).rev() {
+            cur = self.greedy(rows, q, cur.0, cur.1, layer);
+        }
+        for layer in (0..=level.min(max_level)).rev() {
+            let (mut found, _, _) =
+                self.search_layer(rows, q, cur, self.ef_construction, layer, None, usize::MAX);
+            // A concurrent insert may already have linked to this point: never link to itself.
+            found.retain(|&(_, s)| s != slot);
+            let max = self.max_links(layer);
+            let chosen = self.select(rows, &found, max);
+            {
+                let _g = self.locks[slot as usize].lock();
+                Self::write_links(self.list(slot, layer), &chosen);
+            }
+            for &nb in &chosen {
+                self.link_back(rows, nb, slot, layer);
+            }
+            if let Some(&best) = found.first() {
+                cur = (best.1, best.0);
+            }
+        }
+        if level > max_level {
+            *self.entry.write() = (slot, level);
+        }
+        drop(top_guard);
+        self.inserted.fetch_add(1, Relaxed);
+    }
+
+    /// Adds `new` to `nb`'s list on `layer`; an overflowing list is re-selected by the heuristic.
+    fn link_back(&self, rows: &[i8], nb: u32, new: u32, layer: u8) {
+        let max = self.max_links(layer);
+        let list = self.list(nb, layer);
+        let _g = self.locks[nb as usize].lock();
+        let n = list[0].load(Relaxed) as usize;
+        let current: Vec<u32> = list[1..=n].iter().map(|a| a.load(Relaxed)).collect();
+        if current.contains(&new) {
+            return;
+        }
+        if n < max {
+            list[1 + n].store(new, Relaxed);
+            list[0].store(n as u32 + 1, Relaxed);
+            return;
+        }
+        let base = self.row(rows, nb);
+        let mut cands: Vec<(i32, u32)> = current
+            .iter()
+            .chain(std::iter::once(&new))
+            .map(|&c| (-dot_i8(base, self.row(rows, c)), c))
+            .collect();
+        cands.sort_unstable();
+        let chosen = self.select(rows, &cands, max);
+        Self::write_links(list, &chosen);
+    }
+
+    /// The `ef` nearest linked points to `q` (slot, negated dot), nearest first.
+    pub fn search(&self, rows: &[i8], q: &[i8], ef: usize) -> Vec<(u32, i32)> {
+        self.search_filtered(rows, q, ef, &|_| true, usize::MAX).0
+    }
+
+    /// Like [`search`](Self::search), counting only points `allowed` accepts (expanding through
+    /// the others), capped at `max_evals` base-layer distance evaluations; also returns the
+    /// evaluations and whether the search ended by its own rule.
+    pub fn search_filtered(
+        &self,
+        rows: &[i8],
+        q: &[i8],
+        ef: usize,
+        allowed: &dyn Fn(u32) -> bool,
+        max_evals: usize,
+    ) -> (Vec<(u32, i32)>, usize, bool) {
+        let (ep, max_level) = *self.entry.read();
+        if ep == NONE {
+            return (Vec::new(), 0, true);
+        }
+        let mut cur = (ep, self.dist(rows, q, ep));
+        for layer in (1..=max_level).rev() {
+            cur = self.greedy(rows, q, cur.0, cur.1, layer);
+        }
+        let (found, evals, complete) =
+            self.search_layer(rows, q, cur, ef, 0, Some(allowed), max_evals);
+        let hits = found.into_iter().map(|(d, s)| (s, d)).collect();
+        (hits, evals, complete)
+    }
+
+    /// Checks the structure: counts within bounds, links to reserved slots on their own layers.
+    pub fn check(&self) -> Result<(), String> {
+        let n = self.levels.len() as u32;
+        for slot in 0..n {
+            for layer in 0..=self.levels[slot as usize] {
+                let list = self.list(slot, layer);
+                let c = list[0].load(Relaxed) as usize;
+                if c > self.max_links(layer) {
+                    return Err(format!("slot {slot} layer {layer}: {c} links"));
+                }
+                for a in &list[1..=c] {
+                    let t = a.load(Relaxed);
+                    if t >= n || self.levels[t as usize] < layer || t == slot {
+                        return Err(format!("slot {slot} layer {layer}: bad link {t}"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vector::Quantizer;
+    use crate::vector::synth;
+
+    fn data(n: usize, dim: usize, seed: u64) -> (Vec<i8>, Vec<Vec<i8>>) {
+        let v = synth::clustered(n, dim, n / 40, 0.9, seed);
+        let q = Quantizer::calibrate(v.iter().map(Vec::as_slice)).unwrap();
+        let rows: Vec<i8> = v.iter().flat_map(|x| q.quantize(x)).collect();
+        let queries = synth::noisy_copies(&v[..100], 100, 0.05, seed + 1)
+            .iter()
+            .map(|x| q.quantize(x))
+            .collect();
+        (rows, queries)
+    }
+
+    fn brute(rows: &[i8], dim: usize, q: &[i8], k: usize, ok: &dyn Fn(u32) -> bool) -> Vec<u32> {
+        let mut all: Vec<(i32, u32)> = rows
+            .chunks(dim)
+            .enumerate()
+            .filter(|(i, _)| ok(*i as u32))
+            .map(|(i, r)| (-dot_i8(q, r), i as u32))
+            .collect();
+        all.sort_unstable();
+        all.into_iter().take(k).map(|x| x.1).collect()
+    }
+
+    fn build(rows: &[i8], dim: usize, serial: bool) -> FlatGraph {
+        let n = rows.len() / dim;
+        let mut g = FlatGraph::new(dim, 12, 64);
+        g.reserve(n);
+        if serial {
+            for s in 0..n as u32 {
+                g.insert_one(rows, s);
+            }
+        } else {
+            g.insert(rows, 0..n as u32);
+        }
+        g
+    }
+
+    fn recall(
+        g: &FlatGraph,
+        rows: &[i8],
+        dim: usize,
+        qs: &[Vec<i8>],
+        ef: usize,
+        ok: &dyn Fn(u32) -> bool,
+    ) -> f64 {
+        let mut hits = 0;
+        for q in qs {
+            let (got, _, complete) = g.search_filtered(rows, q, ef, ok, usize::MAX);
+            assert!(complete);
+            assert!(got.iter().all(|h| ok(h.0)), "a refused point returned");
+            assert!(got.windows(2).all(|w| w[0].1 <= w[1].1));
+            let truth = brute(rows, dim, q, 10, ok);
+            hits += got.iter().take(10).filter(|h| truth.contains(&h.0)).count();
+        }
+        hits as f64 / (10 * qs.len()) as f64
+    }
+
+    #[test]
+    fn serial_and_parallel_builds_find_the_true_neighbours() {
+        let dim = 48;
+        let (rows, qs) = data(3000, dim, 1);
+        for serial in [true, false] {
+            let g = build(&rows, dim, serial);
+            assert_eq!(g.len(), 3000);
+            g.check().unwrap();
+            let r = recall(&g, &rows, dim, &qs, 64, &|_| true);
+            assert!(r >= 0.95, "serial {serial}: recall {r}");
+        }
+    }
+
+    #[test]
+    fn filtered_search_counts_only_allowed_points_and_honours_the_cap() {
+        let dim = 48;
+        let (rows, qs) = data(3000, dim, 2);
+        let g = build(&rows, dim, false);
+        for m in [2u32, 10] {
+            let r = recall(&g, &rows, dim, &qs, 64, &|s| s % m == 0);
+            assert!(r >= 0.95, "1/{m} allowed: recall {r}");
+        }
+        let (found, evals, complete) = g.search_filtered(&rows, &qs[0], 64, &|s| s % 500 == 0, 100);
+        assert!(!complete && evals <= 100);
+        assert!(found.iter().all(|h| h.0 % 500 == 0));
+        let (all, _, complete) =
+            g.search_filtered(&rows, &qs[0], 64, &|s| s % 500 == 0, usize::MAX);
+        assert!(complete);
+        assert_eq!(all.len(), 6, "every allowed point is reachable");
+    }
+
+    #[test]
+    fn levels_are_deterministic_and_geometric() {
+        let l: Vec<u8> = (0..100_000).map(|s| level_for(s, 16)).collect();
+        assert_eq!(
+            l,
+            (0..100_000).map(|s| level_for(s, 16)).collect::<Vec<_>>()
+        );
+        let above = l.iter().filter(|&&x| x > 0).count() as f64 / 1e5;
+        assert!((above - 1.0 / 16.0).abs() < 0.01, "{above}");
+    }
+
+    #[test]
+    fn the_heuristic_keeps_a_long_link_past_near_duplicates() {
+        // Base at (100, 5); three near-duplicates at (100, 10 + i) and one point on the other
+        // side at (100, -40), the farthest: plain distance order keeps two duplicates, the
+        // heuristic keeps the nearest duplicate and the far side.
+        let dim = 2;
+        let rows: Vec<i8> = vec![100, 5, 100, 10, 100, 11, 100, 12, 100, -40];
+        let g = FlatGraph::new(dim, 2, 8);
+        let base = &rows[0..2];
+        let mut cands: Vec<(i32, u32)> = (1..5u32)
+            .map(|c| (-dot_i8(base, &rows[c as usize * 2..c as usize * 2 + 2]), c))
+            .collect();
+        cands.sort_unstable();
+        let kept = g.select(&rows, &cands, 2);
+        assert_eq!(kept, vec![3, 4]);
+    }
+}
