@@ -21,31 +21,22 @@ use airlock_retrieval::bench_api::Bm25;
 use airlock_retrieval::vector::synth::Rng;
 use airlock_retrieval::{Bm25Config, ChunkMap, Visibility};
 use roaring::RoaringBitmap;
-use vector_support::{cpu_desc, golden_queries, load_avg, percentile, random_allow};
+use vector_support::{
+    cli_arg, cpu_desc, golden_queries, load_avg, percentile, random_allow, shared_dir,
+};
 
 const CHUNKS_PER_DOC: u32 = 8;
 const WINDOW_WORDS: usize = 120;
 const BATCH: usize = 50_000;
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--bench")
-        .collect();
-    if args.iter().any(|a| a == "--list") {
+    if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
-    let target: usize = arg("--chunks").map_or(5_000_000, |s| s.parse().expect("--chunks"));
+    let target: usize = cli_arg("--chunks").map_or(5_000_000, |s| s.parse().expect("--chunks"));
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let shared = std::env::var_os("AIRLOCK_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest.join("../../shared"));
-    let data = arg("--data")
+    let shared = shared_dir();
+    let data = cli_arg("--data")
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest.join(format!("../target/bench-data/bm25-{target}")));
     println!("# bm25_scale: {target} chunks, load {}", load_avg());

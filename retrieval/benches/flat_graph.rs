@@ -67,40 +67,26 @@ fn main() {
     println!("|---|---|---|---|---|");
     let mut ours: Vec<OurRow> = Vec::new();
     for ef in EFS {
-        let mut cells = Vec::new();
-        for rescore in [false, true] {
-            let t = Instant::now();
-            let got: Vec<Vec<u32>> = data
-                .queries
+        ours.push(ef_row(ef, &data, |rescore| {
+            let want = if rescore { 40 } else { K };
+            data.queries
                 .iter()
                 .zip(&queries)
                 .map(|(qf, q8)| {
-                    let want = if rescore { 40 } else { K };
                     let hits = graph.search(&rows, q8, ef.max(want));
-                    if rescore {
-                        let mut r: Vec<(f32, u32)> = hits
-                            .iter()
-                            .take(want)
-                            .map(|&(s, _)| (dot_f32(qf, &data.vectors[s as usize]), s))
-                            .collect();
-                        r.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-                        r.into_iter().take(K).map(|x| x.1).collect()
-                    } else {
-                        hits.iter().take(K).map(|h| h.0).collect()
+                    if !rescore {
+                        return hits.iter().take(K).map(|h| h.0).collect();
                     }
+                    let mut r: Vec<(f32, u32)> = hits
+                        .iter()
+                        .take(want)
+                        .map(|&(s, _)| (dot_f32(qf, &data.vectors[s as usize]), s))
+                        .collect();
+                    r.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+                    r.into_iter().take(K).map(|x| x.1).collect()
                 })
-                .collect();
-            let secs = t.elapsed().as_secs_f64();
-            cells.push((
-                mean_recall(&got, &data.truth),
-                data.queries.len() as f64 / secs,
-            ));
-        }
-        println!(
-            "| {ef} | {:.4} | {:.0} | {:.4} | {:.0} |",
-            cells[0].0, cells[0].1, cells[1].0, cells[1].1
-        );
-        ours.push((ef, cells[0], cells[1]));
+                .collect()
+        }));
     }
     compare_with_hnswlib(&data, &tag, threads, n as f64 / build, &ours, &EFS);
 }

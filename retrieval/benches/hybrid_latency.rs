@@ -24,7 +24,7 @@ use airlock_retrieval::{
     DocumentInput, Embed, ModelError, Retrieval, RetrievalConfig, SearchMode, SearchRequest,
 };
 use parking_lot::Mutex;
-use vector_support::{golden_queries, random_allow};
+use vector_support::{cli_arg, golden_queries, random_allow, shared_dir};
 
 const DIM: usize = 384;
 
@@ -104,21 +104,10 @@ impl Embed for ProjectionEmbedder {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--bench")
-        .collect();
-    let arg = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1).cloned())
-    };
-    let target: u64 = arg("--chunks").map_or(200_000, |s| s.parse().expect("--chunks"));
+    let target: u64 = cli_arg("--chunks").map_or(200_000, |s| s.parse().expect("--chunks"));
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let shared = std::env::var_os("AIRLOCK_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| manifest.join("../../shared"));
-    let data = arg("--data")
+    let shared = shared_dir();
+    let data = cli_arg("--data")
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest.join(format!("../target/bench-data/hybrid-{target}")));
     std::fs::create_dir_all(&data).expect("data dir");

@@ -104,11 +104,9 @@ fn main() {
             rescore: true,
             ..plain
         };
-        let mut cells = Vec::new();
-        for opts in [plain, resc] {
-            let t = Instant::now();
-            let got: Vec<Vec<u32>> = data
-                .queries
+        ours.push(ef_row(ef, &data, |rescore| {
+            let opts = if rescore { resc } else { plain };
+            data.queries
                 .iter()
                 .map(|q| {
                     index
@@ -119,18 +117,8 @@ fn main() {
                         .map(|h| h.0)
                         .collect()
                 })
-                .collect();
-            let secs = t.elapsed().as_secs_f64();
-            cells.push((
-                mean_recall(&got, &data.truth),
-                data.queries.len() as f64 / secs,
-            ));
-        }
-        println!(
-            "| {ef} | {:.4} | {:.0} | {:.4} | {:.0} |",
-            cells[0].0, cells[0].1, cells[1].0, cells[1].1
-        );
-        ours.push((ef, cells[0], cells[1]));
+                .collect()
+        }));
     }
 
     compare_with_hnswlib(&data, &tag, threads, n as f64 / build, &ours, &EFS);

@@ -360,3 +360,41 @@ pub fn compare_with_hnswlib(
         );
     }
 }
+
+/// The value after `--name` on the command line (`--bench` and the program name skipped).
+pub fn cli_arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+/// `../shared` beside the checkout (or `$AIRLOCK_SHARED_DIR`).
+pub fn shared_dir() -> PathBuf {
+    std::env::var_os("AIRLOCK_SHARED_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared"))
+}
+
+/// Times `run(false)` (int8 top 10) and `run(true)` (f32-rescored) over all queries, prints the
+/// `| ef | recall | q/s | recall | q/s |` row and returns it.
+pub fn ef_row(ef: usize, data: &DataSet, mut run: impl FnMut(bool) -> Vec<Vec<u32>>) -> OurRow {
+    let mut cells = Vec::new();
+    for rescore in [false, true] {
+        let t = Instant::now();
+        let got = run(rescore);
+        let secs = t.elapsed().as_secs_f64();
+        cells.push((
+            mean_recall(&got, &data.truth),
+            data.queries.len() as f64 / secs,
+        ));
+    }
+    println!(
+        "| {ef} | {:.4} | {:.0} | {:.4} | {:.0} |",
+        cells[0].0, cells[0].1, cells[1].0, cells[1].1
+    );
+    (ef, cells[0], cells[1])
+}
