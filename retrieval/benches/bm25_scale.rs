@@ -145,7 +145,7 @@ fn build(index: &Bm25, shared: &Path, target: usize) {
             .collect();
         index.write(&batch).expect("write");
         next = end;
-        if next % 500_000 == 0 || next == target {
+        if next.is_multiple_of(500_000) || next == target {
             let s = t0.elapsed().as_secs_f64();
             println!(
                 "built {next} chunks in {s:.0} s ({:.0} chunks/s), {} segments, load {}",

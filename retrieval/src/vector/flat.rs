@@ -506,14 +506,15 @@ mod tests {
         let (rows, qs) = data(3000, dim, 2);
         let g = build(&rows, dim, false);
         for m in [2u32, 10] {
-            let r = recall(&g, &rows, dim, &qs, 64, &|s| s % m == 0);
+            let r = recall(&g, &rows, dim, &qs, 64, &|s| s.is_multiple_of(m));
             assert!(r >= 0.95, "1/{m} allowed: recall {r}");
         }
-        let (found, evals, complete) = g.search_filtered(&rows, &qs[0], 64, &|s| s % 500 == 0, 100);
+        let (found, evals, complete) =
+            g.search_filtered(&rows, &qs[0], 64, &|s| s.is_multiple_of(500), 100);
         assert!(!complete && evals <= 100);
-        assert!(found.iter().all(|h| h.0 % 500 == 0));
+        assert!(found.iter().all(|h| h.0.is_multiple_of(500)));
         let (all, _, complete) =
-            g.search_filtered(&rows, &qs[0], 64, &|s| s % 500 == 0, usize::MAX);
+            g.search_filtered(&rows, &qs[0], 64, &|s| s.is_multiple_of(500), usize::MAX);
         assert!(complete);
         assert_eq!(all.len(), 6, "every allowed point is reachable");
     }

@@ -2137,7 +2137,7 @@ mod tests {
         }
         let queries = seeded_points(100, 8, 6);
         for (modulus, min_recall) in [(2usize, 0.95), (10, 0.95)] {
-            let allowed = |id: usize| id % modulus == 0;
+            let allowed = |id: usize| id.is_multiple_of(modulus);
             let filter = |id: &usize| allowed(*id);
             let (mut hits, mut evals) = (0usize, 0usize);
             for q in &queries {
@@ -2193,12 +2193,12 @@ mod tests {
             hnsw.insert((d, i));
         }
         // one point in 500 allowed: filling ef = 64 needs the whole graph
-        let filter = |id: &usize| id % 500 == 0;
+        let filter = |id: &usize| id.is_multiple_of(500);
         let q = &seeded_points(1, 8, 8)[0];
         let (found, evals, complete) = hnsw.search_filter_capped(q, 10, 64, &filter, 200);
         assert!(!complete);
         assert!(evals <= 200, "{evals}");
-        assert!(found.iter().all(|nb| nb.d_id % 500 == 0));
+        assert!(found.iter().all(|nb| nb.d_id.is_multiple_of(500)));
         let (all, evals, complete) = hnsw.search_filter_capped(q, 10, 64, &filter, usize::MAX);
         assert!(complete);
         assert_eq!(all.len(), 4, "every allowed point is reachable");
