@@ -40,6 +40,13 @@ fn main() {
     let data = noisy(n);
     let index = match opened {
         Some(i) => {
+            let (rows, maps, graph) = i.memory_bytes();
+            println!(
+                "# accounting per chunk: int8 row {:.0} B, slot maps {:.0} B, graph {:.0} B",
+                rows as f64 / n as f64,
+                maps as f64 / n as f64,
+                graph as f64 / n as f64
+            );
             println!(
                 "# index reopened in {reopen_s:.2} s (verify + reload, no rebuild); resident after open: heap {:.0} MiB = {:.0} B per chunk, mapped files {:.0} MiB",
                 (anon1 - anon0) as f64 / 1024.0,

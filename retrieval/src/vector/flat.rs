@@ -31,6 +31,10 @@ use rayon::prelude::*;
 use super::kernels::dot_i8;
 
 const NONE: u32 = u32::MAX;
+const DUMP_MAGIC: &[u8; 8] = b"ALFLATG\0";
+const DUMP_VERSION: u32 = 1;
+/// Magic + eight `u32` fields.
+const DUMP_HEADER: usize = 8 + 8 * 4;
 /// Highest layer a point may get (as hnsw_rs: 16 layers).
 const MAX_LEVEL: u8 = 15;
 
@@ -403,6 +407,105 @@ impl FlatGraph {
         (hits, evals, complete)
     }
 
+    /// Writes the graph (all reserved slots must be linked) in its little-endian dump format:
+    /// magic, version, dim, M, ef_construction, points, entry slot and level, the upper-list
+    /// array's length, then the layer-0 lists, the upper-list offsets and the upper lists.
+    /// Levels are not stored: they follow from the slot ([`level_for`]).
+    pub fn write_to(&self, w: &mut impl std::io::Write) -> std::io::Result<()> {
+        let (entry, entry_level) = *self.entry.read();
+        let n = self.levels.len() as u32;
+        let mut head = Vec::with_capacity(DUMP_HEADER);
+        head.extend_from_slice(DUMP_MAGIC);
+        for v in [
+            DUMP_VERSION,
+            self.dim as u32,
+            self.m as u32,
+            self.ef_construction as u32,
+            n,
+            entry,
+            u32::from(entry_level),
+            self.upper.len() as u32,
+        ] {
+            head.extend_from_slice(&v.to_le_bytes());
+        }
+        w.write_all(&head)?;
+        let mut buf = Vec::with_capacity(1 << 16);
+        let words = self
+            .links0
+            .iter()
+            .map(|a| a.load(Relaxed))
+            .chain(self.upper_start.iter().copied())
+            .chain(self.upper.iter().map(|a| a.load(Relaxed)));
+        for v in words {
+            buf.extend_from_slice(&v.to_le_bytes());
+            if buf.len() >= 1 << 16 {
+                w.write_all(&buf)?;
+                buf.clear();
+            }
+        }
+        w.write_all(&buf)
+    }
+
+    /// Reads a dump written by [`write_to`](Self::write_to) for `dim`-long rows, checking every
+    /// field (lengths, counts, slots, layers, offsets, entry point); never panics on bad bytes.
+    pub fn read_from(bytes: &[u8], dim: usize) -> Result<Self, String> {
+        let mut words = bytes.get(8..).unwrap_or_default().chunks_exact(4);
+        if bytes.get(..8) != Some(&DUMP_MAGIC[..]) || !(bytes.len() - 8).is_multiple_of(4) {
+            return Err("not a flat graph dump".into());
+        }
+        let mut next = || {
+            words
+                .next()
+                .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .ok_or_else(|| "truncated".to_string())
+        };
+        let [version, d, m, efc, n, entry, entry_level, upper_len] = [(); 8].map(|()| next());
+        if version? != DUMP_VERSION {
+            return Err("unknown dump version".into());
+        }
+        let (d, m, efc, n) = (d? as usize, m? as usize, efc? as usize, n? as usize);
+        let (entry, entry_level, upper_len) = (entry?, entry_level?, upper_len? as usize);
+        if d != dim || !(2..=256).contains(&m) || efc < m {
+            return Err(format!("dim {d}, M {m}, ef_construction {efc}"));
+        }
+        let mut g = FlatGraph::new(dim, m, efc);
+        let w0 = 1 + g.m0;
+        let want = DUMP_HEADER + 4 * (n * w0 + n + upper_len);
+        if bytes.len() != want {
+            return Err(format!("{} bytes, {want} expected", bytes.len()));
+        }
+        g.reserve(n);
+        if g.upper.len() != upper_len {
+            return Err("upper lists do not match the levels".into());
+        }
+        for a in g.links0.iter() {
+            a.store(next()?, Relaxed);
+        }
+        for s in 0..n {
+            if next()? != g.upper_start[s] {
+                return Err(format!("slot {s}: upper offset"));
+            }
+        }
+        for a in g.upper.iter() {
+            a.store(next()?, Relaxed);
+        }
+        g.check()?;
+        let top = g.levels.iter().copied().max();
+        match top {
+            None if entry == NONE => {}
+            Some(l)
+                if (entry as usize) < n
+                    && g.levels[entry as usize] == l
+                    && entry_level == u32::from(l) =>
+            {
+                *g.entry.write() = (entry, l);
+            }
+            _ => return Err(format!("entry point {entry} at level {entry_level}")),
+        }
+        g.inserted.store(n as u32, Relaxed);
+        Ok(g)
+    }
+
     /// Checks the structure: counts within bounds, links to reserved slots on their own layers.
     pub fn check(&self) -> Result<(), String> {
         let n = self.levels.len() as u32;
@@ -517,6 +620,44 @@ mod tests {
             g.search_filtered(&rows, &qs[0], 64, &|s| s.is_multiple_of(500), usize::MAX);
         assert!(complete);
         assert_eq!(all.len(), 6, "every allowed point is reachable");
+    }
+
+    #[test]
+    fn a_dump_reads_back_identical_and_corruption_is_refused() {
+        let dim = 48;
+        let (rows, qs) = data(2000, dim, 3);
+        let g = build(&rows, dim, false);
+        let mut bytes = Vec::new();
+        g.write_to(&mut bytes).unwrap();
+        let back = FlatGraph::read_from(&bytes, dim).unwrap();
+        assert_eq!(back.len(), 2000);
+        for q in &qs[..20] {
+            assert_eq!(back.search(&rows, q, 50), g.search(&rows, q, 50));
+        }
+        let mut again = Vec::new();
+        back.write_to(&mut again).unwrap();
+        assert_eq!(again, bytes);
+        assert!(FlatGraph::read_from(&bytes, dim + 1).is_err());
+        for cut in [0, 7, 8, 39, 40, bytes.len() - 4] {
+            assert!(
+                FlatGraph::read_from(&bytes[..cut], dim).is_err(),
+                "cut at {cut}"
+            );
+        }
+        // A link to a slot out of range, a count over the limit, a wrong entry point.
+        let first_link = 40 + 4;
+        for (at, v) in [(first_link, 5000u32), (40, 99), (28, 1)] {
+            let mut bad = bytes.clone();
+            bad[at..at + 4].copy_from_slice(&v.to_le_bytes());
+            assert!(FlatGraph::read_from(&bad, dim).is_err(), "byte {at} = {v}");
+        }
+        let mut rng = synth::Rng::new(9);
+        for _ in 0..200 {
+            let mut bad = bytes.clone();
+            let i = rng.below(bad.len() as u64) as usize;
+            bad[i] ^= 1 << rng.below(8);
+            let _ = FlatGraph::read_from(&bad, dim); // must not panic
+        }
     }
 
     #[test]

@@ -80,7 +80,7 @@ pub enum VectorError {
         /// What is wrong.
         detail: String,
     },
-    /// hnsw_rs failed to dump or reload its graph.
+    /// A graph dump could not be written or read back.
     #[error("hnsw graph {path}: {detail}")]
     Graph {
         /// Dump base path.
@@ -135,12 +135,21 @@ impl Default for VectorParams {
     }
 }
 
+/// An hnsw_rs graph dump named by indexes written before 2026-12-03 (read to migrate them).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct GraphMeta {
     basename: String,
     points: u64,
     graph_sha256: String,
     data_sha256: String,
+}
+
+/// The flat graph's dump (`<basename>.flat`): points `0..points` linked.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct FlatMeta {
+    basename: String,
+    points: u64,
+    sha256: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -154,13 +163,17 @@ struct Meta {
     f32_rows: RowFileState,
     i8_rows: RowFileState,
     id_rows: RowFileState,
+    /// Always `None` now: a binary from before the flat graph that opens this index (a
+    /// rollback) finds no graph dump it can read and rebuilds its graph from the rows.
     graph: Option<GraphMeta>,
+    #[serde(default)]
+    flat_graph: Option<FlatMeta>,
 }
 
 /// A flush's graph dump written by [`VectorIndex::prepare_flush`], not yet committed.
 #[derive(Debug)]
 pub struct PreparedFlush {
-    graph: Option<GraphMeta>,
+    graph: Option<FlatMeta>,
 }
 
 /// Counts of one [`VectorIndex::insert`] call.
@@ -189,7 +202,10 @@ pub struct VectorIndex {
     i8_file: RowFile,
     id_file: RowFile,
     graph: Graph,
-    graph_meta: Option<GraphMeta>,
+    graph_meta: Option<FlatMeta>,
+    /// The hnsw_rs dump of an index opened from before the flat graph, removed at the next
+    /// flush that writes a flat dump.
+    legacy_graph: Option<GraphMeta>,
     generation: u64,
 }
 
@@ -253,8 +269,9 @@ impl VectorIndex {
             f32_map: None,
             i8_file,
             id_file,
-            graph: Graph::new(params.m, params.ef_construction, params.capacity_hint),
+            graph: Graph::new(dim, params.m, params.ef_construction),
             graph_meta: None,
+            legacy_graph: None,
             generation: 0,
         };
         index.write_meta()?;
@@ -321,21 +338,19 @@ impl VectorIndex {
             }
             chunk_slot[c as usize] = slot as u32;
         }
-        let graph = match &meta.graph {
+        let mut graph = match &meta.flat_graph {
             Some(g) => {
-                let [gp, dp] = Graph::dump_files(dir, &g.basename);
-                for (p, want) in [(&gp, &g.graph_sha256), (&dp, &g.data_sha256)] {
-                    if &sha256_file(p)? != want {
-                        return Err(VectorError::Corrupt {
-                            path: p.clone(),
-                            detail: "checksum mismatch".into(),
-                        });
-                    }
+                let p = Graph::dump_file(dir, &g.basename);
+                if sha256_file(&p)? != g.sha256 {
+                    return Err(VectorError::Corrupt {
+                        path: p,
+                        detail: "checksum mismatch".into(),
+                    });
                 }
-                let graph = Graph::load(dir, &g.basename)?;
+                let graph = Graph::load(&p, dim)?;
                 if graph.len() as u64 != g.points || g.points > meta.count {
                     return Err(VectorError::Corrupt {
-                        path: gp,
+                        path: p,
                         detail: format!(
                             "{} points, {} expected (of {} rows)",
                             graph.len(),
@@ -346,12 +361,17 @@ impl VectorIndex {
                 }
                 graph
             }
-            None => Graph::new(
-                meta.params.m,
-                meta.params.ef_construction,
-                meta.params.capacity_hint.max(meta.count as usize),
-            ),
+            None => {
+                if meta.graph.is_some() {
+                    tracing::info!(
+                        rows = meta.count,
+                        "migrating an hnsw_rs graph dump: rebuilding the graph from the int8 rows once"
+                    );
+                }
+                Graph::new(dim, meta.params.m, meta.params.ef_construction)
+            }
         };
+        graph.reserve(meta.count as usize);
         let f32_map =
             mmap::map_read_only(f32_file.file()).map_err(io_err(&dir.join(F32_FILE), "mmap"))?;
         let index = Self {
@@ -367,7 +387,8 @@ impl VectorIndex {
             i8_file,
             id_file,
             graph,
-            graph_meta: meta.graph.clone(),
+            graph_meta: meta.flat_graph.clone(),
+            legacy_graph: meta.graph.clone(),
             generation: meta.generation,
         };
         let in_graph = index.graph.len();
@@ -473,6 +494,7 @@ impl VectorIndex {
         self.id_file.append(&ids)?;
         self.f32_map = mmap::map_read_only(self.f32_file.file())
             .map_err(io_err(&self.dir.join(F32_FILE), "mmap"))?;
+        self.graph.reserve(self.slot_chunk.len());
         Ok((report, first_slot..self.slot_chunk.len()))
     }
 
@@ -483,8 +505,7 @@ impl VectorIndex {
     }
 
     fn graph_insert_slots(&self, slots: std::ops::Range<usize>) {
-        let rows: Vec<(&[i8], usize)> = slots.map(|s| (self.i8_row(s), s)).collect();
-        self.graph.insert(&rows);
+        self.graph.insert(&self.i8_data, slots);
     }
 
     /// Makes all inserted rows durable and commits a new `vector.meta`; dumps the graph when
@@ -511,16 +532,19 @@ impl VectorIndex {
         let new = self.graph.len().saturating_sub(dumped);
         let due = new > 0 && (force || new >= self.params.dump_min_new.max(dumped / 8));
         let graph = if due {
+            if self.graph.len() != self.slot_chunk.len() {
+                return Err(VectorError::Params(format!(
+                    "{} of {} rows linked: link every staged batch before flushing",
+                    self.graph.len(),
+                    self.slot_chunk.len()
+                )));
+            }
             let base = format!("graph-{}", self.generation + 1);
-            let name = self.graph.dump(&self.dir, &base)?;
-            let [gp, dp] = Graph::dump_files(&self.dir, &name);
-            fsync_path(&gp)?;
-            fsync_path(&dp)?;
-            Some(GraphMeta {
-                basename: name,
+            let path = self.graph.dump(&self.dir, &base)?;
+            Some(FlatMeta {
+                basename: base,
                 points: self.graph.len() as u64,
-                graph_sha256: sha256_file(&gp)?,
-                data_sha256: sha256_file(&dp)?,
+                sha256: sha256_file(&path)?,
             })
         } else {
             None
@@ -554,14 +578,24 @@ impl VectorIndex {
             self.graph_meta = Some(g);
         }
         self.write_meta()?;
+        let mut stale = Vec::new();
         if let (Some(old), Some(new)) = (old, &self.graph_meta)
             && old.basename != new.basename
         {
-            for p in Graph::dump_files(&self.dir, &old.basename) {
-                // A leftover old dump only wastes space; the meta no longer points at it.
-                if let Err(e) = fs::remove_file(&p) {
-                    tracing::warn!(path = %p.display(), error = %e, "could not remove old graph dump");
-                }
+            stale.push(Graph::dump_file(&self.dir, &old.basename));
+        }
+        if self.graph_meta.is_some()
+            && let Some(legacy) = self.legacy_graph.take()
+        {
+            // The migrated index's hnsw_rs dump (`.hnsw.graph` / `.hnsw.data`).
+            for ext in ["hnsw.graph", "hnsw.data"] {
+                stale.push(self.dir.join(format!("{}.{ext}", legacy.basename)));
+            }
+        }
+        for p in stale {
+            // A leftover old dump only wastes space; the meta no longer points at it.
+            if let Err(e) = fs::remove_file(&p) {
+                tracing::warn!(path = %p.display(), error = %e, "could not remove old graph dump");
             }
         }
         Ok(())
@@ -578,7 +612,12 @@ impl VectorIndex {
             f32_rows: self.f32_file.sync()?,
             i8_rows: self.i8_file.sync()?,
             id_rows: self.id_file.sync()?,
-            graph: self.graph_meta.clone(),
+            graph: if self.graph_meta.is_some() {
+                None
+            } else {
+                self.legacy_graph.clone()
+            },
+            flat_graph: self.graph_meta.clone(),
         };
         let body =
             serde_json::to_vec_pretty(&meta).map_err(|e| VectorError::Params(e.to_string()))?;
@@ -669,6 +708,16 @@ impl VectorIndex {
     /// All indexed chunk ids (dead ones included), e.g. for crash repair.
     pub fn ids(&self) -> RoaringBitmap {
         self.slot_chunk.iter().copied().collect()
+    }
+
+    /// Heap bytes this index holds (capacity-based): `(int8 rows, slot maps, graph)`; the f32
+    /// rows stay on disk (memory-mapped).
+    pub fn memory_bytes(&self) -> (usize, usize, usize) {
+        (
+            self.i8_data.capacity(),
+            4 * (self.slot_chunk.capacity() + self.chunk_slot.capacity()),
+            self.graph.memory_bytes(),
+        )
     }
 
     /// Number of indexed vectors.

@@ -264,18 +264,16 @@ impl VectorIndex {
                 .get(slot)
                 .is_some_and(|&chunk| vis.visible(chunk))
         };
-        let (found, evals, complete) = self.graph.search_filtered(q8, ef, &allowed, max_evals);
+        let (found, evals, complete) =
+            self.graph
+                .search_filtered(&self.i8_data, q8, ef, &allowed, max_evals);
         if !complete || found.len() < k {
             return (None, evals);
         }
-        let offset = 128 * 128 * self.dim as i64;
         let cands = found
             .into_iter()
             .take(want)
-            .filter_map(|(slot, dist)| {
-                let chunk = *self.slot_chunk.get(slot)?;
-                Some((chunk, (offset - dist as i64) as i32))
-            })
+            .filter_map(|(slot, dot)| Some((*self.slot_chunk.get(slot)?, dot)))
             .collect();
         (Some(cands), evals)
     }

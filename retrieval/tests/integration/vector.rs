@@ -417,7 +417,7 @@ fn persists_reloads_without_rebuild_and_accepts_inserts_after_reload() {
                 .unwrap()
                 .file_name()
                 .to_string_lossy()
-                .ends_with(".hnsw.graph")
+                .ends_with(".flat")
         })
         .count();
     assert_eq!(dumps, 1);
@@ -447,7 +447,7 @@ fn corrupt_files_are_refused() {
         ("vectors.f32", 5000),
         ("vectors.i8", 900),
         ("chunks.u32", 70),
-        ("graph-1.hnsw.graph", 300),
+        ("graph-1.flat", 300),
         ("vector.meta", 200),
     ] {
         flip(name, at);
@@ -515,6 +515,23 @@ fn frozen_v1_fixture_still_opens() {
             assert!((hits[0].1 - 1.0).abs() < 1e-5);
         }
     }
+    // The fixture's graph is an hnsw_rs dump: opening rebuilt the graph from the rows (above);
+    // the next checkpoint writes the flat dump, drops the hnsw_rs files and names no hnsw_rs
+    // graph in the meta any more (a binary from before would rebuild its own graph, not misread).
+    let mut idx = idx;
+    idx.checkpoint().unwrap();
+    drop(idx);
+    let names: Vec<String> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(names.iter().any(|n| n.ends_with(".flat")), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains(".hnsw.")), "{names:?}");
+    let meta = std::fs::read_to_string(tmp.path().join("vector.meta")).unwrap();
+    assert!(meta.contains("\"graph\": null"), "{meta}");
+    let idx = VectorIndex::open(tmp.path()).unwrap();
+    let q = idx.vector(10).unwrap();
+    assert_eq!(ids_of(&idx, &q, &vis_all, PathChoice::Graph)[0].0, 10);
 }
 
 #[test]
