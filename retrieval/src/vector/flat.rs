@@ -1,7 +1,8 @@
 //! An HNSW graph with a flat memory layout over the index's own int8 rows (issue 23 point 1).
 //!
-//! Not yet the index's graph (`graph.rs`, hnsw_rs, is): measured side by side first
-//! (`benches/flat_graph.rs`, docs/benchmarks/vector.md). The algorithm is hnswlib's: a level per
+//! The index's graph (through `graph.rs`) since it replaced hnsw_rs; also measured on its own
+//! side by side with hnswlib (`benches/flat_graph.rs`, docs/benchmarks/vector.md). The algorithm
+//! is hnswlib's: a level per
 //! point drawn with `1 / ln(M)`, a greedy descent to a local minimum on every upper layer, an
 //! `ef_construction` search on each of the point's layers, neighbours chosen by the diversity
 //! heuristic both for a new point's links and when a back-link overflows a list, links only on a

@@ -1,10 +1,14 @@
-//! The int8 vector index: HNSW (hnsw_rs) over int8 vectors, an exact int8 scan for selective
-//! users, and full-precision f32 rows on disk (memory-mapped) for rescoring.
+//! The int8 vector index: HNSW over int8 vectors (an own flat-layout graph, [`flat`]), an exact
+//! int8 scan for selective users, and full-precision f32 rows on disk (memory-mapped) for
+//! rescoring.
 //!
 //! * **Quantization** ([`Quantizer`]): one global symmetric scale calibrated from the first
 //!   vectors inserted (99.99th percentile of `|x_i|` → 127).
-//! * **Graph** (hnsw_rs, `M` 16, `ef_construction` 200 by default) over the int8 rows with an
-//!   int8 dot distance ([`DistI8Dot`]) whose kernel is vectorised ([`kernels`]).
+//! * **Graph** ([`flat::FlatGraph`], hnswlib's algorithm, `M` 16, `ef_construction` 200 by
+//!   default) over the index's own int8 rows (held once, shared with the exact scan) with the
+//!   int8 dot product as similarity, vectorised ([`kernels`]). It replaced hnsw_rs (forked in
+//!   `vendor/hnsw_rs`, whose layout cost 3.9 KB per chunk); `DistI8Dot`, the int8 distance for
+//!   hnsw_rs, remains for its users.
 //! * **Search that never collapses** ([`VectorIndex::search`]): estimate the visible chunks from the
 //!   caller's [`Visibility`] and pick by estimated cost ([`SearchOptions`]'s cost model) between
 //!   an exact scan of the visible chunks and the graph searched with the visibility filter inside
@@ -13,17 +17,21 @@
 //!   chunks are indexed.
 //! * **Rescoring** ([`VectorIndex::rescore`]): exact f32 dot products from `vectors.f32`.
 //! * **Persistence**: a directory of append-only row files (`vectors.f32`, `vectors.i8`,
-//!   `chunks.u32`; versioned header, SHA-256 per 4096-row block), the hnsw_rs dump
-//!   (`graph-<n>.hnsw.{graph,data}`, SHA-256 of both) and `vector.meta` (format version, parameters,
-//!   scale, counts, checksums; its own SHA-256), replaced atomically by [`VectorIndex::flush`].
-//!   Reopening never rebuilds: row files are verified and the dump reloaded; rows persisted after
-//!   the last graph dump are re-inserted into the graph from the int8 rows.
-//! * **Ids**: chunk ids (`u32`). Inserting an id the index holds is a no-op; hnsw_rs cannot delete,
-//!   so dead chunks stay in the graph and are filtered by [`Visibility`] (`airlock reindex` builds a
+//!   `chunks.u32`; versioned header, SHA-256 per 4096-row block), the graph dump
+//!   (`graph-<n>.flat`, SHA-256) and `vector.meta` (format version, parameters, scale, counts,
+//!   checksums; its own SHA-256), replaced atomically by [`VectorIndex::flush`]. Reopening never
+//!   rebuilds: row files are verified and the dump reloaded; rows persisted after the last graph
+//!   dump are re-inserted into the graph from the int8 rows. An index written before the flat
+//!   graph (an hnsw_rs dump `graph-<n>.hnsw.{graph,data}` in its meta) is migrated on open: the
+//!   graph is rebuilt from the int8 rows once and the next flush replaces the old dump; the meta
+//!   then names no hnsw_rs graph, so a rolled-back binary rebuilds its own graph from the rows.
+//! * **Ids**: chunk ids (`u32`). Inserting an id the index holds is a no-op; the graph does not
+//!   delete yet, so dead chunks stay in it and are filtered by [`Visibility`] (`airlock reindex` builds a
 //!   fresh index without them).
 //!
-//! Not thread-safe for writers: [`VectorIndex::insert`] and [`VectorIndex::flush`] take `&mut self`
-//! (wrap the index in a lock); searches take `&self` and may run concurrently.
+//! Writers: [`VectorIndex::stage`] and [`VectorIndex::commit_flush`] take `&mut self` briefly;
+//! [`VectorIndex::link`] and [`VectorIndex::prepare_flush`], the long halves, take `&self` and run
+//! beside searches (wrap the index in a lock and serialise writers, as the engine's adapter does).
 
 #[doc(hidden)]
 pub mod flat;
