@@ -96,13 +96,14 @@ fn main() {
     let defaults = SearchOptions::default();
     println!("# cpu: {}", cpu_desc());
     println!(
-        "\nDefaults: ef {}, candidates {} (f32-rescored); cost model: exact {} ns/row, graph {} ns/evaluation × {} evaluations per ef / visible fraction^{}; under auto the graph is capped at the exact scan's cost.\n",
+        "\nDefaults: ef {}, candidates {} (f32-rescored); cost model: exact {} ns/row, graph {} ns/evaluation × {} evaluations per ef / visible fraction^{}; exact whenever it fits {} ms; under auto the graph is capped at the exact scan's cost.\n",
         defaults.ef,
         defaults.candidates,
         defaults.exact_row_ns,
         defaults.graph_eval_ns,
         defaults.graph_evals_per_ef,
         defaults.graph_fraction_exponent,
+        defaults.exact_budget_ns / 1e6,
     );
     println!(
         "Random ACLs: documents drawn uniformly. Correlated ACLs: the documents nearest (by their first chunk) to a random document, like a department whose documents are near each other; the queries are the same for both, so most ask about something outside a correlated user's documents.\n"

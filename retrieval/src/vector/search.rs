@@ -5,8 +5,9 @@
 //! The graph path is hnswlib's filtered search (the fork's change (e), ACORN-style): it expands
 //! through chunks the user cannot see and counts only visible ones, so it needs no oversampling;
 //! its cost grows as `1 / visible fraction`. The exact scan costs a fixed amount per visible row.
-//! The planner compares the two estimates; under `Auto` the graph search is also capped at the
-//! exact scan's estimated cost, after which it gives up and scans (so a query never costs more
+//! The planner scans exactly whenever the scan fits a latency budget (recall 1.0) and otherwise
+//! takes the cheaper estimate; under `Auto` the graph search is also capped at the exact scan's
+//! estimated cost, after which it gives up and scans (so a query never costs more
 //! than about twice the exact scan, whatever the layout of the user's documents in the graph).
 
 use std::cmp::Reverse;
@@ -47,9 +48,9 @@ pub struct SearchOptions {
     /// 1%, 80–105 at 10–50% (docs/benchmarks/vector.md); the default is the upper end.
     pub exact_row_ns: f64,
     /// Cost model: nanoseconds per distance evaluation of the graph search (including its
-    /// heaps, visited set and filter). `vector_filtered` at 200k, AVX2: 520 ns unfiltered,
-    /// 580–700 ns filtered at 10–50% visible (hnsw_rs's layout: an `Arc` and a heap entry per
-    /// evaluated point).
+    /// heaps, visited set and visibility filter). `vector_filtered` at 200k, AVX2, the flat
+    /// graph: 205 ns unfiltered, 225–285 ns filtered at 10–50% visible (load 3–4; hnsw_rs's
+    /// layout cost 520–700 ns).
     pub graph_eval_ns: f64,
     /// Cost model: distance evaluations of an unfiltered graph search per unit of `ef` (18 at
     /// 200k and ef 512).
@@ -57,6 +58,10 @@ pub struct SearchOptions {
     /// Cost model: a filtered graph search makes `1 / fraction^exponent` times the evaluations
     /// of an unfiltered one (0.81–0.85 measured at 10–50% visible, random and correlated ACLs).
     pub graph_fraction_exponent: f64,
+    /// Scan exactly whenever the scan's estimated cost is within this budget (ns), even if the
+    /// graph would be faster: the exact scan's recall is 1.0, the graph's is not. Default
+    /// 10 ms, the p99 goal of a vector search (issue 23); 0 compares costs only.
+    pub exact_budget_ns: f64,
 }
 
 impl Default for SearchOptions {
@@ -67,9 +72,10 @@ impl Default for SearchOptions {
             rescore: true,
             path: PathChoice::Auto,
             exact_row_ns: 90.0,
-            graph_eval_ns: 550.0,
+            graph_eval_ns: 230.0,
             graph_evals_per_ef: 18.0,
             graph_fraction_exponent: 0.85,
+            exact_budget_ns: 10_000_000.0,
         }
     }
 }
@@ -201,7 +207,9 @@ impl VectorIndex {
         let q8 = quant.quantize(query);
         let exact_ns = opts.exact_cost_ns(est);
         let exact = match opts.path {
-            PathChoice::Auto => exact_ns <= opts.graph_cost_ns(est, n),
+            PathChoice::Auto => {
+                exact_ns <= opts.exact_budget_ns || exact_ns <= opts.graph_cost_ns(est, n)
+            }
             PathChoice::Exact => true,
             PathChoice::Graph => false,
         };

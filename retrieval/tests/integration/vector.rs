@@ -171,6 +171,7 @@ fn a_wrong_cost_model_cannot_make_a_selective_query_walk_the_graph() {
     // A model that believes the graph is nearly free picks it even for 8 visible chunks...
     let fooled = SearchOptions {
         graph_evals_per_ef: 1e-6,
+        exact_budget_ns: 0.0,
         ..SearchOptions::default()
     };
     let out = f.index.search(&f.queries[0], K, &vis, &fooled).unwrap();
@@ -193,10 +194,18 @@ fn a_wrong_cost_model_cannot_make_a_selective_query_walk_the_graph() {
 fn the_planner_scans_for_selective_users_and_walks_the_graph_for_broad_ones() {
     let f = fixture(4000);
     let dead = RoaringBitmap::new();
-    // At 4,000 chunks the exact scan beats a search with the default ef 512 even for everyone;
-    // with ef 16 the graph wins for broad users.
+    // At 4,000 chunks the exact scan fits the latency budget for everyone: always exact.
+    let allow = allow_fraction(500, 1.0, 9);
+    let vis = Visibility::new(&allow, &f.map, &dead);
+    let out = f
+        .index
+        .search(&f.queries[1], K, &vis, &SearchOptions::default())
+        .unwrap();
+    assert_eq!(out.path, SearchPath::Exact);
+    // Costs alone (no budget), with ef 16: the graph wins for broad users.
     let opts = SearchOptions {
         ef: 16,
+        exact_budget_ns: 0.0,
         ..SearchOptions::default()
     };
     for (frac, want) in [(1.0, SearchPath::Graph), (0.01, SearchPath::Exact)] {
