@@ -25,9 +25,10 @@
 //!   graph (an hnsw_rs dump `graph-<n>.hnsw.{graph,data}` in its meta) is migrated on open: the
 //!   graph is rebuilt from the int8 rows once and the next flush replaces the old dump; the meta
 //!   then names no hnsw_rs graph, so a rolled-back binary rebuilds its own graph from the rows.
-//! * **Ids**: chunk ids (`u32`). Inserting an id the index holds is a no-op; the graph does not
-//!   delete yet, so dead chunks stay in it and are filtered by [`Visibility`] (`airlock reindex` builds a
-//!   fresh index without them).
+//! * **Ids**: chunk ids (`u32`). Inserting an id the index holds is a no-op; the index does not
+//!   delete yet, so dead chunks stay in it and are filtered by [`Visibility`] (`airlock reindex`
+//!   builds a fresh index without them). The graph can already drop points without a rebuild
+//!   ([`flat::FlatGraph::compacted`]); the index and `reindex` do not use it yet.
 //!
 //! Writers: [`VectorIndex::stage`] and [`VectorIndex::commit_flush`] take `&mut self` briefly;
 //! [`VectorIndex::link`] and [`VectorIndex::prepare_flush`], the long halves, take `&self` and run
