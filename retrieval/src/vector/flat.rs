@@ -18,8 +18,8 @@
 //! out), queries read them without it. Links are `AtomicU32`s (relaxed ordering), so a query
 //! beside a writer reads defined values: a list that may mix old and new neighbours, each a
 //! reserved slot, which a search tolerates as it tolerates a point linked a moment later.
-//! Searches prefetch a batch of neighbours' rows before computing their distances. Points enter through [`FlatGraph::insert`] after
-//! [`FlatGraph::reserve`] (`&mut`) made room.
+//! Searches prefetch a batch of neighbours' rows before computing their distances. Points enter
+//! through [`FlatGraph::insert`] after [`FlatGraph::reserve`] (`&mut`) made room.
 //!
 //! Distances are negated int8 dot products (`i32`, exact): smaller is nearer.
 
@@ -214,6 +214,16 @@ impl FlatGraph {
         out.extend(list[1..=n].iter().map(|a| a.load(Relaxed)));
     }
 
+    /// [`read_links_unlocked`](Self::read_links_unlocked) for a `query`, else
+    /// [`read_links`](Self::read_links).
+    fn links_for(&self, slot: u32, layer: u8, query: bool, out: &mut Vec<u32>) {
+        if query {
+            self.read_links_unlocked(slot, layer, out);
+        } else {
+            self.read_links(slot, layer, out);
+        }
+    }
+
     fn write_links(list: &[AtomicU32], links: &[u32]) {
         for (a, &v) in list[1..].iter().zip(links) {
             a.store(v, Relaxed);
@@ -245,11 +255,7 @@ impl FlatGraph {
         let mut links = Vec::with_capacity(self.m);
         loop {
             let mut changed = false;
-            if query {
-                self.read_links_unlocked(cur, layer, &mut links);
-            } else {
-                self.read_links(cur, layer, &mut links);
-            }
+            self.links_for(cur, layer, query, &mut links);
             for &nb in &links {
                 prefetch(self.row(rows, nb));
             }
@@ -301,11 +307,7 @@ impl FlatGraph {
                 if results.len() >= ef && results.peek().is_some_and(|w| d > w.0) {
                     break;
                 }
-                if query {
-                    self.read_links_unlocked(c, layer, &mut links);
-                } else {
-                    self.read_links(c, layer, &mut links);
-                }
+                self.links_for(c, layer, query, &mut links);
                 // The unvisited neighbours first, their rows prefetched together, then the
                 // distances: the row loads (the search's main cost once the rows outgrow the
                 // cache) overlap instead of following one another.
@@ -339,21 +341,29 @@ impl FlatGraph {
 
     /// hnswlib's `getNeighborsByHeuristic2`: from candidates ascending by distance to the base
     /// point, keep one unless it is nearer to an already kept one than to the base point.
+    /// The diversity heuristic's test: candidate `c` at distance `d` from the point is no nearer
+    /// to any of `chosen` than to the point.
+    fn diverse(
+        &self,
+        rows: &[i8],
+        (d, c): (i32, u32),
+        mut chosen: impl Iterator<Item = u32>,
+    ) -> bool {
+        let rc = self.row(rows, c);
+        chosen.all(|k| -dot_i8(rc, self.row(rows, k)) >= d)
+    }
+
     fn select(&self, rows: &[i8], cands: &[(i32, u32)], max: usize) -> Vec<u32> {
-        let mut kept: Vec<(i32, u32)> = Vec::with_capacity(max);
+        let mut kept: Vec<u32> = Vec::with_capacity(max);
         for &(d, c) in cands {
             if kept.len() >= max {
                 break;
             }
-            let rc = self.row(rows, c);
-            if kept
-                .iter()
-                .all(|&(_, k)| -dot_i8(rc, self.row(rows, k)) >= d)
-            {
-                kept.push((d, c));
+            if self.diverse(rows, (d, c), kept.iter().copied()) {
+                kept.push(c);
             }
         }
-        kept.into_iter().map(|(_, c)| c).collect()
+        kept
     }
 
     /// Links `slots` (each `< reserve`d length, each inserted once) in parallel.
@@ -625,8 +635,7 @@ impl FlatGraph {
             if out.len() >= target {
                 break;
             }
-            let rc = self.row(rows, c);
-            if out.iter().all(|&k| -dot_i8(rc, self.row(rows, k)) >= d) {
+            if self.diverse(rows, (d, c), out.iter().copied()) {
                 out.push(c);
             } else {
                 rest.push(c);
