@@ -182,6 +182,37 @@ fn check_chunks(text: &str, max_tokens: usize, overlap: f32) {
     }
 }
 
+/// Target `vector_graph_dump`: `data` is the vector index's graph dump (`graph-<n>.flat`,
+/// `vector::flat::FlatGraph::read_from`, read with dimension 8). In an index it is read only
+/// after its SHA-256 matched the meta, but a damaged disk or a hand-restored directory can hand
+/// the parser anything.
+///
+/// Invariants: a refusal is an error, never a panic or an allocation the input's size does not
+/// bound; an accepted dump passes `check`, writes back byte-identical (one encoding per graph),
+/// and a search over it returns at most `ef` distinct points of the graph.
+pub fn vector_graph_dump(data: &[u8]) {
+    use crate::vector::flat::FlatGraph;
+    const DIM: usize = 8;
+    let Ok(g) = FlatGraph::read_from(data, DIM) else {
+        return;
+    };
+    g.check().expect("an accepted dump is well-formed");
+    let mut back = Vec::new();
+    g.write_to(&mut back).expect("write to a Vec");
+    assert_eq!(back, data, "an accepted dump writes back identical");
+    let rows: Vec<i8> = (0..g.len() * DIM).map(|i| (i % 7) as i8 - 3).collect();
+    let hits = g.search(&rows, &[1; DIM], 10);
+    assert!(hits.len() <= 10.min(g.len()), "at most ef points");
+    let mut ids: Vec<u32> = hits.iter().map(|h| h.0).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), hits.len(), "distinct points");
+    assert!(
+        ids.iter().all(|&i| (i as usize) < g.len()),
+        "points of the graph"
+    );
+}
+
 #[cfg(test)]
 #[path = "../../fuzz/replay.rs"]
 mod replay;
@@ -203,5 +234,22 @@ mod tests {
     #[test]
     fn ingest_jsonl_corpus_and_mutations() {
         replay::run("ingest_jsonl", &[], 3000, ingest_jsonl);
+    }
+
+    #[test]
+    fn vector_graph_dump_corpus_and_mutations() {
+        use crate::vector::flat::FlatGraph;
+        // Fresh seeds: a small graph's dump (format 1) and its compacted copy's (format 2).
+        let dim = 8;
+        let rows: Vec<i8> = (0..60 * dim).map(|i| ((i * 37) % 255) as i8).collect();
+        let mut g = FlatGraph::new(dim, 4, 8);
+        g.reserve(60);
+        g.insert(&rows, 0..60);
+        let keep: Vec<bool> = (0..60).map(|s| s % 5 != 0).collect();
+        let c = g.compacted(&rows, &keep);
+        let mut seeds = vec![Vec::new(), Vec::new()];
+        g.write_to(&mut seeds[0]).unwrap();
+        c.write_to(&mut seeds[1]).unwrap();
+        replay::run("vector_graph_dump", &seeds, 3000, vector_graph_dump);
     }
 }

@@ -735,6 +735,9 @@ impl FlatGraph {
             if let Some(l) = levels.iter().find(|&&l| l > MAX_LEVEL) {
                 return Err(format!("level {l} above {MAX_LEVEL}"));
             }
+            if bytes[DUMP_HEADER + n..DUMP_HEADER + level_bytes] != [0, 0, 0][..level_bytes - n] {
+                return Err("level padding is not zero".into());
+            }
             g.push_levels(levels.iter().copied());
             g.stored_levels = true;
             for _ in 0..level_bytes / 4 {
