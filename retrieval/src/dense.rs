@@ -2,6 +2,8 @@
 //! [`crate::vector`] implements it; keeping the engine on this narrow seam lets the index evolve
 //! without touching ingest, fusion or repair.
 
+use std::path::Path;
+
 use roaring::RoaringBitmap;
 
 use crate::error::Result;
@@ -19,4 +21,7 @@ pub(crate) trait DenseIndex: Send + Sync {
     fn rescore(&self, query: &[f32], ids: &[u32]) -> Result<Vec<(u32, f32)>>;
     /// Makes everything inserted so far durable.
     fn flush(&self) -> Result<()>;
+    /// A new, durable index in `dir` holding only the ids in `keep`, made without a rebuild
+    /// (the rows copied, the graph compacted), and the number of entries left behind.
+    fn compact_into(&self, dir: &Path, keep: &RoaringBitmap) -> Result<(Box<dyn DenseIndex>, u64)>;
 }

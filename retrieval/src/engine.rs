@@ -244,11 +244,33 @@ pub struct ReindexReport {
     pub generation: u64,
     /// Live chunks indexed.
     pub chunks: u64,
-    /// Index entries of dead chunks dropped.
+    /// Index entries of dead chunks dropped: the larger count of the two indexes (the vector
+    /// index keeps every dead row until a reindex; BM25 deletes at write time).
     pub dropped: u64,
+    /// How the vector index of the new generation was made.
+    pub vector_path: VectorPath,
     /// Wall time.
     pub elapsed_ms: f64,
 }
+
+/// How [`Retrieval::reindex`] made the new generation's vector index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum VectorPath {
+    /// No vector search configured.
+    None,
+    /// Compacted from the old generation's index (its rows copied, dead entries dropped, the
+    /// graph's lists repaired; no rebuild), then any live chunk it lacked inserted.
+    Compacted,
+    /// Rebuilt from the store (more than [`COMPACT_MAX_DEAD`] of the old entries were dead).
+    Rebuilt,
+}
+
+/// [`Retrieval::reindex`] compacts the vector index instead of rebuilding it while at most this
+/// fraction of its entries are dead. Repairs replace a dropped neighbour by its kept neighbours;
+/// past a fifth of the graph dropped, a rebuild is the better graph for its cost
+/// (docs/benchmarks/vector.md, compaction).
+pub const COMPACT_MAX_DEAD: f64 = 0.2;
 
 /// One document removed for good by [`Retrieval::purge`] (ids only, no content).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -1114,9 +1136,12 @@ impl Retrieval {
         })
     }
 
-    /// Rebuilds every index from the store into `index/<generation + 1>/`, switches to it and
-    /// removes the old generation. Dead chunks are not carried over. Writes wait meanwhile;
-    /// searches continue on the old generation until the switch.
+    /// Makes every index anew into `index/<generation + 1>/`, switches to it and removes the old
+    /// generation. Dead chunks are not carried over: BM25 is rebuilt from the store; the vector
+    /// index is compacted from the old one (no graph rebuild) while at most
+    /// [`COMPACT_MAX_DEAD`] of its entries are dead, else rebuilt ([`ReindexReport::vector_path`]
+    /// says which). Writes wait meanwhile; searches continue on the old generation until the
+    /// switch.
     pub fn reindex(&self) -> Result<ReindexReport> {
         let store = self.writer.lock();
         let _cross = self.write_lock()?;
@@ -1166,13 +1191,49 @@ impl Retrieval {
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         }
-        let fresh = open_generation(
-            &self.index_root,
-            generation,
-            &self.config,
-            self.embedder.dim(),
-            &self.vector_opener,
-        )?;
+        let live: RoaringBitmap = store.live_chunks()?.into_iter().map(|(id, _)| id).collect();
+        // The vector index is compacted from the old generation's (rows copied, graph repaired)
+        // when few of its entries are dead, else rebuilt from the store.
+        let mut vector_path = if old.vector.is_some() {
+            VectorPath::Rebuilt
+        } else {
+            VectorPath::None
+        };
+        let mut vector_dead = 0;
+        let compacted = match &old.vector {
+            Some(v) => {
+                let ids = v.ids()?;
+                let dead = ids.len() - ids.intersection_len(&live);
+                vector_dead = dead;
+                if !ids.is_empty() && dead as f64 <= COMPACT_MAX_DEAD * ids.len() as f64 {
+                    std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+                    vector_path = VectorPath::Compacted;
+                    Some(v.compact_into(&dir.join("vector"), &live)?.0)
+                } else {
+                    None
+                }
+            }
+            None => None,
+        };
+        let fresh = match compacted {
+            Some(vector) => Indexes {
+                generation,
+                bm25: Bm25Index::open(&dir.join("bm25"), &self.config.bm25)?,
+                vector: Some(vector),
+            },
+            None => open_generation(
+                &self.index_root,
+                generation,
+                &self.config,
+                self.embedder.dim(),
+                &self.vector_opener,
+            )?,
+        };
+        // Live chunks the (compacted) vector index lacks; all of them after a rebuild.
+        let vec_missing = match &fresh.vector {
+            Some(v) => &live - &v.ids()?,
+            None => RoaringBitmap::new(),
+        };
         let mut chunks = 0u64;
         let mut bm25_batch = Vec::new();
         let mut vec_batch: Vec<(u32, Vec<f32>)> = Vec::new();
@@ -1190,7 +1251,9 @@ impl Retrieval {
         store.for_each_chunk(None, |id, text, emb| {
             chunks += 1;
             bm25_batch.push((id, text));
-            vec_batch.push((id, emb));
+            if vec_missing.contains(id) {
+                vec_batch.push((id, emb));
+            }
             if bm25_batch.len() >= 20_000 {
                 flush(&mut bm25_batch, &mut vec_batch)?;
             }
@@ -1212,7 +1275,8 @@ impl Retrieval {
         Ok(ReindexReport {
             generation,
             chunks,
-            dropped: old_entries.saturating_sub(chunks),
+            dropped: old_entries.saturating_sub(chunks).max(vector_dead),
+            vector_path,
             elapsed_ms: t.elapsed().as_secs_f64() * 1e3,
         })
     }

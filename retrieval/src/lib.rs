@@ -38,9 +38,10 @@ mod write_lock;
 pub use config::{Bm25Config, ChunkConfig, RetrievalConfig, SearchConfig, StopWords};
 pub use console::{DocumentList, DocumentStatus, DocumentSummary};
 pub use engine::{
-    DeleteOutcome, IngestReport, JointWrite, OriginalFile, Progress, PurgeReport, PurgedDocument,
-    ReconcileReport, ReindexReport, RepairReport, Retrieval, SearchMode, SearchRequest,
-    SearchResponse, SearchResult, StageScores, Staged, Stats, Timings, originals_dir,
+    COMPACT_MAX_DEAD, DeleteOutcome, IngestReport, JointWrite, OriginalFile, Progress, PurgeReport,
+    PurgedDocument, ReconcileReport, ReindexReport, RepairReport, Retrieval, SearchMode,
+    SearchRequest, SearchResponse, SearchResult, StageScores, Staged, Stats, Timings, VectorPath,
+    originals_dir,
 };
 pub use error::{Error, Result};
 pub use ingest::{DocumentInput, SourceFormat};

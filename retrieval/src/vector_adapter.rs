@@ -46,10 +46,7 @@ pub(crate) fn open(dir: &Path, dim: usize) -> Result<Option<Box<dyn DenseIndex>>
         }
         VectorIndex::create(dir, dim, VectorParams::default())?
     };
-    Ok(Some(Box::new(Adapter {
-        index: RwLock::new(index),
-        writer: Mutex::new(()),
-    })))
+    Ok(Some(Adapter::boxed(index)))
 }
 
 impl DenseIndex for Adapter {
@@ -92,6 +89,22 @@ impl DenseIndex for Adapter {
         let prepared = self.index.read().prepare_flush(false)?;
         self.index.write().commit_flush(prepared)?;
         Ok(())
+    }
+
+    fn compact_into(&self, dir: &Path, keep: &RoaringBitmap) -> Result<(Box<dyn DenseIndex>, u64)> {
+        // Writers wait (every staged batch is linked); searches go on beside the copy.
+        let _writer = self.writer.lock();
+        let (index, report) = self.index.read().compact_into(dir, &|c| keep.contains(c))?;
+        Ok((Adapter::boxed(index), report.dropped as u64))
+    }
+}
+
+impl Adapter {
+    fn boxed(index: VectorIndex) -> Box<dyn DenseIndex> {
+        Box::new(Self {
+            index: RwLock::new(index),
+            writer: Mutex::new(()),
+        })
     }
 }
 

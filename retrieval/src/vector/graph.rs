@@ -55,6 +55,20 @@ impl Graph {
         (found, evals, complete)
     }
 
+    /// A copy without the slots `keep` refuses, renumbered in slot order, every list repaired
+    /// ([`FlatGraph::compacted`]); `rows` are the current slots' int8 rows.
+    pub fn compacted(&self, rows: &[i8], keep: &[bool]) -> Self {
+        Self {
+            flat: self.flat.compacted(rows, keep),
+        }
+    }
+
+    /// Whether dumps store the levels (format 2, which binaries from before compaction cannot
+    /// read).
+    pub fn stores_levels(&self) -> bool {
+        self.flat.stores_levels()
+    }
+
     /// The dump file of `basename`.
     pub fn dump_file(dir: &Path, basename: &str) -> PathBuf {
         dir.join(format!("{basename}.flat"))

@@ -175,14 +175,29 @@ struct Meta {
     /// Always `None` now: a binary from before the flat graph that opens this index (a
     /// rollback) finds no graph dump it can read and rebuilds its graph from the rows.
     graph: Option<GraphMeta>,
+    /// A format-1 flat dump (levels drawn from the slots), readable by every flat-graph binary.
     #[serde(default)]
     flat_graph: Option<FlatMeta>,
+    /// A format-2 flat dump (levels stored: a compacted graph). Named apart so that a binary from
+    /// before compaction, which cannot read format 2, finds no `flat_graph` and rebuilds its
+    /// graph from the rows instead of refusing the index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    flat_graph_levels: Option<FlatMeta>,
 }
 
 /// A flush's graph dump written by [`VectorIndex::prepare_flush`], not yet committed.
 #[derive(Debug)]
 pub struct PreparedFlush {
     graph: Option<FlatMeta>,
+}
+
+/// What [`VectorIndex::compact_into`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CompactReport {
+    /// Rows (and graph points) carried over.
+    pub kept: usize,
+    /// Rows left behind.
+    pub dropped: usize,
 }
 
 /// Counts of one [`VectorIndex::insert`] call.
@@ -347,7 +362,11 @@ impl VectorIndex {
             }
             chunk_slot[c as usize] = slot as u32;
         }
-        let mut graph = match &meta.flat_graph {
+        let dump = match (&meta.flat_graph, &meta.flat_graph_levels) {
+            (Some(_), Some(_)) => return Err(corrupt("two graph dumps named".into())),
+            (a, b) => a.as_ref().or(b.as_ref()),
+        };
+        let mut graph = match dump {
             Some(g) => {
                 let p = Graph::dump_file(dir, &g.basename);
                 if sha256_file(&p)? != g.sha256 {
@@ -396,7 +415,7 @@ impl VectorIndex {
             i8_file,
             id_file,
             graph,
-            graph_meta: meta.flat_graph.clone(),
+            graph_meta: dump.cloned(),
             legacy_graph: meta.graph.clone(),
             generation: meta.generation,
         };
@@ -626,7 +645,14 @@ impl VectorIndex {
             } else {
                 self.legacy_graph.clone()
             },
-            flat_graph: self.graph_meta.clone(),
+            flat_graph: self
+                .graph_meta
+                .clone()
+                .filter(|_| !self.graph.stores_levels()),
+            flat_graph_levels: self
+                .graph_meta
+                .clone()
+                .filter(|_| self.graph.stores_levels()),
         };
         let body =
             serde_json::to_vec_pretty(&meta).map_err(|e| VectorError::Params(e.to_string()))?;
@@ -649,6 +675,82 @@ impl VectorIndex {
             .map_err(io_err(&tmp, "write meta"))?;
         fs::rename(&tmp, &path).map_err(io_err(&path, "commit meta"))?;
         fsync_path(&self.dir)
+    }
+
+    /// Writes a new index into `dir` (created; must not hold an index) holding only the chunks
+    /// `keep` accepts, without rebuilding the graph: the kept rows are copied in slot order
+    /// (same parameters, same quantization scale, so the int8 rows are identical) and the graph
+    /// is compacted ([`flat::FlatGraph::compacted`]: dropped points leave, the lists that named
+    /// them are repaired from their neighbours' lists). The new index is checkpointed (durable,
+    /// graph dumped) before it is returned; this one is not changed. Every staged row must be
+    /// linked. Costs a copy of the rows plus the repaired lists' distance evaluations: at 1%
+    /// dropped, a small fraction of a rebuild (docs/benchmarks/vector.md).
+    pub fn compact_into(
+        &self,
+        dir: &Path,
+        keep: &dyn Fn(u32) -> bool,
+    ) -> Result<(Self, CompactReport), VectorError> {
+        if self.graph.len() != self.slot_chunk.len() {
+            return Err(VectorError::Params(format!(
+                "{} of {} rows linked: link every staged batch before compacting",
+                self.graph.len(),
+                self.slot_chunk.len()
+            )));
+        }
+        let mut out = Self::create(dir, self.dim, self.params)?;
+        out.quant = self.quant;
+        let flags: Vec<bool> = self.slot_chunk.iter().map(|&c| keep(c)).collect();
+        let kept = flags.iter().filter(|k| **k).count();
+        out.i8_data.reserve_exact(kept * self.dim);
+        out.slot_chunk.reserve_exact(kept);
+        let rb = 4 * self.dim;
+        let mut f32_bytes = Vec::new();
+        let mut ids = Vec::new();
+        let mut i8_start = 0;
+        let mut append = |out: &mut Self, f32_bytes: &mut Vec<u8>, ids: &mut Vec<u8>| {
+            let i8_bytes: Vec<u8> = out.i8_data[i8_start..].iter().map(|&b| b as u8).collect();
+            i8_start = out.i8_data.len();
+            out.f32_file.append(f32_bytes)?;
+            out.i8_file.append(&i8_bytes)?;
+            out.id_file.append(ids)?;
+            f32_bytes.clear();
+            ids.clear();
+            Ok::<(), VectorError>(())
+        };
+        for (slot, &chunk) in self.slot_chunk.iter().enumerate() {
+            if !flags[slot] {
+                continue;
+            }
+            let map = self.f32_map.as_ref().ok_or_else(|| VectorError::Corrupt {
+                path: self.dir.join(F32_FILE),
+                detail: "rows without a mapping".into(),
+            })?;
+            let start = rows::HEADER_LEN as usize + slot * rb;
+            f32_bytes.extend_from_slice(&map[start..start + rb]);
+            out.i8_data.extend_from_slice(self.i8_row(slot));
+            ids.extend(chunk.to_le_bytes());
+            let new_slot = out.slot_chunk.len() as u32;
+            out.slot_chunk.push(chunk);
+            if out.chunk_slot.len() <= chunk as usize {
+                out.chunk_slot.resize(chunk as usize + 1, NO_SLOT);
+            }
+            out.chunk_slot[chunk as usize] = new_slot;
+            if f32_bytes.len() >= 8 << 20 {
+                append(&mut out, &mut f32_bytes, &mut ids)?;
+            }
+        }
+        append(&mut out, &mut f32_bytes, &mut ids)?;
+        out.f32_map = mmap::map_read_only(out.f32_file.file())
+            .map_err(io_err(&out.dir.join(F32_FILE), "mmap"))?;
+        out.graph = self.graph.compacted(&self.i8_data, &flags);
+        out.checkpoint()?;
+        Ok((
+            out,
+            CompactReport {
+                kept,
+                dropped: self.slot_chunk.len() - kept,
+            },
+        ))
     }
 
     /// Exact f32 dot products of `query` with the stored vectors of `chunks`, in order; `None` for

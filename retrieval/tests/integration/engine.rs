@@ -430,6 +430,101 @@ fn hybrid_vector_rescore_and_rerank_report_stage_scores_and_timings() {
 }
 
 #[test]
+fn reindex_compacts_the_vector_index_at_low_churn_and_rebuilds_at_high() {
+    use airlock_retrieval::VectorPath;
+    use airlock_retrieval::vector::VectorIndex;
+    let env = Env::new();
+    let eng = env.open(test_config());
+    let topics = [
+        "mortgage rates",
+        "branch opening hours",
+        "card fraud",
+        "wire limits",
+    ];
+    let docs: Vec<DocumentInput> = (0..200)
+        .map(|i| {
+            DocumentInput::new(
+                format!("d{i}"),
+                "",
+                format!("{} note {i} for staff", topics[i % 4]),
+            )
+        })
+        .collect();
+    eng.upsert(docs, &mut |_| {}).unwrap();
+    let everyone = allow_all();
+    let vector = |q: &'static str| SearchRequest {
+        query: q,
+        k: 20,
+        mode: SearchMode::Vector,
+        rescore: true,
+        rerank: false,
+    };
+    let chunk_of = |e: &Retrieval, doc: &str| {
+        let r = e
+            .search(&bm25(&format!("note {}", &doc[1..]), 200), &everyone)
+            .unwrap();
+        r.results.iter().find(|x| x.doc_id == doc).unwrap().chunk_id
+    };
+    // 1% churn: one document replaced, one deleted.
+    let replaced = chunk_of(&eng, "d3");
+    let deleted = chunk_of(&eng, "d4");
+    eng.upsert_one(DocumentInput::new("d3", "", "wire limits note 3 revised"))
+        .unwrap();
+    eng.delete("d4").unwrap();
+    let queries = ["card fraud note", "mortgage rates", "wire limits revised"];
+    let before: Vec<_> = queries
+        .iter()
+        .map(|q| eng.search(&vector(q), &everyone).unwrap().results)
+        .collect();
+    let rep = eng.reindex().unwrap();
+    assert_eq!(rep.vector_path, VectorPath::Compacted);
+    assert_eq!((rep.generation, rep.chunks, rep.dropped), (1, 199, 2));
+    // The same hits, order and scores (same rows, same quantization scale).
+    for (q, b) in queries.iter().zip(&before) {
+        let a = eng.search(&vector(q), &everyone).unwrap().results;
+        let key = |r: &[airlock_retrieval::SearchResult]| -> Vec<_> {
+            r.iter()
+                .map(|x| {
+                    (
+                        x.chunk_id,
+                        x.score.to_bits(),
+                        x.stage_scores.vector.map(f32::to_bits),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(key(&a), key(b), "{q}");
+    }
+    // Writes continue on the compacted index; a reopen repairs nothing.
+    eng.upsert_one(DocumentInput::new("late", "", "card fraud note late"))
+        .unwrap();
+    drop(eng);
+    let eng = env.open(test_config());
+    assert_eq!(eng.last_repair(), &Default::default());
+    let late = eng
+        .search(&vector("card fraud note late"), &everyone)
+        .unwrap();
+    assert!(late.results.iter().any(|x| x.doc_id == "late"));
+    drop(eng);
+    {
+        let v = VectorIndex::open(&env.index().join("1/vector")).unwrap();
+        assert_eq!(v.len(), 200);
+        assert!(!v.contains(replaced) && !v.contains(deleted));
+    }
+    // 30% churn: rebuilt from the store instead.
+    let eng = env.open(test_config());
+    for i in 100..160 {
+        eng.delete(&format!("d{i}")).unwrap();
+    }
+    let rep = eng.reindex().unwrap();
+    assert_eq!(rep.vector_path, VectorPath::Rebuilt);
+    assert_eq!(rep.chunks, 140);
+    drop(eng);
+    let v = VectorIndex::open(&env.index().join("2/vector")).unwrap();
+    assert_eq!(v.len(), 140);
+}
+
+#[test]
 fn every_write_waits_for_the_index_write_lock() {
     // `airlock backup` holds `index/write.lock` while it copies the store and the indexes: an
     // upsert, delete or reindex must neither commit nor touch an index file meanwhile.
