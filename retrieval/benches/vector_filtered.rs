@@ -6,7 +6,9 @@
 //! `cargo bench -p airlock-retrieval --bench vector_filtered`
 //! Reuses the index checkpointed by `vector_build` (opened, not rebuilt), or builds it.
 //! Env: `AIRLOCK_BENCH_N` (default 200000), `AIRLOCK_BENCH_NQ` (queries per selectivity, 200),
-//! `AIRLOCK_BENCH_PATHS=auto` (only the planner's rows: the forced strategies are slow at 1M+).
+//! `AIRLOCK_BENCH_PATHS=auto` (only the planner's rows: the forced strategies are slow at 1M+),
+//! `AIRLOCK_BENCH_LATENCY_ONLY=1` (only the everyone-visible latency with and without rescoring,
+//! on the saved index, without loading the vectors: see `latency_only`).
 
 mod vector_support;
 
@@ -37,6 +39,11 @@ fn main() {
     let opened = VectorIndex::open(&idx_dir).ok().filter(|i| i.len() == n);
     let reopen_s = t0.elapsed().as_secs_f64();
     let (anon1, file1) = rss_kib();
+    if env_usize("AIRLOCK_BENCH_LATENCY_ONLY", 0) != 0 {
+        let index = opened.expect("AIRLOCK_BENCH_LATENCY_ONLY needs vector_build's saved index");
+        latency_only(&index, &tag, nq);
+        return;
+    }
     let data = noisy(n);
     let index = match opened {
         Some(i) => {
@@ -214,6 +221,74 @@ fn main() {
     drop(index);
     search_during_ingest(&idx_dir, &data, &map, n_docs);
     println!("\nload at end: {}", load_avg());
+}
+
+/// Latency of the `auto` search per visible fraction (random ACLs; 100% also without f32
+/// rescoring), cold then warm, with nothing but the index in the process (no in-heap copy of the
+/// vectors, no data file in the page cache, as in the daemon): tells whether a p99 of the full
+/// run is the rescoring's page faults under the bench's own memory pressure. No recall (no
+/// ground truth is loaded); the full run measures it.
+fn latency_only(index: &VectorIndex, tag: &str, nq: usize) {
+    let queries = read_f32(&work_dir().join(format!("queries-{tag}.f32")), DIM)
+        .expect("queries file (run vector_build first)");
+    let queries = &queries[..nq.min(queries.len())];
+    let n = index.len() as u32;
+    let mut map = ChunkMap::new();
+    for c in 0..n {
+        map.insert(c, c / CHUNKS_PER_DOC);
+    }
+    let n_docs = n.div_ceil(CHUNKS_PER_DOC);
+    let dead = RoaringBitmap::new();
+    println!(
+        "# vector_filtered, latency only: {n} × {DIM}, {} queries per row, random ACLs, auto, load {}",
+        queries.len(),
+        load_avg()
+    );
+    println!("# cpu: {}", cpu_desc());
+    println!("\n| allowed | rescore | pass | p50 ms | p99 ms | max ms | mean ms | paths | load |");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let rows = [
+        (100.0, true),
+        (100.0, false),
+        (50.0, true),
+        (25.0, true),
+        (10.0, true),
+        (1.0, true),
+    ];
+    for (i, (pct, rescore)) in rows.into_iter().enumerate() {
+        let want = ((f64::from(n_docs) * pct / 100.0).round() as u64).max(1);
+        let allow = AllowSet::from_bitmap_for_tests(random_docs(n_docs, want, 11 + i as u64));
+        let vis = Visibility::new(&allow, &map, &dead);
+        for pass in ["first", "second"] {
+            let opts = SearchOptions {
+                rescore,
+                ..SearchOptions::default()
+            };
+            let mut paths = std::collections::BTreeMap::<&str, usize>::new();
+            let mut lat: Vec<f64> = queries
+                .iter()
+                .map(|q| {
+                    let t = Instant::now();
+                    let out = index.search(q, K, &vis, &opts).expect("search");
+                    let ms = t.elapsed().as_secs_f64() * 1e3;
+                    assert_eq!(out.hits.len(), K);
+                    *paths.entry(out.path.name()).or_default() += 1;
+                    ms
+                })
+                .collect();
+            let mean = lat.iter().sum::<f64>() / lat.len() as f64;
+            lat.sort_by(f64::total_cmp);
+            let paths: Vec<String> = paths.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            println!(
+                "| {pct}% | {rescore} | {pass} | {:.2} | {:.2} | {:.2} | {mean:.2} | {} | {} |",
+                percentile(&lat, 50.0),
+                percentile(&lat, 99.0),
+                lat.last().copied().unwrap_or_default(),
+                paths.join(", "),
+                load_avg()
+            );
+        }
+    }
 }
 
 /// Search latency (everything visible, default options) alone and while another thread ingests

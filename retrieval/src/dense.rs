@@ -21,6 +21,8 @@ pub(crate) trait DenseIndex: Send + Sync {
     fn rescore(&self, query: &[f32], ids: &[u32]) -> Result<Vec<(u32, f32)>>;
     /// Makes everything inserted so far durable.
     fn flush(&self) -> Result<()>;
+    /// Entries dropped by compactions since the index was last built from scratch.
+    fn dropped_since_build(&self) -> u64;
     /// A new, durable index in `dir` holding only the ids in `keep`, made without a rebuild
     /// (the rows copied, the graph compacted), and the number of entries left behind.
     fn compact_into(&self, dir: &Path, keep: &RoaringBitmap) -> Result<(Box<dyn DenseIndex>, u64)>;

@@ -91,6 +91,10 @@ impl DenseIndex for Adapter {
         Ok(())
     }
 
+    fn dropped_since_build(&self) -> u64 {
+        self.index.read().dropped_since_build()
+    }
+
     fn compact_into(&self, dir: &Path, keep: &RoaringBitmap) -> Result<(Box<dyn DenseIndex>, u64)> {
         // Writers wait (every staged batch is linked); searches go on beside the copy.
         let _writer = self.writer.lock();

@@ -272,11 +272,11 @@ pub fn reconcile(args: ReconcileArgs) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-/// Rebuilds every index from SQLite.
+/// Remakes every index without dead chunks (see `Retrieval::reindex`).
 pub fn reindex(args: ReindexArgs) -> anyhow::Result<bool> {
     let retrieval = args.store.retrieval()?;
     let spinner = ProgressBar::new_spinner();
-    spinner.set_message("rebuilding indexes");
+    spinner.set_message("reindexing");
     spinner.enable_steady_tick(std::time::Duration::from_millis(200));
     let report = retrieval.reindex()?;
     spinner.finish_and_clear();

@@ -64,7 +64,8 @@ pub enum Command {
     Delete(ingest::DeleteArgs),
     /// Tombstone documents the source no longer has (offline).
     Reconcile(ingest::ReconcileArgs),
-    /// Rebuild the indexes from the document store (offline).
+    /// Remake the indexes without dead chunks: BM25 rebuilt from the document store, the vector
+    /// index compacted (rebuilt when more than 20% of it is dead) (offline).
     Reindex(ingest::ReindexArgs),
     /// Remove tombstoned documents for good: rows, chunks, vectors, index entries (offline).
     Purge(ingest::PurgeArgs),

@@ -25,10 +25,14 @@
 //!   graph (an hnsw_rs dump `graph-<n>.hnsw.{graph,data}` in its meta) is migrated on open: the
 //!   graph is rebuilt from the int8 rows once and the next flush replaces the old dump; the meta
 //!   then names no hnsw_rs graph, so a rolled-back binary rebuilds its own graph from the rows.
-//! * **Ids**: chunk ids (`u32`). Inserting an id the index holds is a no-op; the index does not
-//!   delete yet, so dead chunks stay in it and are filtered by [`Visibility`] (`airlock reindex`
-//!   builds a fresh index without them). The graph can already drop points without a rebuild
-//!   ([`flat::FlatGraph::compacted`]); the index and `reindex` do not use it yet.
+//! * **Ids**: chunk ids (`u32`). Inserting an id the index holds is a no-op. The index never
+//!   deletes in place: dead chunks stay in it, filtered by [`Visibility`], until
+//!   [`VectorIndex::compact_into`] writes a new index without them (rows copied, graph compacted
+//!   by [`flat::FlatGraph::compacted`], no rebuild), which `airlock reindex` does while at most a
+//!   fifth of the entries the graph was built with have been dropped
+//!   ([`VectorIndex::dropped_since_build`]). A compacted graph's dump stores its levels (format 2) and is
+//!   named in the meta's `flat_graph_levels`, so a binary from before compaction, which reads
+//!   only `flat_graph`, rebuilds its graph from the rows instead of refusing the index.
 //!
 //! Writers: [`VectorIndex::stage`] and [`VectorIndex::commit_flush`] take `&mut self` briefly;
 //! [`VectorIndex::link`] and [`VectorIndex::prepare_flush`], the long halves, take `&self` and run
@@ -183,6 +187,9 @@ struct Meta {
     /// graph from the rows instead of refusing the index.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     flat_graph_levels: Option<FlatMeta>,
+    /// Rows dropped by compactions since the graph was last built from scratch.
+    #[serde(default)]
+    dropped_since_build: u64,
 }
 
 /// A flush's graph dump written by [`VectorIndex::prepare_flush`], not yet committed.
@@ -231,6 +238,8 @@ pub struct VectorIndex {
     /// flush that writes a flat dump.
     legacy_graph: Option<GraphMeta>,
     generation: u64,
+    /// Rows dropped by compactions since the graph was last built from scratch (persisted).
+    dropped_since_build: u64,
 }
 
 fn io_err(path: &Path, what: &str) -> impl FnOnce(std::io::Error) -> VectorError {
@@ -297,6 +306,7 @@ impl VectorIndex {
             graph_meta: None,
             legacy_graph: None,
             generation: 0,
+            dropped_since_build: 0,
         };
         index.write_meta()?;
         Ok(index)
@@ -418,6 +428,7 @@ impl VectorIndex {
             graph_meta: dump.cloned(),
             legacy_graph: meta.graph.clone(),
             generation: meta.generation,
+            dropped_since_build: meta.dropped_since_build,
         };
         let in_graph = index.graph.len();
         if in_graph < index.slot_chunk.len() {
@@ -653,6 +664,7 @@ impl VectorIndex {
                 .graph_meta
                 .clone()
                 .filter(|_| self.graph.stores_levels()),
+            dropped_since_build: self.dropped_since_build,
         };
         let body =
             serde_json::to_vec_pretty(&meta).map_err(|e| VectorError::Params(e.to_string()))?;
@@ -701,6 +713,7 @@ impl VectorIndex {
         out.quant = self.quant;
         let flags: Vec<bool> = self.slot_chunk.iter().map(|&c| keep(c)).collect();
         let kept = flags.iter().filter(|k| **k).count();
+        out.dropped_since_build = self.dropped_since_build + (self.slot_chunk.len() - kept) as u64;
         out.i8_data.reserve_exact(kept * self.dim);
         out.slot_chunk.reserve_exact(kept);
         let rb = 4 * self.dim;
@@ -829,6 +842,13 @@ impl VectorIndex {
             4 * (self.slot_chunk.capacity() + self.chunk_slot.capacity()),
             self.graph.memory_bytes(),
         )
+    }
+
+    /// Rows dropped by [`compact_into`](Self::compact_into) (this index's and its sources')
+    /// since its graph was last built from scratch: repairs accumulate, so callers rebuild once
+    /// this grows past a fraction of the index (`reindex`: 20%).
+    pub fn dropped_since_build(&self) -> u64 {
+        self.dropped_since_build
     }
 
     /// Number of indexed vectors.

@@ -506,22 +506,35 @@ fn reindex_compacts_the_vector_index_at_low_churn_and_rebuilds_at_high() {
         .unwrap();
     assert!(late.results.iter().any(|x| x.doc_id == "late"));
     drop(eng);
+    let open_vec = |g: u64| VectorIndex::open(&env.index().join(format!("{g}/vector"))).unwrap();
     {
-        let v = VectorIndex::open(&env.index().join("1/vector")).unwrap();
-        assert_eq!(v.len(), 200);
+        let v = open_vec(1);
+        assert_eq!((v.len(), v.dropped_since_build()), (200, 2));
         assert!(!v.contains(replaced) && !v.contains(deleted));
     }
-    // 30% churn: rebuilt from the store instead.
+    // 15% dead (32 of 202 since the build, with the first round's): compacted again.
     let eng = env.open(test_config());
-    for i in 100..160 {
+    for i in 100..130 {
+        eng.delete(&format!("d{i}")).unwrap();
+    }
+    let rep = eng.reindex().unwrap();
+    assert_eq!(rep.vector_path, VectorPath::Compacted);
+    assert_eq!((rep.chunks, rep.dropped), (170, 30));
+    drop(eng);
+    assert_eq!(open_vec(2).dropped_since_build(), 32);
+    // 12% dead now, but 26% (52 of 202) since the graph was built: rebuilt from the store.
+    let eng = env.open(test_config());
+    for i in 130..150 {
         eng.delete(&format!("d{i}")).unwrap();
     }
     let rep = eng.reindex().unwrap();
     assert_eq!(rep.vector_path, VectorPath::Rebuilt);
-    assert_eq!(rep.chunks, 140);
+    assert_eq!(rep.chunks, 150);
+    let after = eng.search(&vector("card fraud note"), &everyone).unwrap();
+    assert_eq!(after.results.len(), 20);
     drop(eng);
-    let v = VectorIndex::open(&env.index().join("2/vector")).unwrap();
-    assert_eq!(v.len(), 140);
+    let v = open_vec(3);
+    assert_eq!((v.len(), v.dropped_since_build()), (150, 0));
 }
 
 #[test]

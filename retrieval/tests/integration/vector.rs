@@ -636,6 +636,10 @@ fn compaction_drops_dead_rows_without_a_rebuild_and_reopens() {
         .compact_into(&dir, &|id| !dead.contains(id))
         .unwrap();
     assert_eq!((rep.kept, rep.dropped), (3800, 200));
+    assert_eq!(
+        (f.index.dropped_since_build(), c.dropped_since_build()),
+        (0, 200)
+    );
     assert_eq!(c.len(), 3800);
     assert_eq!(c.params(), f.index.params());
     assert_eq!(
@@ -694,6 +698,15 @@ fn compaction_drops_dead_rows_without_a_rebuild_and_reopens() {
     drop(c);
     let c = VectorIndex::open(&dir).unwrap();
     assert_eq!(c.len(), 3801);
+    assert_eq!(c.dropped_since_build(), 200, "persisted");
+    let again = out.path().join("again");
+    let (c2, _) = c.compact_into(&again, &|id| id % 2 == 0).unwrap();
+    assert_eq!(
+        c2.dropped_since_build(),
+        200 + (3801 - c2.len()) as u64,
+        "accumulates"
+    );
+    drop(c2);
     assert!(c.contains(7));
     let hit = ids_of(&c, &f.vectors[7], &new_vis, PathChoice::Graph);
     assert_eq!(
