@@ -12,10 +12,10 @@
 //! them; the tiles' outputs are assembled into row-major order in parallel.
 //!
 //! The AVX2 tier's prefill kernels are register tiles whose float steps stay per output:
-//! Q5_0/Q8_0 run four activation rows × two weight rows ([`lanes_micro_avx2`]: eight lane
+//! Q5_0/Q8_0 run four activation rows × two weight rows ([`lanes_micro`]: eight lane
 //! accumulators, the `d_w·d_a` products computed eight blocks per multiply before the loop, so
 //! the loop is `vpsignb` + `vpmaddubsw` + `vpmaddwd` + convert + FMA per block and pair);
-//! Q4_1 runs eight activation rows per register ([`block_micro_avx2`]: its per-block order is
+//! Q4_1 runs eight activation rows per register ([`block_micro`]: its per-block order is
 //! one scalar chain per output, so eight outputs share each vector step). On the AVX2-only AMD
 //! EPYC (2 vCPUs) they took Qwen2.5-0.5B's prefill of 450 tokens from ~3.9 to ~3.4 CPU-seconds
 //! (Q5_0 is 70% of its multiply-adds) and SmolLM2's (all Q4_1) from ~2.3 to ~1.25 (see
@@ -62,7 +62,9 @@
 //! `vpdpbusd` on 64 bytes (two blocks or chunks per instruction; unsigned × signed bytes, so
 //! signed weights meet activations biased by +128 and an accumulator that starts at −128 × the
 //! weights' four-value sums) and applies the K-quant sub-block scales with `vpdpwssd`; its
-//! float steps are the AVX2 tier's, in the same order. `AIRLOCK_KERNEL_TIER=portable|avx2|avx512`
+//! float steps are the AVX2 tier's, in the same order. Its prefill-sized Q4_1/Q5_0/Q8_0 calls run
+//! the AVX2 tier's register tiles with `vpdpbusd` (on 32 bytes) for the integer lanes (the
+//! tiles are generic over the tier's [`BlockInts`]). `AIRLOCK_KERNEL_TIER=portable|avx2|avx512`
 //! forces a tier ([`KERNEL_TIER_ENV`]); a tier the CPU lacks is refused at model load.
 //!
 //! The portable tier does the same operations lane by lane (`f32::mul_add` is a correctly
@@ -854,15 +856,21 @@ impl OwnWeight {
         buf
     }
 
-    /// Q5_0 / Q8_0 (lanes order) with AVX2 in register tiles of [`LANES_R`] activation rows ×
-    /// [`LANES_C`] weight rows ([`lanes_micro_avx2`]): each weight block load feeds four rows,
-    /// each activation block load two weight rows. The tile's weight rows are unpacked once;
-    /// the activation rows of a tile stay in L1 while it passes over the tile's weight rows.
+    /// Q5_0 / Q8_0 (lanes order) in register tiles of [`LANES_R`] activation rows ×
+    /// [`LANES_C`] weight rows ([`lanes_micro`]): each weight block load feeds four rows, each
+    /// activation block load two weight rows. The tile's weight rows are unpacked once; the
+    /// activation rows of a tile stay in L1 while it passes over the tile's weight rows. `aq`:
+    /// the activation bytes the tier `I` reads (the signed values, or biased for VNNI).
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and whatever `I`'s operations enable (the caller's tier).
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    fn lanes_tile_avx2(
+    #[inline(always)]
+    #[allow(unsafe_code, clippy::too_many_arguments)]
+    unsafe fn lanes_tile_with<I: BlockInts>(
         &self,
         first_col: usize,
+        aq_all: &[I::Act],
         a: &Q8Rows,
         first: usize,
         rows: usize,
@@ -871,21 +879,26 @@ impl OwnWeight {
         let (k, kb) = (self.k, self.k / QK);
         let cols = out.len() / rows;
         let mut buf = Vec::new();
-        let w = self.tile_rows_avx2(first_col, cols, &mut buf);
+        // SAFETY: the caller's CPU has AVX2 and FMA (this function's contract).
+        let w = unsafe { self.tile_rows_avx2(first_col, cols, &mut buf) };
         let dw = &self.block_scales()[first_col * kb..(first_col + cols) * kb];
         let mut dp = Vec::new();
         let mut r = 0;
         while r < rows {
             let nr = LANES_R.min(rows - r);
             let ar = first + r;
-            let (aq, ad) = (&a.q[ar * k..(ar + nr) * k], &a.d[ar * kb..(ar + nr) * kb]);
+            let (aq, ad) = (
+                &aq_all[ar * k..(ar + nr) * k],
+                &a.d[ar * kb..(ar + nr) * kb],
+            );
             let mut c = 0;
             while c < cols {
                 let nc = LANES_C.min(cols - c);
                 let (wc, dc) = (&w[c * k..(c + nc) * k], &dw[c * kb..(c + nc) * kb]);
                 macro_rules! run {
                     ($r:literal, $c:literal) => {{
-                        let v = lanes_micro_avx2::<$r, $c>(wc, dc, aq, ad, kb, &mut dp);
+                        // SAFETY: as above (this function's contract).
+                        let v = unsafe { lanes_micro::<I, $r, $c>(wc, dc, aq, ad, kb, &mut dp) };
                         for (ci, col) in v.iter().enumerate() {
                             for (ri, &x) in col.iter().enumerate() {
                                 out[(r + ri) * cols + c + ci] = x;
@@ -909,13 +922,50 @@ impl OwnWeight {
         }
     }
 
-    /// Q4_1 (per-block order) with AVX2: groups of [`BLOCK_T`] activation rows against one
-    /// weight row at a time ([`block_micro_avx2`], one row per lane, so each per-block float
-    /// step is one vector operation for eight rows and eight independent chains); leftover rows
-    /// one at a time ([`block_order_row_avx2`]). The tile's weight rows are unpacked once.
+    /// [`Self::lanes_tile_with`] on AVX2 (`vpmaddubsw` + `vpmaddwd`).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    fn block_tile_avx2(
+    #[allow(unsafe_code)]
+    fn lanes_tile_avx2(
+        &self,
+        first_col: usize,
+        a: &Q8Rows,
+        first: usize,
+        rows: usize,
+        out: &mut [f32],
+    ) {
+        // SAFETY: this function is compiled for (and only called on) AVX2 + FMA.
+        unsafe { self.lanes_tile_with::<Avx2Ints>(first_col, &a.q, a, first, rows, out) }
+    }
+
+    /// [`Self::lanes_tile_with`] on AVX-512 VNNI (`vpdpbusd` on the biased activations).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    #[allow(unsafe_code, clippy::too_many_arguments)]
+    fn lanes_tile_vnni(
+        &self,
+        first_col: usize,
+        a: &Q8Rows,
+        biased: &[u8],
+        first: usize,
+        rows: usize,
+        out: &mut [f32],
+    ) {
+        // SAFETY: this function is compiled for (and only called on) the VNNI tier's features.
+        unsafe { self.lanes_tile_with::<VnniInts>(first_col, biased, a, first, rows, out) }
+    }
+
+    /// Q4_1 (per-block order): groups of [`BLOCK_T`] activation rows against one weight row at
+    /// a time ([`block_micro`], one row per lane, so each per-block float step is one vector
+    /// operation for eight rows and eight independent chains); leftover rows one at a time
+    /// ([`BlockInts::block_row`]). The tile's weight rows are unpacked once.
+    ///
+    /// # Safety
+    /// The CPU has AVX2, FMA and whatever `I`'s operations enable (the caller's tier).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    #[allow(unsafe_code)]
+    unsafe fn block_tile_with<I: BlockInts>(
         &self,
         first_col: usize,
         a: &Q8Rows,
@@ -929,7 +979,8 @@ impl OwnWeight {
         let (k, kb) = (self.k, self.k / QK);
         let cols = out.len() / rows;
         let mut buf = Vec::new();
-        let w = self.tile_rows_avx2(first_col, cols, &mut buf);
+        // SAFETY: the caller's CPU has AVX2 and FMA (this function's contract).
+        let w = unsafe { self.tile_rows_avx2(first_col, cols, &mut buf) };
         let grouped = if a.dt.is_empty() {
             0
         } else {
@@ -946,15 +997,18 @@ impl OwnWeight {
             let aq = &a.q[ar * k..(ar + BLOCK_T) * k];
             for c in 0..cols {
                 let col = first_col + c;
-                let v = block_micro_avx2(
-                    &w[c * k..(c + 1) * k],
-                    &d[col * kb..(col + 1) * kb],
-                    &m[col * kb..(col + 1) * kb],
-                    aq,
-                    dt,
-                    st,
-                    kb,
-                );
+                // SAFETY: as above (this function's contract).
+                let v = unsafe {
+                    block_micro::<I>(
+                        &w[c * k..(c + 1) * k],
+                        &d[col * kb..(col + 1) * kb],
+                        &m[col * kb..(col + 1) * kb],
+                        aq,
+                        dt,
+                        st,
+                        kb,
+                    )
+                };
                 for (t, &x) in v.iter().enumerate() {
                     out[(g + t) * cols + c] = x;
                 }
@@ -969,12 +1023,10 @@ impl OwnWeight {
                 for (i, v) in vals.iter_mut().enumerate() {
                     let ar = first + grouped + i;
                     let aq = &a.q[ar * k..(ar + 1) * k];
-                    *v = block_order_row_avx2(
-                        &w[c * k..(c + 1) * k],
-                        dw,
-                        aq,
-                        &a.d[ar * kb..(ar + 1) * kb],
-                    );
+                    // SAFETY: as above (this function's contract).
+                    *v = unsafe {
+                        I::block_row(&w[c * k..(c + 1) * k], dw, aq, &a.d[ar * kb..(ar + 1) * kb])
+                    };
                 }
                 self.add_min_terms(col, a, first + grouped, &mut vals);
                 for (i, &v) in vals.iter().enumerate() {
@@ -982,6 +1034,38 @@ impl OwnWeight {
                 }
             }
         }
+    }
+
+    /// [`Self::block_tile_with`] on AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(unsafe_code)]
+    fn block_tile_avx2(
+        &self,
+        first_col: usize,
+        a: &Q8Rows,
+        first: usize,
+        rows: usize,
+        out: &mut [f32],
+    ) {
+        // SAFETY: this function is compiled for (and only called on) AVX2 + FMA.
+        unsafe { self.block_tile_with::<Avx2Ints>(first_col, a, first, rows, out) }
+    }
+
+    /// [`Self::block_tile_with`] on AVX-512 VNNI.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    #[allow(unsafe_code)]
+    fn block_tile_vnni(
+        &self,
+        first_col: usize,
+        a: &Q8Rows,
+        first: usize,
+        rows: usize,
+        out: &mut [f32],
+    ) {
+        // SAFETY: this function is compiled for (and only called on) the VNNI tier's features.
+        unsafe { self.block_tile_with::<VnniInts>(first_col, a, first, rows, out) }
     }
 
     /// The tile with AVX-512 VNNI kernels: the same exact integer sums as the AVX2 tier, each
@@ -1011,6 +1095,13 @@ impl OwnWeight {
             }
         };
         match (&self.kind, a) {
+            // Prefill-sized calls: the AVX2 tier's register tiles with `vpdpbusd` lanes.
+            (Kind::Q4_1 { .. }, Acts::Q8(a)) if rows >= BLOCK_T => {
+                self.block_tile_vnni(first_col, a, first, rows, out)
+            }
+            (Kind::Q5_0 { .. } | Kind::Q8_0 { .. }, Acts::Q8(a)) if rows >= LANES_R => {
+                self.lanes_tile_vnni(first_col, a, biased, first, rows, out)
+            }
             (Kind::Q4K { blocks } | Kind::Q6K { blocks }, Acts::Q8K(a)) => {
                 let q4k = matches!(self.kind, Kind::Q4K { .. });
                 let row_bytes = blocks.len() / self.n;
@@ -1185,7 +1276,8 @@ impl OwnWeight {
         let n = self.n;
         let mut a = self.quantize(tier, x, rows);
         #[cfg(target_arch = "x86_64")]
-        if let (Tier::Avx2, Kind::Q4_1 { .. }, Acts::Q8(q)) = (tier, &self.kind, &mut a)
+        if let (Tier::Avx2 | Tier::Avx512, Kind::Q4_1 { .. }, Acts::Q8(q)) =
+            (tier, &self.kind, &mut a)
             && rows >= BLOCK_T
         {
             q.transpose_scales(rows, self.k / QK);
@@ -1382,30 +1474,33 @@ fn block_order_row_avx2(w: &[i8], dw: &[f32], a: &[i8], da: &[f32]) -> f32 {
 
 /// [`LANES_R`]-style register tile for the lanes order (Q5_0, Q8_0): `R` activation rows
 /// (`a`, `R` rows of `kb` blocks, scales `da`) against `C` unpacked weight rows (`w`, scales
-/// `dw`), one eight-lane accumulator per (weight row, activation row). Per block and pair:
-/// `vpsignb` + `vpmaddubsw` + `vpmaddwd` give the eight exact four-product lanes (as in
-/// [`fma_block_avx2`]), converted and fused-multiply-added with `d_w·d_a` — the same float
+/// `dw`), one eight-lane accumulator per (weight row, activation row). Per block and pair the
+/// tier `I` gives the eight exact four-product lanes ([`BlockInts::signed`]: `vpsignb` +
+/// `vpmaddubsw` + `vpmaddwd` on AVX2 as in [`fma_block_avx2`], one `vpdpbusd` on VNNI),
+/// converted and fused-multiply-added with `d_w·d_a` — the same float
 /// operations in the same order as every other tier, per output. The `d_w·d_a` products are
 /// computed eight blocks per multiply before the main loop (into `dp`), so the loop only
 /// broadcasts them. Returns `[weight row][activation row]`.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and whatever `I`'s operations enable.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[inline]
+#[inline(always)]
 // The row and column indices also address the weights, activations and scale products.
 #[allow(unsafe_code, clippy::needless_range_loop)]
-fn lanes_micro_avx2<const R: usize, const C: usize>(
+unsafe fn lanes_micro<I: BlockInts, const R: usize, const C: usize>(
     w: &[i8],
     dw: &[f32],
-    a: &[i8],
+    a: &[I::Act],
     da: &[f32],
     kb: usize,
     dp: &mut Vec<f32>,
 ) -> [[f32; R]; C] {
     use std::arch::x86_64::{
         __m256i, _mm256_broadcast_ss, _mm256_cvtepi32_ps, _mm256_fmadd_ps, _mm256_loadu_si256,
-        _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps, _mm256_set1_epi16,
-        _mm256_setzero_ps, _mm256_setzero_si256, _mm256_sign_epi8,
+        _mm256_mul_ps, _mm256_setzero_ps,
     };
+    const { assert!(std::mem::size_of::<I::Act>() == 1) };
     let k = kb * QK;
     assert!(w.len() >= C * k && dw.len() >= C * kb && a.len() >= R * k && da.len() >= R * kb);
     // dp[(c·R + r)·kb + b] = d_w[c][b] · d_a[r][b] (the multiply each tier does per block).
@@ -1418,46 +1513,46 @@ fn lanes_micro_avx2<const R: usize, const C: usize>(
             let y = &da[r * kb..(r + 1) * kb];
             let o = &mut dp[(c * R + r) * kb..(c * R + r + 1) * kb];
             for b in (0..full).step_by(8) {
-                store_f32x8(
-                    &mut o[b..],
-                    _mm256_mul_ps(load_f32x8(&x[b..]), load_f32x8(&y[b..])),
-                );
+                // SAFETY: AVX2 (this function's contract).
+                unsafe {
+                    store_f32x8(
+                        &mut o[b..],
+                        _mm256_mul_ps(load_f32x8(&x[b..]), load_f32x8(&y[b..])),
+                    )
+                };
             }
             for b in full..kb {
                 o[b] = x[b] * y[b];
             }
         }
     }
-    let ones = _mm256_set1_epi16(1);
-    let mut acc = [[_mm256_setzero_ps(); R]; C];
-    let (wp, ap, dpp) = (w.as_ptr(), a.as_ptr(), dp.as_ptr());
+    // SAFETY (every block below): the CPU has the features the intrinsics and `I`'s operations
+    // need (this function's contract); each pointer offset is in bounds as noted.
+    let mut acc = [[unsafe { _mm256_setzero_ps() }; R]; C];
+    let (wp, ap, dpp) = (w.as_ptr(), a.as_ptr().cast::<u8>(), dp.as_ptr());
     for b in 0..kb {
-        let mut wv = [_mm256_setzero_si256(); C];
-        let mut wabs = [_mm256_setzero_si256(); C];
-        for c in 0..C {
-            // SAFETY: `c·k + b·32 + 32 ≤ C·k ≤ w.len()` (asserted above); `loadu` has no
-            // alignment requirement.
-            wv[c] = unsafe { _mm256_loadu_si256(wp.add(c * k + b * QK).cast::<__m256i>()) };
-            wabs[c] = _mm256_sign_epi8(wv[c], wv[c]);
-        }
+        // `c·k + b·32 + 32 ≤ C·k ≤ w.len()` (asserted above); `loadu` has no alignment
+        // requirement.
+        let wb: [I::Prep; C] = std::array::from_fn(|c| unsafe {
+            I::prep(_mm256_loadu_si256(wp.add(c * k + b * QK).cast::<__m256i>()))
+        });
         for r in 0..R {
-            // SAFETY: `r·k + b·32 + 32 ≤ R·k ≤ a.len()` (asserted above).
+            // `r·k + b·32 + 32 ≤ R·k ≤ a.len()` (asserted above; one byte per value).
             let av = unsafe { _mm256_loadu_si256(ap.add(r * k + b * QK).cast::<__m256i>()) };
             for c in 0..C {
-                let lanes = _mm256_madd_epi16(
-                    _mm256_maddubs_epi16(wabs[c], _mm256_sign_epi8(av, wv[c])),
-                    ones,
-                );
-                // SAFETY: `(c·R + r)·kb + b < C·R·kb = dp.len()`.
-                let d = _mm256_broadcast_ss(unsafe { &*dpp.add((c * R + r) * kb + b) });
-                acc[c][r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[c][r]);
+                unsafe {
+                    let lanes = I::signed(wb[c], av);
+                    // `(c·R + r)·kb + b < C·R·kb = dp.len()`.
+                    let d = _mm256_broadcast_ss(&*dpp.add((c * R + r) * kb + b));
+                    acc[c][r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(lanes), acc[c][r]);
+                }
             }
         }
     }
     let mut out = [[0f32; R]; C];
     for c in 0..C {
         for r in 0..R {
-            out[c][r] = hsum_avx(acc[c][r]);
+            out[c][r] = unsafe { hsum_avx(acc[c][r]) };
         }
     }
     out
@@ -1470,12 +1565,14 @@ fn lanes_micro_avx2<const R: usize, const C: usize>(
 /// which does the same for eight blocks of one row), then `acc += (d_w·d_a)·Σ` and
 /// `summs += m_w·s_a` are one vector multiply and add each, block after block; the result is
 /// `acc + summs`. Every lane performs exactly the scalar operations of the other tiers, in
-/// their order.
+/// their order. The tier `I` gives each row's exact lanes ([`BlockInts::unsigned`]).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and whatever `I`'s operations enable.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-#[allow(unsafe_code)]
-fn block_micro_avx2(
+#[inline(always)]
+#[allow(unsafe_code, unused_unsafe)]
+unsafe fn block_micro<I: BlockInts>(
     w: &[i8],
     dw: &[f32],
     mw: &[f32],
@@ -1486,44 +1583,177 @@ fn block_micro_avx2(
 ) -> [f32; BLOCK_T] {
     use std::arch::x86_64::{
         __m256i, _mm256_add_epi32, _mm256_add_ps, _mm256_cvtepi32_ps, _mm256_hadd_epi32,
-        _mm256_loadu_si256, _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_mul_ps,
-        _mm256_permute2x128_si256, _mm256_set1_epi16, _mm256_set1_ps, _mm256_setzero_ps,
+        _mm256_loadu_si256, _mm256_mul_ps, _mm256_permute2x128_si256, _mm256_set1_ps,
+        _mm256_setzero_ps,
     };
     let k = kb * QK;
     assert!(w.len() >= k && dw.len() >= kb && mw.len() >= kb && a.len() >= BLOCK_T * k);
     assert!(dt.len() >= kb * BLOCK_T && st.len() >= kb * BLOCK_T);
     debug_assert!(w[..k].iter().all(|&v| (0..16).contains(&v)));
-    let ones = _mm256_set1_epi16(1);
-    let (wp, ap) = (w.as_ptr(), a.as_ptr());
-    let (mut acc, mut summs) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    for b in 0..kb {
-        // SAFETY: `b·32 + 32 ≤ k ≤ w.len()` (asserted above); `loadu` has no alignment
-        // requirement.
-        let wv = unsafe { _mm256_loadu_si256(wp.add(b * QK).cast::<__m256i>()) };
-        // Row t's eight four-product lanes of block b (the nibbles are unsigned: no sign step).
-        let quads = |t: usize| {
-            // SAFETY: `t·k + b·32 + 32 ≤ 8·k ≤ a.len()` (asserted above).
-            let av = unsafe { _mm256_loadu_si256(ap.add(t * k + b * QK).cast::<__m256i>()) };
-            _mm256_madd_epi16(_mm256_maddubs_epi16(wv, av), ones)
-        };
-        let s01 = _mm256_hadd_epi32(quads(0), quads(1));
-        let s23 = _mm256_hadd_epi32(quads(2), quads(3));
-        let s45 = _mm256_hadd_epi32(quads(4), quads(5));
-        let s67 = _mm256_hadd_epi32(quads(6), quads(7));
-        let (lo, hi) = (_mm256_hadd_epi32(s01, s23), _mm256_hadd_epi32(s45, s67));
-        // Lane t: the sum of row t's 32 products of block b.
-        let sums = _mm256_add_epi32(
-            _mm256_permute2x128_si256::<0x20>(lo, hi),
-            _mm256_permute2x128_si256::<0x31>(lo, hi),
-        );
-        let d = _mm256_mul_ps(_mm256_set1_ps(dw[b]), load_f32x8(&dt[b * BLOCK_T..]));
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sums)));
-        let ms = _mm256_mul_ps(_mm256_set1_ps(mw[b]), load_f32x8(&st[b * BLOCK_T..]));
-        summs = _mm256_add_ps(summs, ms);
+    // SAFETY (the whole body): the CPU has the features the intrinsics and `I`'s operations
+    // need (this function's contract); each pointer offset is in bounds as noted.
+    unsafe {
+        let (wp, ap) = (w.as_ptr(), a.as_ptr());
+        let (mut acc, mut summs) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        for b in 0..kb {
+            // `b·32 + 32 ≤ k ≤ w.len()` (asserted above); `loadu` has no alignment requirement.
+            let wv = _mm256_loadu_si256(wp.add(b * QK).cast::<__m256i>());
+            // Row t's eight four-product lanes of block b (the nibbles are unsigned: no sign step).
+            let quads = |t: usize| {
+                // `t·k + b·32 + 32 ≤ 8·k ≤ a.len()` (asserted above).
+                let av = _mm256_loadu_si256(ap.add(t * k + b * QK).cast::<__m256i>());
+                I::unsigned(wv, av)
+            };
+            let s01 = _mm256_hadd_epi32(quads(0), quads(1));
+            let s23 = _mm256_hadd_epi32(quads(2), quads(3));
+            let s45 = _mm256_hadd_epi32(quads(4), quads(5));
+            let s67 = _mm256_hadd_epi32(quads(6), quads(7));
+            let (lo, hi) = (_mm256_hadd_epi32(s01, s23), _mm256_hadd_epi32(s45, s67));
+            // Lane t: the sum of row t's 32 products of block b.
+            let sums = _mm256_add_epi32(
+                _mm256_permute2x128_si256::<0x20>(lo, hi),
+                _mm256_permute2x128_si256::<0x31>(lo, hi),
+            );
+            let d = _mm256_mul_ps(_mm256_set1_ps(dw[b]), load_f32x8(&dt[b * BLOCK_T..]));
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(d, _mm256_cvtepi32_ps(sums)));
+            let ms = _mm256_mul_ps(_mm256_set1_ps(mw[b]), load_f32x8(&st[b * BLOCK_T..]));
+            summs = _mm256_add_ps(summs, ms);
+        }
+        let mut out = [0f32; BLOCK_T];
+        store_f32x8(&mut out, _mm256_add_ps(acc, summs));
+        out
     }
-    let mut out = [0f32; BLOCK_T];
-    store_f32x8(&mut out, _mm256_add_ps(acc, summs));
-    out
+}
+
+/// How a SIMD tier computes the exact integer lanes of one 32-value block against an
+/// activation block (lane `j`: the sum of the four products of values `4j..4j + 4`), for the
+/// register tiles shared by the AVX2 and VNNI tiers ([`lanes_micro`], [`block_micro`]). Both
+/// tiers give the same integers, so the tiles' float steps, and the results, are the same.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+trait BlockInts {
+    /// The activation bytes the tier's signed-weight lanes read: the signed values, or (VNNI)
+    /// the values biased by 128 as `u8` (see [`lanes_micro_vnni`]).
+    type Act: Copy;
+    /// A signed weight block, prepared once for every activation row it meets.
+    type Prep: Copy;
+    /// Prepares a signed weight block (Q5_0, Q8_0).
+    ///
+    /// # Safety
+    /// The CPU has the tier's features.
+    unsafe fn prep(wv: std::arch::x86_64::__m256i) -> Self::Prep;
+    /// The lanes of a prepared signed weight block against an activation block (`Act` bytes).
+    ///
+    /// # Safety
+    /// The CPU has the tier's features.
+    unsafe fn signed(w: Self::Prep, av: std::arch::x86_64::__m256i) -> std::arch::x86_64::__m256i;
+    /// The lanes of an unsigned weight block (Q4_1's nibbles) against a signed activation block.
+    ///
+    /// # Safety
+    /// The CPU has the tier's features.
+    unsafe fn unsigned(
+        wv: std::arch::x86_64::__m256i,
+        av: std::arch::x86_64::__m256i,
+    ) -> std::arch::x86_64::__m256i;
+    /// One unpacked Q4_1 weight row against one activation row in the per-block order, without
+    /// the min terms ([`block_order_row_avx2`] or [`block_order_row_vnni`]).
+    ///
+    /// # Safety
+    /// The CPU has the tier's features.
+    unsafe fn block_row(w: &[i8], dw: &[f32], a: &[i8], da: &[f32]) -> f32;
+}
+
+/// The AVX2 tier's lanes: `vpmaddubsw` + `vpmaddwd` (signed weights through `vpsignb`).
+#[cfg(target_arch = "x86_64")]
+struct Avx2Ints;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+impl BlockInts for Avx2Ints {
+    type Act = i8;
+    /// The block and its absolute values.
+    type Prep = (std::arch::x86_64::__m256i, std::arch::x86_64::__m256i);
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn prep(wv: std::arch::x86_64::__m256i) -> Self::Prep {
+        (wv, std::arch::x86_64::_mm256_sign_epi8(wv, wv))
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn signed(
+        (wv, wabs): Self::Prep,
+        av: std::arch::x86_64::__m256i,
+    ) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::{
+            _mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_set1_epi16, _mm256_sign_epi8,
+        };
+        _mm256_madd_epi16(
+            _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av, wv)),
+            _mm256_set1_epi16(1),
+        )
+    }
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn unsigned(
+        wv: std::arch::x86_64::__m256i,
+        av: std::arch::x86_64::__m256i,
+    ) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::{_mm256_madd_epi16, _mm256_maddubs_epi16, _mm256_set1_epi16};
+        _mm256_madd_epi16(_mm256_maddubs_epi16(wv, av), _mm256_set1_epi16(1))
+    }
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    unsafe fn block_row(w: &[i8], dw: &[f32], a: &[i8], da: &[f32]) -> f32 {
+        block_order_row_avx2(w, dw, a, da)
+    }
+}
+
+/// The VNNI tier's lanes: one `vpdpbusd` (unsigned × signed bytes; signed weights meet the
+/// biased activations, the accumulator starting at `−128 ×` the weights' four-value sums).
+#[cfg(target_arch = "x86_64")]
+struct VnniInts;
+
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+impl BlockInts for VnniInts {
+    type Act = u8;
+    /// The block and `−128 ×` its four-value sums.
+    type Prep = (std::arch::x86_64::__m256i, std::arch::x86_64::__m256i);
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2")]
+    #[inline]
+    unsafe fn prep(wv: std::arch::x86_64::__m256i) -> Self::Prep {
+        use std::arch::x86_64::{
+            _mm256_dpbusd_epi32, _mm256_set1_epi8, _mm256_setzero_si256, _mm256_sub_epi32,
+        };
+        let zero = _mm256_setzero_si256();
+        let bias = _mm256_set1_epi8(0x80u8 as i8);
+        (
+            wv,
+            _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, bias, wv)),
+        )
+    }
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2")]
+    #[inline]
+    unsafe fn signed(
+        (wv, init): Self::Prep,
+        av: std::arch::x86_64::__m256i,
+    ) -> std::arch::x86_64::__m256i {
+        std::arch::x86_64::_mm256_dpbusd_epi32(init, av, wv)
+    }
+    #[target_feature(enable = "avx512f,avx512vl,avx512vnni,avx2")]
+    #[inline]
+    unsafe fn unsigned(
+        wv: std::arch::x86_64::__m256i,
+        av: std::arch::x86_64::__m256i,
+    ) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::{_mm256_dpbusd_epi32, _mm256_setzero_si256};
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv, av)
+    }
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")]
+    #[inline]
+    unsafe fn block_row(w: &[i8], dw: &[f32], a: &[i8], da: &[f32]) -> f32 {
+        block_order_row_vnni(w, dw, a, da)
+    }
 }
 
 /// Eight `f32` from the start of `s` into a register.
@@ -2135,7 +2365,7 @@ fn fma_block_generic(acc: &mut Lanes, d: f32, w: &[i8], a: &[i8], lanes: bool) {
 /// `vpmaddwd` against ones widens to the eight i32 lanes, which are converted to f32 (exact:
 /// |lane| < 2²⁴) and fused-multiply-added — ggml's `mul_sum_i8_pairs_float` + `_mm256_fmadd_ps`
 /// — or, in the per-block order, summed as integers first (`hsum_i32_8`). The prefill kernels
-/// ([`lanes_micro_avx2`], [`block_micro_avx2`]) do these steps in register tiles; decode-sized
+/// ([`lanes_micro`], [`block_micro`]) do these steps in register tiles; decode-sized
 /// calls use this one.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
