@@ -1102,6 +1102,13 @@ impl OwnWeight {
             (Kind::Q5_0 { .. } | Kind::Q8_0 { .. }, Acts::Q8(a)) if rows >= LANES_R => {
                 self.lanes_tile_vnni(first_col, a, biased, first, rows, out)
             }
+            // Decode-sized Q8_0 calls (the weights read in place, memory-bound): the AVX2 tier's
+            // one-row kernel, measured faster here than `vpdpbusd` on 64 bytes (one row of an
+            // 8192 × 896 matrix, three alternations on a 2-vCPU AVX-512 EPYC: 28.7 / 29.5 / 36.5
+            // against 26.1 / 25.7 / 28.2 GMAC/s).
+            (Kind::Q8_0 { .. }, Acts::Q8(_)) if rows < LANES_R => {
+                self.tile_avx2(first_col, a, first, rows, out)
+            }
             (Kind::Q4K { blocks } | Kind::Q6K { blocks }, Acts::Q8K(a)) => {
                 let q4k = matches!(self.kind, Kind::Q4K { .. });
                 let row_bytes = blocks.len() / self.n;
