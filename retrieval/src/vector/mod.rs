@@ -520,12 +520,7 @@ impl VectorIndex {
             quant.quantize_into(v, &mut q8);
             self.i8_data.extend_from_slice(&q8);
             ids.extend(chunk.to_le_bytes());
-            let slot = self.slot_chunk.len() as u32;
-            self.slot_chunk.push(chunk);
-            if self.chunk_slot.len() <= chunk as usize {
-                self.chunk_slot.resize(chunk as usize + 1, NO_SLOT);
-            }
-            self.chunk_slot[chunk as usize] = slot;
+            self.push_slot(chunk);
         }
         let i8_bytes: Vec<u8> = self.i8_data[i8_start..].iter().map(|&b| b as u8).collect();
         self.f32_file.append(&f32_bytes)?;
@@ -742,12 +737,7 @@ impl VectorIndex {
             f32_bytes.extend_from_slice(&map[start..start + rb]);
             out.i8_data.extend_from_slice(self.i8_row(slot));
             ids.extend(chunk.to_le_bytes());
-            let new_slot = out.slot_chunk.len() as u32;
-            out.slot_chunk.push(chunk);
-            if out.chunk_slot.len() <= chunk as usize {
-                out.chunk_slot.resize(chunk as usize + 1, NO_SLOT);
-            }
-            out.chunk_slot[chunk as usize] = new_slot;
+            out.push_slot(chunk);
             if f32_bytes.len() >= 8 << 20 {
                 append(&mut out, &mut f32_bytes, &mut ids)?;
             }
@@ -818,6 +808,16 @@ impl VectorIndex {
             Some(&s) if s != NO_SLOT => Some(s as usize),
             _ => None,
         }
+    }
+
+    /// Gives `chunk` the next slot (the row just appended to `i8_data`) in both maps.
+    fn push_slot(&mut self, chunk: u32) {
+        let slot = self.slot_chunk.len() as u32;
+        self.slot_chunk.push(chunk);
+        if self.chunk_slot.len() <= chunk as usize {
+            self.chunk_slot.resize(chunk as usize + 1, NO_SLOT);
+        }
+        self.chunk_slot[chunk as usize] = slot;
     }
 
     fn i8_row(&self, slot: usize) -> &[i8] {
