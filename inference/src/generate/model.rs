@@ -20,10 +20,11 @@ use std::sync::Arc;
 use candle_core::quantized::QTensor;
 use candle_core::quantized::gguf_file::{self, Value};
 use candle_core::{Device, Tensor};
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use super::kv::KvCache;
-use super::ops::{self, HeadView, RopeStyle};
+use super::ops::{self, HeadView, Kv, RopeStyle};
 use super::qmatmul::Weight;
 use crate::Error;
 
@@ -437,14 +438,31 @@ impl DecoderModel {
                 );
                 c.cache.append(li, &k[a..b], &v[a..b]);
             }
-            // Row r's cache view, and how many positions it may see (causal within its chunk).
-            let views: Vec<(&[half::f16], &[half::f16], usize)> = chunks
+            // A chunk of several rows reads its layer widened to f32 once (every position is
+            // read by each row after it); a decode row reads the f16 cache as it is.
+            let wide: Vec<Option<(Vec<f32>, Vec<f32>)>> = chunks
                 .iter()
-                .enumerate()
-                .flat_map(|(ci, c)| {
+                .map(|c| {
                     let (keys, values) = c.cache.layer(li);
+                    (c.tokens.len() >= WIDEN_KV_ROWS)
+                        .then(|| (keys.to_f32_vec(), values.to_f32_vec()))
+                })
+                .collect();
+            // Row r's cache view, and how many positions it may see (causal within its chunk).
+            let views: Vec<(Kv<'_>, usize)> = chunks
+                .iter()
+                .zip(&wide)
+                .enumerate()
+                .flat_map(|(ci, (c, wide))| {
+                    let kv = match wide {
+                        Some((keys, values)) => Kv::F32 { keys, values },
+                        None => {
+                            let (keys, values) = c.cache.layer(li);
+                            Kv::F16 { keys, values }
+                        }
+                    };
                     let start = positions[row_start[ci]];
-                    (0..c.tokens.len()).map(move |j| (keys, values, start + j + 1))
+                    (0..c.tokens.len()).map(move |j| (kv, start + j + 1))
                 })
                 .collect();
             // One task per (row, KV head): the query heads sharing a KV head are contiguous in
@@ -453,10 +471,9 @@ impl DecoderModel {
                 .enumerate()
                 .for_each(|(idx, out)| {
                     let (r, kvh) = (idx / cfg.n_kv_head, idx % cfg.n_kv_head);
-                    let (keys, values, ctx) = views[r];
+                    let (kv, ctx) = views[r];
                     let view = HeadView {
-                        keys,
-                        values,
+                        kv,
                         kv_stride: kv_dim,
                         kv_offset: kvh * hd,
                         ctx,
@@ -554,6 +571,9 @@ impl Loader<'_, '_> {
 
 /// Rows from which a forward call runs its element-wise steps on the rayon pool.
 const PAR_ROWS: usize = 8;
+/// Rows of one chunk from which its attention reads the layer's keys and values widened to
+/// f32 once, not converted position by position for every row and KV head.
+const WIDEN_KV_ROWS: usize = 2;
 
 /// [`ops::rms_norm`] of every row, in parallel when `par`.
 fn rms_norm_rows(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32], par: bool) {

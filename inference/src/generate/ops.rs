@@ -112,12 +112,19 @@ thread_local! {
     static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
+/// Keys and values of one layer, token-major (`[pos][kv_head][head_dim]`): as the cache
+/// stores them (f16, widened to f32 exactly when read), or already widened (a prefill chunk
+/// widens its layer once for all its rows; the values are the same).
+#[derive(Clone, Copy)]
+pub(crate) enum Kv<'a> {
+    F16 { keys: &'a [f16], values: &'a [f16] },
+    F32 { keys: &'a [f32], values: &'a [f32] },
+}
+
 /// Where one attention head reads its keys and values: a token-major cache
-/// (`[pos][kv_head][head_dim]`, `kv_stride = n_kv_head * head_dim`) and the KV head to use.
+/// (`kv_stride = n_kv_head * head_dim`) and the KV head to use.
 pub(crate) struct HeadView<'a> {
-    /// Keys and values as the cache stores them (f16; widened to f32 exactly when read).
-    pub keys: &'a [f16],
-    pub values: &'a [f16],
+    pub kv: Kv<'a>,
     pub kv_stride: usize,
     pub kv_offset: usize,
     /// Number of cached positions this query may attend to (causal: its own position + 1).
@@ -135,9 +142,10 @@ pub(crate) fn attend(q: &[f32], view: &HeadView<'_>, scale: f32, out: &mut [f32]
         scores.reserve(view.ctx);
         let mut max = f32::NEG_INFINITY;
         let mut row = vec![0f32; hd];
+        let (keys, values) = view.widened();
         for t in 0..view.ctx {
             let base = t * view.kv_stride + view.kv_offset;
-            view.keys[base..base + hd].convert_to_f32_slice(&mut row);
+            row.copy_from_slice(&keys[base..base + hd]);
             let s = dot(q, &row) * scale;
             max = max.max(s);
             scores.push(s);
@@ -154,7 +162,7 @@ pub(crate) fn attend(q: &[f32], view: &HeadView<'_>, scale: f32, out: &mut [f32]
             // Probabilities stay f32 (rounding them to f16 as ggml's non-flash path does made
             // one Qwen fixture diverge at a 0.10 margin; the fixtures match fully without it).
             let w = p * inv;
-            view.values[base..base + hd].convert_to_f32_slice(&mut row);
+            row.copy_from_slice(&values[base..base + hd]);
             for (o, &v) in out.iter_mut().zip(&row) {
                 *o += w * v;
             }
@@ -194,6 +202,17 @@ fn attend_group_avx2(q: &[f32], head_dim: usize, view: &HeadView<'_>, scale: f32
     attend_group_portable(q, head_dim, view, scale, out)
 }
 
+impl HeadView<'_> {
+    /// The whole layer's keys and values as f32 (test reference).
+    #[cfg(test)]
+    fn widened(&self) -> (Vec<f32>, Vec<f32>) {
+        match self.kv {
+            Kv::F16 { keys, values } => (keys.to_f32_vec(), values.to_f32_vec()),
+            Kv::F32 { keys, values } => (keys.to_vec(), values.to_vec()),
+        }
+    }
+}
+
 #[inline(always)]
 fn attend_group_portable(
     q: &[f32],
@@ -209,13 +228,20 @@ fn attend_group_portable(
     let mut scores = SCORES.with(|cell| std::mem::take(&mut *cell.borrow_mut()));
     scores.clear();
     scores.resize(heads * ctx, 0.0);
-    // Scores, head-major: scores[h * ctx + t]. Each key and value is widened to f32 once
-    // for the whole group (exact: the f32 values the cache was filled from).
+    // Scores, head-major: scores[h * ctx + t]. Each key is widened to f32 once for the whole
+    // group (exact: the f32 values the cache was filled from), or read as widened. (No
+    // closures in the loops: they would be compiled without the caller's AVX2.)
+    let (stride, offset) = (view.kv_stride, view.kv_offset);
     let mut row = vec![0f32; head_dim];
     for t in 0..ctx {
-        let base = t * view.kv_stride + view.kv_offset;
-        view.keys[base..base + head_dim].convert_to_f32_slice(&mut row);
-        let key = &row[..];
+        let base = t * stride + offset;
+        let key = match view.kv {
+            Kv::F16 { keys, .. } => {
+                keys[base..base + head_dim].convert_to_f32_slice(&mut row);
+                &row[..]
+            }
+            Kv::F32 { keys, .. } => &keys[base..base + head_dim],
+        };
         for (h, qh) in q.chunks_exact(head_dim).enumerate() {
             scores[h * ctx + t] = dot(qh, key) * scale;
         }
@@ -230,19 +256,64 @@ fn attend_group_portable(
         }
         inv.push(1.0 / sum);
     }
+    // Every output value: 0, then `+= w·v` position by position (`w = p·inv`).
     out.fill(0.0);
-    for t in 0..ctx {
-        let base = t * view.kv_stride + view.kv_offset;
-        view.values[base..base + head_dim].convert_to_f32_slice(&mut row);
-        let value = &row[..];
-        for (h, o) in out.chunks_exact_mut(head_dim).enumerate() {
-            let w = scores[h * ctx + t] * inv[h];
-            for (o, &v) in o.iter_mut().zip(value) {
-                *o += w * v;
+    match view.kv {
+        Kv::F16 { values, .. } => {
+            for t in 0..ctx {
+                let base = t * stride + offset;
+                values[base..base + head_dim].convert_to_f32_slice(&mut row);
+                for (h, o) in out.chunks_exact_mut(head_dim).enumerate() {
+                    let w = scores[h * ctx + t] * inv[h];
+                    for (o, &v) in o.iter_mut().zip(&row) {
+                        *o += w * v;
+                    }
+                }
+            }
+        }
+        // Widened values: head by head, so a head's outputs stay in registers over all
+        // positions (the same operations per value, in the same order).
+        Kv::F32 { values, .. } => {
+            let values = &values[offset..];
+            for (h, o) in out.chunks_exact_mut(head_dim).enumerate() {
+                let (p, inv) = (&scores[h * ctx..(h + 1) * ctx], inv[h]);
+                if let Ok(o) = <&mut [f32; 64]>::try_from(&mut *o) {
+                    weighted_sum::<64>(o, p, inv, values, stride);
+                } else {
+                    for (t, &p) in p.iter().enumerate() {
+                        let w = p * inv;
+                        for (o, &v) in o.iter_mut().zip(&values[t * stride..][..head_dim]) {
+                            *o += w * v;
+                        }
+                    }
+                }
             }
         }
     }
     SCORES.with(|cell| *cell.borrow_mut() = scores);
+}
+
+/// `out += (p[t]·inv)·values[t·stride..][..N]` for every position `t` in order, `N` outputs
+/// held in a local array (registers) for the whole sum.
+#[inline(always)]
+fn weighted_sum<const N: usize>(
+    out: &mut [f32; N],
+    p: &[f32],
+    inv: f32,
+    values: &[f32],
+    stride: usize,
+) {
+    let mut acc = *out;
+    for (t, &p) in p.iter().enumerate() {
+        let w = p * inv;
+        let v: &[f32; N] = values[t * stride..][..N]
+            .try_into()
+            .expect("a value row of the head's width");
+        for i in 0..N {
+            acc[i] += w * v[i];
+        }
+    }
+    *out = acc;
 }
 
 #[cfg(test)]
@@ -325,8 +396,10 @@ mod tests {
         for kvh in 0..n_kv {
             for c in 1..=ctx {
                 let view = HeadView {
-                    keys: &keys,
-                    values: &values,
+                    kv: Kv::F16 {
+                        keys: &keys,
+                        values: &values,
+                    },
                     kv_stride: stride,
                     kv_offset: kvh * hd,
                     ctx: c,
@@ -360,37 +433,52 @@ mod tests {
 
     #[test]
     fn grouped_attention_is_bit_identical_to_one_head_at_a_time() {
-        let (hd, n_kv, heads, ctx) = (8, 2, 3, 37);
-        let stride = n_kv * hd;
-        let keys: Vec<f16> = (0..ctx * stride)
-            .map(|i| f16::from_f32(((i * 7919 % 101) as f32 - 50.0) * 0.031))
-            .collect();
-        let values: Vec<f16> = (0..ctx * stride)
-            .map(|i| f16::from_f32(((i * 104_729 % 97) as f32 - 48.0) * 0.017))
-            .collect();
-        let q: Vec<f32> = (0..heads * hd)
-            .map(|i| ((i * 31 % 23) as f32 - 11.0) * 0.2)
-            .collect();
-        for kvh in 0..n_kv {
-            for c in [1, 2, 17, ctx] {
-                let view = HeadView {
-                    keys: &keys,
-                    values: &values,
-                    kv_stride: stride,
-                    kv_offset: kvh * hd,
-                    ctx: c,
-                };
-                let mut grouped = vec![0f32; heads * hd];
-                attend_group(&q, hd, &view, 0.35, &mut grouped);
-                for h in 0..heads {
-                    let mut one = vec![0f32; hd];
-                    attend(&q[h * hd..(h + 1) * hd], &view, 0.35, &mut one);
-                    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(
-                        bits(&grouped[h * hd..(h + 1) * hd]),
-                        bits(&one),
-                        "{kvh} {c} {h}"
-                    );
+        // Head width 64 (the register path for widened values) and 8 (the generic one); the
+        // cache as stored (f16) and widened once (f32, as a prefill chunk reads it).
+        for hd in [8, 64] {
+            let (n_kv, heads, ctx) = (2, 3, 37);
+            let stride = n_kv * hd;
+            let keys: Vec<f16> = (0..ctx * stride)
+                .map(|i| f16::from_f32(((i * 7919 % 101) as f32 - 50.0) * 0.031))
+                .collect();
+            let values: Vec<f16> = (0..ctx * stride)
+                .map(|i| f16::from_f32(((i * 104_729 % 97) as f32 - 48.0) * 0.017))
+                .collect();
+            let (keys32, values32) = (keys.to_f32_vec(), values.to_f32_vec());
+            let q: Vec<f32> = (0..heads * hd)
+                .map(|i| ((i * 31 % 23) as f32 - 11.0) * 0.2)
+                .collect();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for kvh in 0..n_kv {
+                for c in [1, 2, 17, ctx] {
+                    let view = |kv| HeadView {
+                        kv,
+                        kv_stride: stride,
+                        kv_offset: kvh * hd,
+                        ctx: c,
+                    };
+                    let stored = view(Kv::F16 {
+                        keys: &keys,
+                        values: &values,
+                    });
+                    let widened = view(Kv::F32 {
+                        keys: &keys32,
+                        values: &values32,
+                    });
+                    let mut grouped = vec![0f32; heads * hd];
+                    attend_group(&q, hd, &stored, 0.35, &mut grouped);
+                    let mut grouped32 = vec![0f32; heads * hd];
+                    attend_group(&q, hd, &widened, 0.35, &mut grouped32);
+                    assert_eq!(bits(&grouped), bits(&grouped32), "{hd} {kvh} {c}");
+                    for h in 0..heads {
+                        let mut one = vec![0f32; hd];
+                        attend(&q[h * hd..(h + 1) * hd], &stored, 0.35, &mut one);
+                        assert_eq!(
+                            bits(&grouped[h * hd..(h + 1) * hd]),
+                            bits(&one),
+                            "{hd} {kvh} {c} {h}"
+                        );
+                    }
                 }
             }
         }

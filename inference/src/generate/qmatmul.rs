@@ -440,17 +440,48 @@ fn quantize_q8(x: &[f32]) -> Q8Rows {
     quantize_q8_generic(x, x.len() / QK)
 }
 
-/// The same compiled with SSE4.1+ (round half to even becomes one `vroundps`, not a libm call).
+/// The same with each row compiled for AVX2 (the rows run in closures on the rayon pool, which
+/// do not inherit the caller's target features, so each calls a row function that has them).
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn quantize_q8_avx2(x: &[f32], rows: usize) -> Q8Rows {
-    quantize_q8_generic(x, rows)
+#[allow(unsafe_code)]
+unsafe fn quantize_q8_avx2(x: &[f32], rows: usize) -> Q8Rows {
+    #[target_feature(enable = "avx2,fma")]
+    fn row(x: &[f32], q: &mut [i8], ds: &mut [f32], ss: &mut [f32]) {
+        quantize_q8_row(x, q, ds, ss)
+    }
+    // SAFETY: the CPU has AVX2 and FMA (this function's contract).
+    let (q, d, s) = quantize_rows(x, rows, (1, QK, QK), |x, q, d, s| unsafe {
+        row(x, q, d, s)
+    });
+    Q8Rows {
+        q,
+        d,
+        s,
+        dt: Vec::new(),
+        st: Vec::new(),
+        v4: None,
+    }
 }
 
+/// [`quantize_q8k_generic`] with each row compiled for AVX2 (see [`quantize_q8_avx2`]).
+///
+/// # Safety
+/// The CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-fn quantize_q8k_avx2(x: &[f32], rows: usize) -> Q8KRows {
-    quantize_q8k_generic(x, rows)
+#[allow(unsafe_code)]
+unsafe fn quantize_q8k_avx2(x: &[f32], rows: usize) -> Q8KRows {
+    #[target_feature(enable = "avx2,fma")]
+    fn row(x: &[f32], q: &mut [i8], ds: &mut [f32], sums: &mut [i16]) {
+        quantize_q8k_row(x, q, ds, sums)
+    }
+    // SAFETY: the CPU has AVX2 and FMA (this function's contract).
+    let (q, d, sums) = quantize_rows(x, rows, (1, QK_K, QK), |x, q, d, s| unsafe {
+        row(x, q, d, s)
+    });
+    Q8KRows { q, d, sums }
 }
 
 /// One column tile's K-quant weight rows, unpacked: values as bytes in value order (Q4_K
@@ -1482,46 +1513,71 @@ impl OwnWeight {
         // (A multiple of `BLOCK_T`, so that every row block starts a group of the transposed
         // scales; also a multiple of `ROW_GROUP`.)
         let block_rows = (ROW_BLOCK_BYTES / self.k / BLOCK_T * BLOCK_T).max(BLOCK_T);
-        let mut y = vec![0f32; rows * n];
-        let mut tiles = vec![
-            0f32;
-            if rows == 1 {
-                0
-            } else {
-                block_rows.min(rows) * n
-            }
-        ];
         if rows == 1 {
             // One row: the tiles' `[1][cols]` layout is the output's.
+            let mut y = vec![0f32; n];
             y.par_chunks_mut(ct)
                 .enumerate()
                 .for_each(|(t, out)| self.tile(tier, t * ct, &a, &biased, 0, 1, out));
             return y;
         }
+        // Each column tile of a row block fills its `[nr][cols]` outputs in a buffer of its
+        // thread's (hot in cache) and copies them straight into the rows of `y`: every output
+        // is written exactly once, so `y` needs no zeroing and no second pass.
+        let mut y: Vec<f32> = Vec::with_capacity(rows * n);
+        let dst = OutPtr(y.as_mut_ptr());
+        let tiles = n.div_ceil(ct);
         for first in (0..rows).step_by(block_rows) {
             let nr = block_rows.min(rows - first);
-            // Tile t holds `[nr][cols_t]` for columns t·ct ..
-            let tiles = &mut tiles[..nr * n];
-            tiles
-                .par_chunks_mut(nr * ct)
-                .enumerate()
-                .for_each(|(t, out)| self.tile(tier, t * ct, &a, &biased, first, nr, out));
-            let tiles = &*tiles;
-            y[first * n..(first + nr) * n]
-                .par_chunks_mut(n)
-                .enumerate()
-                .for_each(|(r, yr)| {
-                    for (t, tile) in tiles.chunks(nr * ct).enumerate() {
-                        let cols = tile.len() / nr;
-                        yr[t * ct..t * ct + cols].copy_from_slice(&tile[r * cols..(r + 1) * cols]);
+            (0..tiles)
+                .into_par_iter()
+                .for_each_init(Vec::new, |buf: &mut Vec<f32>, t| {
+                    let cols = ct.min(n - t * ct);
+                    buf.resize(nr * cols, 0.0);
+                    self.tile(tier, t * ct, &a, &biased, first, nr, &mut buf[..nr * cols]);
+                    for (r, src) in buf[..nr * cols].chunks_exact(cols).enumerate() {
+                        // SAFETY: row `first + r`, columns `t·ct .. t·ct + cols` lie inside
+                        // `y`'s `rows · n` allocated values, and this task is the only one
+                        // writing them (tiles cover disjoint columns, row blocks disjoint rows).
+                        #[allow(unsafe_code)]
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                src.as_ptr(),
+                                dst.at((first + r) * n + t * ct),
+                                cols,
+                            );
+                        }
                     }
                 });
         }
+        // SAFETY: the loops above wrote all `rows · n` values (every row block, every tile).
+        #[allow(unsafe_code)]
+        unsafe {
+            y.set_len(rows * n)
+        };
         y
     }
 
     fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
         self.matmul_with(Tier::detect(), x, rows)
+    }
+}
+
+/// The output of one matmul call, written by its column tiles in parallel (each only its own
+/// columns of its own rows).
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+
+// SAFETY: the tasks sharing an `OutPtr` write disjoint values (see `OwnWeight::matmul_with`).
+#[allow(unsafe_code)]
+unsafe impl Send for OutPtr {}
+#[allow(unsafe_code)]
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The address of value `i` (in bounds of the allocation: the caller's contract).
+    fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
     }
 }
 
