@@ -25,7 +25,7 @@ use rayon::prelude::*;
 
 use super::kv::KvCache;
 use super::ops::{self, HeadView, Kv, RopeStyle};
-use super::qmatmul::Weight;
+use super::qmatmul::{SharedActs, Weight};
 use crate::Error;
 
 /// Decoder architectures this module can run.
@@ -400,11 +400,17 @@ impl DecoderModel {
         // The element-wise steps run on the rayon pool for prefill-sized calls (per row or per
         // slice: each value's operations are unchanged, so the results are too).
         let par = rows >= PAR_ROWS;
+        // Matmul outputs, their allocations reused layer after layer.
+        let (mut q, mut k, mut v, mut o) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut gate, mut up, mut down) = (Vec::new(), Vec::new(), Vec::new());
         for (li, layer) in self.layers.iter().enumerate() {
             rms_norm_rows(&x, &layer.attn_norm, cfg.rms_eps, &mut normed, par);
-            let mut q = layer.wq.matmul(&normed, rows).map_err(&terr)?;
-            let mut k = layer.wk.matmul(&normed, rows).map_err(&terr)?;
-            let mut v = layer.wv.matmul(&normed, rows).map_err(&terr)?;
+            // Q, K and V read the same input, quantized once.
+            let mut acts = SharedActs::new(&normed, rows);
+            layer.wq.matmul_shared(&mut acts, &mut q).map_err(&terr)?;
+            layer.wk.matmul_shared(&mut acts, &mut k).map_err(&terr)?;
+            layer.wv.matmul_shared(&mut acts, &mut v).map_err(&terr)?;
+            drop(acts);
             add_bias(&mut q, layer.bq.as_deref());
             add_bias(&mut k, layer.bk.as_deref());
             add_bias(&mut v, layer.bv.as_deref());
@@ -481,12 +487,23 @@ impl DecoderModel {
                     let qs = &q[r * nh * hd + kvh * group * hd..][..group * hd];
                     ops::attend_group(qs, hd, &view, scale, out);
                 });
-            let o = layer.wo.matmul(&attn, rows).map_err(&terr)?;
+            layer
+                .wo
+                .matmul_shared(&mut SharedActs::new(&attn, rows), &mut o)
+                .map_err(&terr)?;
             add_assign(&mut x, &o);
 
             rms_norm_rows(&x, &layer.ffn_norm, cfg.rms_eps, &mut normed, par);
-            let mut gate = layer.w_gate.matmul(&normed, rows).map_err(&terr)?;
-            let up = layer.w_up.matmul(&normed, rows).map_err(&terr)?;
+            let mut acts = SharedActs::new(&normed, rows);
+            layer
+                .w_gate
+                .matmul_shared(&mut acts, &mut gate)
+                .map_err(&terr)?;
+            layer
+                .w_up
+                .matmul_shared(&mut acts, &mut up)
+                .map_err(&terr)?;
+            drop(acts);
             if par {
                 let w = up.len() / rows;
                 gate.par_chunks_mut(w)
@@ -495,7 +512,10 @@ impl DecoderModel {
             } else {
                 ops::silu_mul(&mut gate, &up);
             }
-            let down = layer.w_down.matmul(&gate, rows).map_err(&terr)?;
+            layer
+                .w_down
+                .matmul_shared(&mut SharedActs::new(&gate, rows), &mut down)
+                .map_err(&terr)?;
             add_assign(&mut x, &down);
         }
         for c in chunks.iter_mut() {

@@ -170,10 +170,49 @@ impl Weight {
         }
     }
 
+    /// [`Self::matmul`] of the input `acts` holds, into `y` (its allocation reused): the weights
+    /// that read the same input (Q/K/V, gate/up) share its quantized form, quantized once.
+    pub(crate) fn matmul_shared(
+        &self,
+        acts: &mut SharedActs<'_>,
+        y: &mut Vec<f32>,
+    ) -> candle_core::Result<()> {
+        match self {
+            Self::Candle(m) => {
+                *y = Self::candle_matmul(m, acts.x, acts.rows)?;
+                Ok(())
+            }
+            Self::Own(w) => {
+                w.matmul_into(Tier::detect(), acts, y);
+                Ok(())
+            }
+        }
+    }
+
     fn candle_matmul(m: &QMatMul, x: &[f32], rows: usize) -> candle_core::Result<Vec<f32>> {
         let k = x.len() / rows;
         let t = Tensor::from_slice(x, (rows, k), &Device::Cpu)?;
         m.forward(&t)?.flatten_all()?.to_vec1::<f32>()
+    }
+}
+
+/// One matmul input (`rows` rows of `x`) and its quantized forms, made on first use by a weight
+/// that reads them and reused by the next (ggml's Q8_0/Q8_1 blocks; ggml's Q8_K).
+pub(crate) struct SharedActs<'x> {
+    x: &'x [f32],
+    rows: usize,
+    q8: Option<Acts>,
+    q8k: Option<Acts>,
+}
+
+impl<'x> SharedActs<'x> {
+    pub(crate) fn new(x: &'x [f32], rows: usize) -> Self {
+        Self {
+            x,
+            rows,
+            q8: None,
+            q8k: None,
+        }
     }
 }
 
@@ -1470,13 +1509,28 @@ impl OwnWeight {
     }
 
     fn matmul_with(&self, tier: Tier, x: &[f32], rows: usize) -> Vec<f32> {
+        let mut y = Vec::new();
+        self.matmul_into(tier, &mut SharedActs::new(x, rows), &mut y);
+        y
+    }
+
+    /// `y = x · Wᵀ` for the input of `acts`, quantized there if no earlier weight did (the same
+    /// bytes whichever weight quantizes them; the tier-specific layouts below are added once).
+    fn matmul_into(&self, tier: Tier, acts: &mut SharedActs<'_>, y: &mut Vec<f32>) {
+        let (x, rows) = (acts.x, acts.rows);
         debug_assert_eq!(x.len(), rows * self.k);
         let n = self.n;
-        let mut a = self.quantize(tier, x, rows);
+        let slot = if matches!(self.kind, Kind::Q4K { .. } | Kind::Q6K { .. }) {
+            &mut acts.q8k
+        } else {
+            &mut acts.q8
+        };
+        let a = slot.get_or_insert_with(|| self.quantize(tier, x, rows));
         #[cfg(target_arch = "x86_64")]
         if let (Tier::Avx2 | Tier::Avx512, Kind::Q4_1 { .. }, Acts::Q8(q)) =
-            (tier, &self.kind, &mut a)
+            (tier, &self.kind, &mut *a)
             && rows >= BLOCK_T
+            && q.dt.is_empty()
         {
             q.transpose_scales(rows, self.k / QK);
         }
@@ -1484,17 +1538,20 @@ impl OwnWeight {
         // layout; smaller calls keep the 4 × 2 tile on biased activations.
         #[cfg(target_arch = "x86_64")]
         let v4 = if let (Tier::Avx512, Kind::Q5_0 { .. } | Kind::Q8_0 { .. }, Acts::Q8(q)) =
-            (tier, &self.kind, &mut a)
+            (tier, &self.kind, &mut *a)
             && rows >= V4_MIN_ROWS
         {
-            q.v4 = Some(Vnni4Rows::new(q, rows, self.k / QK));
+            if q.v4.is_none() {
+                q.v4 = Some(Vnni4Rows::new(q, rows, self.k / QK));
+            }
             true
         } else {
             false
         };
+        let a = &*a;
         #[cfg(target_arch = "x86_64")]
         let biased: Vec<u8> = if tier == Tier::Avx512 && self.needs_biased_acts() && !v4 {
-            let q = match &a {
+            let q = match a {
                 Acts::Q8(a) => &a.q,
                 Acts::Q8K(a) => &a.q,
             };
@@ -1515,16 +1572,18 @@ impl OwnWeight {
         let block_rows = (ROW_BLOCK_BYTES / self.k / BLOCK_T * BLOCK_T).max(BLOCK_T);
         if rows == 1 {
             // One row: the tiles' `[1][cols]` layout is the output's.
-            let mut y = vec![0f32; n];
+            y.clear();
+            y.resize(n, 0.0);
             y.par_chunks_mut(ct)
                 .enumerate()
-                .for_each(|(t, out)| self.tile(tier, t * ct, &a, &biased, 0, 1, out));
-            return y;
+                .for_each(|(t, out)| self.tile(tier, t * ct, a, &biased, 0, 1, out));
+            return;
         }
         // Each column tile of a row block fills its `[nr][cols]` outputs in a buffer of its
         // thread's (hot in cache) and copies them straight into the rows of `y`: every output
         // is written exactly once, so `y` needs no zeroing and no second pass.
-        let mut y: Vec<f32> = Vec::with_capacity(rows * n);
+        y.clear();
+        y.reserve(rows * n);
         let dst = OutPtr(y.as_mut_ptr());
         let tiles = n.div_ceil(ct);
         for first in (0..rows).step_by(block_rows) {
@@ -1534,7 +1593,7 @@ impl OwnWeight {
                 .for_each_init(Vec::new, |buf: &mut Vec<f32>, t| {
                     let cols = ct.min(n - t * ct);
                     buf.resize(nr * cols, 0.0);
-                    self.tile(tier, t * ct, &a, &biased, first, nr, &mut buf[..nr * cols]);
+                    self.tile(tier, t * ct, a, &biased, first, nr, &mut buf[..nr * cols]);
                     for (r, src) in buf[..nr * cols].chunks_exact(cols).enumerate() {
                         // SAFETY: row `first + r`, columns `t·ct .. t·ct + cols` lie inside
                         // `y`'s `rows · n` allocated values, and this task is the only one
@@ -1550,12 +1609,12 @@ impl OwnWeight {
                     }
                 });
         }
-        // SAFETY: the loops above wrote all `rows · n` values (every row block, every tile).
+        // SAFETY: the loops above wrote all `rows · n` values (every row block, every tile)
+        // into `y`'s reserved capacity.
         #[allow(unsafe_code)]
         unsafe {
             y.set_len(rows * n)
         };
-        y
     }
 
     fn matmul(&self, x: &[f32], rows: usize) -> Vec<f32> {
