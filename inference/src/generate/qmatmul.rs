@@ -68,9 +68,11 @@
 //! [`V4_MIN_ROWS`] rows run [`lanes_micro_vnni4`] instead: four activation rows × four weight
 //! rows (sixteen accumulators in the tier's 32 vector registers), the weights biased by +128 as
 //! the unsigned operand of one `vpdpbusd` per block and pair, everything laid out block-major so
-//! one pointer per operand reaches a whole tile; on the 2-vCPU AVX-512 EPYC it took those
-//! kernels at 450 rows from ~70–86 to ~90–116 GMAC/s. `AIRLOCK_KERNEL_TIER=portable|avx2|avx512`
-//! forces a tier ([`KERNEL_TIER_ENV`]); a tier the CPU lacks is refused at model load.
+//! one pointer per operand reaches a whole tile (with the attention and buffer changes of the
+//! same pass it took Qwen2.5-0.5B's 450-token prefill on the 2-vCPU AVX-512 EPYC from 2.4–2.7 s
+//! to 2.0–2.6 s in alternating runs; docs/benchmarks/inference-generate.md).
+//! `AIRLOCK_KERNEL_TIER=portable|avx2|avx512` forces a tier ([`KERNEL_TIER_ENV`]); a tier the
+//! CPU lacks is refused at model load.
 //!
 //! The portable tier does the same operations lane by lane (`f32::mul_add` is a correctly
 //! rounded FMA everywhere), so every tier gives bit-identical results, whatever the register
@@ -277,7 +279,8 @@ struct Vnni4Rows {
 /// Rows and weight rows of the VNNI tier's lanes tile ([`lanes_micro_vnni4`]).
 const V4: usize = 4;
 /// Rows from which a call runs the VNNI tier's 4 × 4 lanes tile: it re-lays out each tile's
-/// weights, which smaller calls do not repay (at 4–16 rows the 4 × 2 tile was as fast or faster).
+/// weights per row block, which a few rows (decode steps) do not repay; those keep the 4 × 2
+/// tile on the activations biased once per call.
 const V4_MIN_ROWS: usize = 32;
 
 impl Vnni4Rows {
