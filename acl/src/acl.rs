@@ -96,6 +96,15 @@ impl<'a> From<&'a String> for Actor<'a> {
     }
 }
 
+impl UserSpec {
+    /// Checks the user id and every group id (what [`Acl::put_user`] refuses), so a caller can
+    /// refuse a request before doing any other work.
+    pub fn validate(&self, user_id: &str) -> Result<(), Error> {
+        check_id(IdKind::User, user_id)?;
+        check_ids(IdKind::Group, &self.groups)
+    }
+}
+
 impl DocGrants {
     /// Checks the document id and every user and group id (what [`Acl::set_document_grants`]
     /// refuses), so a caller can refuse a request before doing any other work.

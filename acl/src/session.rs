@@ -349,6 +349,62 @@ impl Acl {
         Ok(n > 0 || had)
     }
 
+    /// Ends every sign-in session of `user_id` (`DELETE /v1/acl/users/{id}/sessions`): none of
+    /// them authenticates from now on; the user's bearer token is not touched. The deletion and
+    /// one `sign_in` audit entry (`outcome: sessions_ended`, `ended_by: sessions_end`, the
+    /// number) are one transaction, written also when the user had none. Returns that number.
+    /// Errors: [`Error::UnknownUser`].
+    pub fn end_user_sessions<'a>(
+        &self,
+        actor: impl Into<Actor<'a>>,
+        user_id: &str,
+    ) -> Result<usize, Error> {
+        let actor = actor.into();
+        // Under the writer lock, as create_session: no session of the user appears meanwhile.
+        let w = self.writer.lock();
+        if !w.model.users.contains_key(user_id) {
+            return Err(Error::UnknownUser {
+                user_id: user_id.to_owned(),
+            });
+        }
+        let now = now_us();
+        let live = self
+            .sessions
+            .lock()
+            .by_digest
+            .values()
+            .filter(|s| &*s.user == user_id && s.expires_us > now)
+            .count();
+        let mut side = self.side.lock();
+        let e = Error::db("ending a user's sessions");
+        let tx = side.transaction().map_err(e)?;
+        tx.execute(
+            "DELETE FROM acl_sessions WHERE user_id = ?1",
+            params![user_id],
+        )
+        .map_err(Error::db("ending a user's sessions"))?;
+        crate::audit::append(
+            &tx,
+            &Record {
+                kind: AuditKind::SignIn,
+                actor: Some(actor.user_id),
+                user_id: Some(user_id),
+                request_id: actor.request_id,
+                detail: json!({"method": "session", "outcome": "sessions_ended",
+                               "ended_by": "sessions_end", "sessions": live}),
+            },
+        )?;
+        tx.commit().map_err(Error::db("ending a user's sessions"))?;
+        drop(side);
+        self.sessions
+            .lock()
+            .by_digest
+            .retain(|_, s| &*s.user != user_id);
+        drop(w);
+        self.flush_sink();
+        Ok(live)
+    }
+
     /// Records that `user_id`'s bearer token authenticated a request now; returns whether the
     /// time should be written back ([`Acl::persist_token_use`]). No I/O.
     pub fn note_token_use(&self, user_id: &str) -> bool {
@@ -712,6 +768,58 @@ mod tests {
         // A change that removes nobody with a session writes no sign-in entry.
         acl.remove_user("t", "u3").unwrap();
         assert_eq!(sign_ins().len(), 2);
+    }
+
+    #[test]
+    fn a_users_sessions_end_on_request_and_are_audited() {
+        use crate::{AuditKind, AuditQuery};
+        let (_dir, acl) = acl();
+        for u in ["u1", "u2"] {
+            acl.add_user("t", u, &NewUser::default()).unwrap();
+        }
+        let a = acl.create_session("u1", Duration::from_secs(60)).unwrap();
+        let b = acl.create_session("u1", Duration::from_secs(60)).unwrap();
+        let c = acl.create_session("u2", Duration::from_secs(60)).unwrap();
+        let idle = Duration::from_secs(60);
+        assert_eq!(
+            acl.end_user_sessions(
+                Actor {
+                    user_id: "adm",
+                    request_id: Some("req-1"),
+                },
+                "u1"
+            )
+            .unwrap(),
+            2
+        );
+        assert!(acl.session(&a.token, idle).is_none());
+        assert!(acl.session(&b.token, idle).is_none());
+        assert!(
+            acl.session(&c.token, idle).is_some(),
+            "another user's session stays"
+        );
+        let e = acl
+            .audit_query(&AuditQuery {
+                kind: Some(AuditKind::SignIn),
+                ..AuditQuery::default()
+            })
+            .unwrap();
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].actor.as_deref(), Some("adm"));
+        assert_eq!(e[0].user_id.as_deref(), Some("u1"));
+        assert_eq!(
+            e[0].detail,
+            json!({"method": "session", "outcome": "sessions_ended", "ended_by": "sessions_end",
+                   "sessions": 2})
+        );
+        // Gone from the database too: a reopened ACL does not resurrect them.
+        let reopened = Acl::open(acl.path()).unwrap();
+        assert!(reopened.session(&a.token, idle).is_none());
+        assert!(reopened.session(&c.token, idle).is_some());
+        assert!(matches!(
+            acl.end_user_sessions("adm", "nobody"),
+            Err(Error::UnknownUser { .. })
+        ));
     }
 
     #[test]
