@@ -1,8 +1,9 @@
 //! Authentication: `Authorization: Bearer <token>` → user through the ACL's token table
-//! (SHA-256 lookups), the `airlock_session` cookie of a directory sign-in (state-changing
-//! requests with it also need the session's `X-Airlock-CSRF` header), or, when configured, a
-//! user id set by a trusted SSO proxy that proves itself with a shared secret. Extractors run on
-//! the request head, before any body is read.
+//! (SHA-256 lookups), the `airlock_session` cookie of a directory or OIDC sign-in, or, when
+//! configured, a user id set by a trusted SSO proxy that proves itself with a shared secret.
+//! State-changing requests signed in by the cookie or the proxy also need their
+//! `X-Airlock-CSRF` header (`crate::csrf`). Extractors run on the request head, before any body
+//! is read.
 
 use axum::extract::FromRequestParts;
 use axum::http::HeaderName;
@@ -67,7 +68,23 @@ impl FromRequestParts<AppState> for Caller {
                 .and_then(|v| v.to_str().ok());
             let user = parts.headers.get(header).and_then(|v| v.to_str().ok());
             match (proof, user) {
-                (Some(p), Some(u)) if secrets_equal(p, secret) => services.principal(u.trim())?,
+                (Some(p), Some(u)) if secrets_equal(p, secret) => {
+                    let caller = services.principal(u.trim())?;
+                    if let Some(c) = &caller {
+                        let token = crate::csrf::proxy_token(secret, &c.user_id);
+                        if !crate::csrf::is_safe(&parts.method) {
+                            let presented = parts
+                                .headers
+                                .get(crate::session::CSRF_HEADER)
+                                .and_then(|v| v.to_str().ok());
+                            if !presented.is_some_and(|p| secrets_equal(p, &token)) {
+                                return Err(ApiError::CsrfRequired);
+                            }
+                        }
+                        parts.extensions.insert(crate::csrf::ProxyCsrf(token));
+                    }
+                    caller
+                }
                 _ => None,
             }
         } else {
@@ -77,12 +94,6 @@ impl FromRequestParts<AppState> for Caller {
         parts.extensions.insert(caller.clone());
         Ok(caller)
     }
-}
-
-/// Whether a method changes nothing (no CSRF token needed with a session cookie).
-fn is_safe(m: &axum::http::Method) -> bool {
-    use axum::http::Method;
-    *m == Method::GET || *m == Method::HEAD || *m == Method::OPTIONS
 }
 
 /// The caller of a session cookie; `None` (→ 401) for an unknown, ended or expired session.
@@ -96,7 +107,7 @@ fn session_caller(
     let Some(s) = services.acl.session(secret, idle) else {
         return Ok(None);
     };
-    if !is_safe(&parts.method) {
+    if !crate::csrf::is_safe(&parts.method) {
         let presented = parts
             .headers
             .get(crate::session::CSRF_HEADER)

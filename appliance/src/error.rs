@@ -129,11 +129,16 @@ pub enum ApiError {
         /// When to retry.
         retry_after: Duration,
     },
-    /// A state-changing request authenticated by the session cookie without its CSRF token.
+    /// A state-changing request authenticated by a browser credential (the session cookie or
+    /// the SSO proxy's header) without its CSRF token.
     #[error(
-        "a state-changing request with a session cookie needs the session's X-Airlock-CSRF header"
+        "a state-changing request signed in by a session cookie or the SSO proxy needs its \
+         X-Airlock-CSRF header (from the sign-in response or GET /v1/info)"
     )]
     CsrfRequired,
+    /// A state-changing request a browser sent from another site (`Sec-Fetch-Site`, `Origin`).
+    #[error("{0}")]
+    CrossSite(&'static str),
     /// OIDC sign-in: a check of the callback failed (state, code, ID token); nothing changed.
     #[error("the OIDC sign-in was refused: {0}")]
     OidcRefused(String),
@@ -193,6 +198,7 @@ impl ApiError {
                 ("login-rate-limited", StatusCode::TOO_MANY_REQUESTS)
             }
             ApiError::CsrfRequired => ("csrf-failed", StatusCode::FORBIDDEN),
+            ApiError::CrossSite(_) => ("cross-site", StatusCode::FORBIDDEN),
             ApiError::OidcRefused(_) => ("oidc-refused", StatusCode::UNAUTHORIZED),
             ApiError::IdpUnavailable(_) => ("idp-unavailable", StatusCode::SERVICE_UNAVAILABLE),
             ApiError::ReceiptUnrecorded(_) => {

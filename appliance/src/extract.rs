@@ -75,18 +75,27 @@ async fn read_body(req: Request, state: &AppState, which: Limit) -> Result<Bytes
     }
 }
 
+/// The body's media type must be one of `accepted` (or a `+json` type): a missing or other
+/// `Content-Type` is `415 unsupported-media-type` before the body is read. Strict on purpose:
+/// `text/plain` and form types are what a page on another site can send without a CORS
+/// preflight, so a JSON route that took them would be open to cross-site requests.
 fn check_content_type(req: &Request, accepted: &[&str]) -> Result<(), ApiError> {
+    let refused = |what: String| {
+        ApiError::UnsupportedMediaType(format!(
+            "{what}; this route takes {} (Content-Type)",
+            accepted.join(" or ")
+        ))
+    };
     let Some(ct) = req.headers().get(header::CONTENT_TYPE) else {
-        return Ok(()); // lenient: curl without -H still works; the body must parse anyway
+        return Err(refused("the request has no Content-Type".into()));
     };
     let ct = ct.to_str().unwrap_or("").to_ascii_lowercase();
     let essence = ct.split(';').next().unwrap_or("").trim();
     if accepted.contains(&essence) || essence.ends_with("+json") {
         Ok(())
     } else {
-        Err(ApiError::InvalidRequest(format!(
-            "unsupported content type `{essence}`; expected {}",
-            accepted.join(" or ")
+        Err(refused(format!(
+            "unsupported content type `{essence:.100}`"
         )))
     }
 }
@@ -125,10 +134,10 @@ impl<T: DeserializeOwned> FromRequest<AppState> for UploadJson<T> {
     }
 }
 
-/// A document upload (`PUT /v1/documents/{id}`) under the upload limit: a JSON body (no
-/// `Content-Type`, `application/json` or `+json`), or the raw file with its media type as
-/// `Content-Type` (any type [`airlock_retrieval::SourceFormat::from_media_type`] knows). Any
-/// other type is refused with 415 before the body is read.
+/// A document upload (`PUT /v1/documents/{id}`) under the upload limit: a JSON body
+/// (`application/json` or `+json`), or the raw file with its media type as `Content-Type` (any
+/// type [`airlock_retrieval::SourceFormat::from_media_type`] knows). A missing or any other type
+/// is refused with 415 before the body is read.
 #[derive(Debug)]
 pub enum JsonOrFile<T> {
     /// The JSON body.
@@ -158,7 +167,13 @@ impl<T: DeserializeOwned> FromRequest<AppState> for JsonOrFile<T> {
                 .to_ascii_lowercase()
         });
         match essence {
-            None => {}
+            None => {
+                return Err(ApiError::UnsupportedMediaType(
+                    "the request has no Content-Type; send JSON (application/json) or a file \
+                     with its media type"
+                        .into(),
+                ));
+            }
             Some(e) if e == "application/json" || e.ends_with("+json") => {}
             Some(media_type) => {
                 let Some(format) = airlock_retrieval::SourceFormat::from_media_type(&media_type)

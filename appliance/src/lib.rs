@@ -15,6 +15,7 @@ pub mod caller;
 pub mod cli;
 pub mod config;
 pub mod conversations;
+pub mod csrf;
 pub mod error;
 pub mod extract;
 pub mod feedback;

@@ -155,7 +155,8 @@ pub fn refusal(access: Access, caller: &Caller, mtls_ok: bool) -> Option<&'stati
 #[derive(Debug, Clone, Copy)]
 pub struct Authorized;
 
-/// The route layer: authenticates (401) and applies [`ROUTES`] (403) before the handler.
+/// The route layer: refuses cross-site state changes (403, `crate::csrf`), authenticates (401)
+/// and applies [`ROUTES`] (403) before the handler.
 pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let Some(route) = req
         .extensions()
@@ -164,6 +165,11 @@ pub async fn enforce(State(state): State<AppState>, req: Request, next: Next) ->
     else {
         return next.run(req).await;
     };
+    // A browser's state-changing request from another site is refused before anything else,
+    // whatever credential it carries (crate::csrf).
+    if let Err(e) = crate::csrf::refuse_cross_site(req.method(), req.headers()) {
+        return e.into_response();
+    }
     let access = match access(req.method(), &route) {
         Some(a) => a,
         // The route has other methods: the router answers 405 and runs nothing.

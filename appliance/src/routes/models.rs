@@ -23,10 +23,16 @@ pub async fn list(State(state): State<AppState>, _caller: Caller) -> Result<Json
 }
 
 /// `GET /v1/info` → `{"bundle_version", "daemon_version", "user", "admin"}`: what the web UI shows
-/// in its footer and keys saved conversations by. Needs a token like every API route.
-pub async fn info(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
+/// in its footer and keys saved conversations by. Needs a token like every API route. A caller
+/// signed in by the SSO proxy also gets its `csrf_token` (for `X-Airlock-CSRF`, crate::csrf).
+pub async fn info(
+    State(state): State<AppState>,
+    caller: Caller,
+    proxy_csrf: Option<axum::Extension<crate::csrf::ProxyCsrf>>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
     let services = state.services()?;
-    Ok(Json(json!({
+    let mut info = json!({
         "bundle_version": services.bundle_version(),
         "daemon_version": env!("CARGO_PKG_VERSION"),
         "user": caller.user_id,
@@ -35,7 +41,17 @@ pub async fn info(State(state): State<AppState>, caller: Caller) -> Result<Json<
         // The server keeps conversations (`/v1/conversations`): the web UI offers them.
         "conversations": services.feedback.is_some(),
         "indexing": indexing(&state, &caller),
-    })))
+    });
+    let Some(axum::Extension(crate::csrf::ProxyCsrf(token))) = proxy_csrf else {
+        return Ok(Json(info).into_response());
+    };
+    info["csrf_token"] = Value::String(token);
+    let mut resp = Json(info).into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-store"),
+    );
+    Ok(resp)
 }
 
 /// The background ingest (crate::ingest_queue) as `GET /v1/info` shows it: `null` when idle;

@@ -198,9 +198,9 @@ async fn invalid_request_problems() {
         )
         .await;
     r.assert_problem(
-        400,
-        "invalid-request",
-        "unsupported content type `text/plain`; expected application/json",
+        415,
+        "unsupported-media-type",
+        "unsupported content type `text/plain`; this route takes application/json (Content-Type)",
     );
     // Bad UTF-8.
     let r = t

@@ -169,7 +169,8 @@ async fn ldap_login_session_csrf_logout_and_refusals() {
         r.assert_problem(
             403,
             "csrf-failed",
-            "a state-changing request with a session cookie needs the session's X-Airlock-CSRF header",
+            "a state-changing request signed in by a session cookie or the SSO proxy needs its \
+             X-Airlock-CSRF header (from the sign-in response or GET /v1/info)",
         );
     }
     let listed = with_cookie(&t, Method::GET, "/v1/conversations", &cookie, None, None).await;

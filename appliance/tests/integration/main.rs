@@ -7,6 +7,7 @@ mod backup;
 mod bundle_cli;
 mod chat;
 mod conversations;
+mod csrf;
 mod documents;
 mod e2e;
 mod eval;

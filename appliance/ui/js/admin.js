@@ -581,6 +581,8 @@ async function start() {
     return;
   }
   state.info = info || { roles: [] };
+  // Behind the SSO proxy the daemon hands the page its CSRF token here (sign-out needs it).
+  if (!token && typeof state.info.csrf_token === 'string') state.api.csrf = state.info.csrf_token;
   $('whoami-user').textContent = state.info.user || '';
   const roles = state.info.roles || [];
   $('whoami-roles').textContent = roles.length ? `(${roles.join(', ')})` : '';

@@ -201,8 +201,8 @@ export function cleanMethods(m) {
 /**
  * A client bound to one bearer token; with an empty token it sends none: a sign-in session's
  * cookie (directory or IdP sign-in) or, behind an SSO proxy in trusted-header mode, the proxy
- * authenticates every request. With a session, `csrf` is its CSRF token, sent in
- * `X-Airlock-CSRF` on every state-changing request.
+ * authenticates every request. Then `csrf` is the CSRF token (a session's from its sign-in,
+ * the proxy's from `GET /v1/info`), sent in `X-Airlock-CSRF` on every state-changing request.
  */
 export class Api {
   /**

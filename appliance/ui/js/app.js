@@ -218,6 +218,8 @@ async function startSession(token, how = {}) {
     if (e instanceof ApiError && e.status === 401) return 'That token was not accepted.';
     info = null; // the footer falls back to other sources
   }
+  // Behind the SSO proxy the daemon hands the page its CSRF token here (writes need it).
+  if (!token && info && typeof info.csrf_token === 'string') api.csrf = info.csrf_token;
   const user = info && typeof info.user === 'string' ? info.user : null;
   const key = await store.userKey({ user, token });
   // Threads are kept by the server only where it says so (`GET /v1/info`: conversations).
