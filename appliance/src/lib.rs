@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod conversations;
 pub mod csrf;
+pub mod data_lock;
 pub mod error;
 pub mod extract;
 pub mod feedback;

@@ -92,6 +92,9 @@ pub const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/v1/auth/oidc/callback", Access::Public),
     ("PUT", "/v1/acl/users/{user_id}", ADMIN),
     ("POST", "/v1/acl/users/{user_id}/token", ADMIN),
+    ("DELETE", "/v1/acl/users/{user_id}", ADMIN),
+    ("DELETE", "/v1/acl/users/{user_id}/token", ADMIN),
+    ("DELETE", "/v1/acl/users/{user_id}/sessions", ADMIN),
     // The operator console (`/admin`, routes/admin.rs): read-only, per page.
     ("GET", "/admin", Access::Public),
     ("GET", "/admin.css", Access::Public),

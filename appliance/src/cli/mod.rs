@@ -106,8 +106,77 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// A command that writes what a serving daemon holds (users, tokens, sessions, grants,
+/// documents, indexes, conversations): its data directory, what to use instead while the
+/// daemon serves it, and whether it may create the lock file (`crate::data_lock`).
+///
+/// Every other command only reads the data directory (`user tokens list`, `audit`, `backup`,
+/// `receipt`), writes what the daemon reads only at start (`install`, `rollback`, `keyring`:
+/// restart it afterwards), appends one audit entry (`eval export`: the log is append-only and
+/// the daemon keeps none of it in memory), or works elsewhere (`keygen`, `bundle`, `eval run`'s
+/// scratch directory).
+pub fn writer(cmd: &Command) -> Option<(&std::path::Path, &'static str, bool)> {
+    use users::{AclCommand, TokensCommand, UserCommand};
+    const STOP: &str = "stop the daemon first (there is no HTTP route for this)";
+    Some(match cmd {
+        Command::Ingest(a) => (
+            a.store.data.as_path(),
+            "send the documents to `PUT /v1/documents/{doc_id}` (JSON or the raw file), or queue \
+             a JSON Lines corpus in DATA/ingest-queue/ (docs/OPERATIONS.md 7c)",
+            true,
+        ),
+        Command::Delete(a) => (
+            a.store.data.as_path(),
+            "use `DELETE /v1/documents/{doc_id}`",
+            true,
+        ),
+        Command::Reconcile(a) => (a.store.data.as_path(), "use `POST /v1/reconcile`", true),
+        Command::Purge(a) => (a.store.data.as_path(), "use `POST /v1/purge`", true),
+        Command::Reindex(a) => (a.store.data.as_path(), STOP, true),
+        Command::Acl(AclCommand::Sync(a)) if a.ldap => {
+            (a.data.as_path(), "use `POST /v1/acl/sync/ldap`", true)
+        }
+        Command::Acl(AclCommand::Sync(a)) => (a.data.as_path(), "use `POST /v1/acl/sync`", true),
+        Command::User(UserCommand::Add(a)) => (
+            a.data.as_path(),
+            "use `PUT /v1/acl/users/{user_id}`, then `POST /v1/acl/users/{user_id}/token`",
+            true,
+        ),
+        Command::User(UserCommand::Token(a)) => (
+            a.data.as_path(),
+            "use `POST /v1/acl/users/{user_id}/token`",
+            true,
+        ),
+        Command::User(UserCommand::Tokens(TokensCommand::Revoke(a))) => (
+            a.data.as_path(),
+            "use `DELETE /v1/acl/users/{user_id}/token` (and `DELETE \
+             /v1/acl/users/{user_id}/sessions` to end sign-in sessions only)",
+            true,
+        ),
+        Command::User(UserCommand::Remove(a)) => (
+            a.data.as_path(),
+            "use `DELETE /v1/acl/users/{user_id}`",
+            true,
+        ),
+        Command::Restore(a) => (a.data.data.as_path(), STOP, false),
+        Command::Demo(a) => (
+            a.data.data.as_path(),
+            "stop the daemon first, or set up the demo in another --data directory",
+            true,
+        ),
+        _ => return None,
+    })
+}
+
 /// Runs a parsed command. `Ok(false)` is a clean refusal (e.g. the eval gate): exit code 1.
 pub fn run(cli: Cli) -> anyhow::Result<bool> {
+    // One writer per data directory: refused at once while a daemon serves it.
+    let _lock = match writer(&cli.command) {
+        Some((data, instead, create)) => {
+            Some(crate::data_lock::DataLock::write(data, instead, create)?)
+        }
+        None => None,
+    };
     match cli.command {
         Command::Keygen(args) => keys::keygen(args),
         Command::Keyring(cmd) => keys::keyring(cmd),

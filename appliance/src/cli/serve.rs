@@ -39,6 +39,8 @@ pub fn init_tracing(json: bool) {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config.load()?;
     init_tracing(config.json_logs());
+    // One writer per data directory (crate::data_lock), held until the process ends.
+    let _lock = crate::data_lock::DataLock::serve(&config.data_dir())?;
     // The SIEM file must be writable before anything else happens (it is attached to the
     // audit log once the ACL is open).
     if let Some(sink) = &config.audit_sink {

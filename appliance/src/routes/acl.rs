@@ -79,6 +79,64 @@ pub async fn issue_token(
     Ok((StatusCode::CREATED, Json(json!({ "token": token }))).into_response())
 }
 
+/// `DELETE /v1/acl/users/{user_id}/token` → 200 `{"user_id", "had_token"}`: revokes the user's
+/// bearer token and ends their sign-in sessions, both at once (`airlock user tokens revoke`
+/// while the daemon serves). Audited (`token_revoke`). 404 for an unknown user.
+pub async fn revoke_token(
+    State(state): State<AppState>,
+    Admin(actor): Admin,
+    RequestId(request_id): RequestId,
+    Path(user_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let services = state.services()?;
+    let acl = services.acl.clone();
+    let id = user_id.clone();
+    let had = blocking(move || Ok(acl.revoke_token(actor_of(&actor, &request_id), &id)?)).await?;
+    Ok(Json(json!({"user_id": user_id, "had_token": had})).into_response())
+}
+
+/// `DELETE /v1/acl/users/{user_id}/sessions` → 200 `{"user_id", "sessions_ended"}`: ends every
+/// sign-in session of the user at once (their token, if any, stays). Audited (`sign_in`,
+/// `sessions_ended`, `ended_by: sessions_end`). 404 for an unknown user.
+pub async fn end_sessions(
+    State(state): State<AppState>,
+    Admin(actor): Admin,
+    RequestId(request_id): RequestId,
+    Path(user_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let services = state.services()?;
+    let acl = services.acl.clone();
+    let id = user_id.clone();
+    let n =
+        blocking(move || Ok(acl.end_user_sessions(actor_of(&actor, &request_id), &id)?)).await?;
+    Ok(Json(json!({"user_id": user_id, "sessions_ended": n})).into_response())
+}
+
+/// `DELETE /v1/acl/users/{user_id}` → 200 `{"user_id", "removed": true}`: removes the user with
+/// their memberships, roles, token and sessions, and their server-kept conversations
+/// (`airlock user remove` while the daemon serves). Audited (`user_remove`). 404 for an unknown
+/// user; 409 for the last user with the admin role.
+pub async fn remove_user(
+    State(state): State<AppState>,
+    Admin(actor): Admin,
+    RequestId(request_id): RequestId,
+    Path(user_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let services = state.services()?;
+    let acl = services.acl.clone();
+    let conversations = services.feedback.clone();
+    let id = user_id.clone();
+    blocking(move || {
+        acl.remove_user(actor_of(&actor, &request_id), &id)?;
+        if let Some(store) = conversations {
+            store.prune_users(|u| acl.user(u).is_some())?;
+        }
+        Ok(())
+    })
+    .await?;
+    Ok(Json(json!({"user_id": user_id, "removed": true})).into_response())
+}
+
 /// `PUT /v1/acl/documents/{doc_id}` `{"users": [...], "groups": [...]}` → 200.
 pub async fn put_document(
     State(state): State<AppState>,

@@ -70,8 +70,18 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/documents/{doc_id}/file", get(documents::file))
         .route("/v1/reconcile", post(documents::reconcile))
         .route("/v1/purge", post(documents::purge))
-        .route("/v1/acl/users/{user_id}", put(acl::put_user))
-        .route("/v1/acl/users/{user_id}/token", post(acl::issue_token))
+        .route(
+            "/v1/acl/users/{user_id}",
+            put(acl::put_user).delete(acl::remove_user),
+        )
+        .route(
+            "/v1/acl/users/{user_id}/token",
+            post(acl::issue_token).delete(acl::revoke_token),
+        )
+        .route(
+            "/v1/acl/users/{user_id}/sessions",
+            axum::routing::delete(acl::end_sessions),
+        )
         .route("/v1/acl/documents/{doc_id}", put(acl::put_document))
         .route("/v1/acl/sync", post(acl::sync))
         .route("/v1/acl/sync/ldap", post(auth::sync))

@@ -22,6 +22,7 @@ mod ldap;
 mod llama_server;
 mod monitoring;
 mod oidc;
+mod one_writer;
 mod purge;
 mod rack;
 mod receipts;

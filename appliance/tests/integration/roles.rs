@@ -61,6 +61,9 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("GET", "/v1/auth/oidc/callback", "oooooo"),
     ("PUT", "/v1/acl/users/{user_id}", "ufofff"),
     ("POST", "/v1/acl/users/{user_id}/token", "ufofff"),
+    ("DELETE", "/v1/acl/users/{user_id}", "ufofff"),
+    ("DELETE", "/v1/acl/users/{user_id}/token", "ufofff"),
+    ("DELETE", "/v1/acl/users/{user_id}/sessions", "ufofff"),
     ("GET", "/admin", "oooooo"),
     ("GET", "/admin.css", "oooooo"),
     ("GET", "/v1/admin/documents", "uffoff"),
@@ -112,6 +115,12 @@ fn request(method: &str, route: &str) -> (String, Option<Value>) {
             "/v1/acl/users/mallory".into(),
             Some(json!({"groups": ["g1"], "roles": ["admin"]})),
         ),
+        // Unknown users (404 once authorised): removing mallory would undo the PUT above.
+        ("DELETE", "/v1/acl/users/{user_id}") => ("/v1/acl/users/nobody".into(), None),
+        ("DELETE", "/v1/acl/users/{user_id}/token") => ("/v1/acl/users/nobody/token".into(), None),
+        ("DELETE", "/v1/acl/users/{user_id}/sessions") => {
+            ("/v1/acl/users/nobody/sessions".into(), None)
+        }
         // Another user's token: rotating u1's would end u1's later requests.
         ("POST", "/v1/acl/users/{user_id}/token") => ("/v1/acl/users/mallory/token".into(), None),
         ("POST", _) | ("PUT", _) => (route.into(), Some(json!({}))),
