@@ -139,6 +139,10 @@ pub enum ApiError {
     /// A state-changing request a browser sent from another site (`Sec-Fetch-Site`, `Origin`).
     #[error("{0}")]
     CrossSite(&'static str),
+    /// An access change that lets the caller read more, without a second person's approval or
+    /// break-glass (crate::approvals); nothing changed.
+    #[error("{0}")]
+    ApprovalRequired(String),
     /// OIDC sign-in: a check of the callback failed (state, code, ID token); nothing changed.
     #[error("the OIDC sign-in was refused: {0}")]
     OidcRefused(String),
@@ -199,6 +203,7 @@ impl ApiError {
             }
             ApiError::CsrfRequired => ("csrf-failed", StatusCode::FORBIDDEN),
             ApiError::CrossSite(_) => ("cross-site", StatusCode::FORBIDDEN),
+            ApiError::ApprovalRequired(_) => ("approval-required", StatusCode::FORBIDDEN),
             ApiError::OidcRefused(_) => ("oidc-refused", StatusCode::UNAUTHORIZED),
             ApiError::IdpUnavailable(_) => ("idp-unavailable", StatusCode::SERVICE_UNAVAILABLE),
             ApiError::ReceiptUnrecorded(_) => {

@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod appliance_key;
+pub mod approvals;
 pub mod audit_sink;
 pub mod auth;
 pub mod backup;

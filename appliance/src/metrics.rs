@@ -115,6 +115,9 @@ pub struct Metrics {
     pub stage_seconds: Family<Stage, Histogram>,
     /// `airlock_recheck_drops_total`: chunks dropped by the pre-prompt ACL/tombstone re-check.
     pub recheck_drops: Counter,
+    /// `airlock_break_glass_total`: access changes applied without a second person's approval
+    /// (`X-Airlock-Break-Glass`, crate::approvals); each one also has an audit entry.
+    pub break_glass: Counter,
     /// `airlock_sources_below_floor_total`: retrieved chunks kept out of a chat prompt because
     /// their similarity to the question is below `min_source_similarity`.
     pub below_floor: Counter,
@@ -227,6 +230,7 @@ impl Metrics {
             rate_limited_total: Family::default(),
             stage_seconds: Family::new_with_constructor(latency_histogram),
             recheck_drops: Counter::default(),
+            break_glass: Counter::default(),
             below_floor: Counter::default(),
             no_source_answers: Counter::default(),
             unmatched_names: Counter::default(),
@@ -318,6 +322,11 @@ impl Metrics {
             "recheck_drops",
             "Chunks dropped by the access re-check just before the prompt",
             m.recheck_drops.clone(),
+        );
+        r.register(
+            "break_glass",
+            "Access changes applied by break-glass, without a second person's approval",
+            m.break_glass.clone(),
         );
         r.register(
             "sources_below_floor",
@@ -550,6 +559,7 @@ mod tests {
             "airlock_rung_transitions_total",
             "airlock_retrieval_stage_seconds_bucket{stage=\"bm25\",le=",
             "airlock_recheck_drops_total ",
+            "airlock_break_glass_total ",
             "airlock_sources_below_floor_total ",
             "airlock_no_source_answers_total ",
             "airlock_unmatched_names_total ",

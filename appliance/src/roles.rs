@@ -54,6 +54,8 @@ const METRICS: Access = Access::Roles(&[Role::Admin, Role::Auditor, Role::Metric
 const CONSOLE: Access = Access::Roles(&[Role::Admin, Role::Operator, Role::Auditor]);
 /// The console's eval reports (aggregates only).
 const EVALS: Access = Access::Roles(&[Role::Operator, Role::Auditor]);
+/// Approvals of access changes (crate::approvals; the handler checks the change's own role).
+const APPROVERS: Access = Access::Roles(&[Role::Admin, Role::Operator]);
 
 /// Every route of [`crate::app`]: method, path template, access. The route-by-role test walks it.
 pub const ROUTES: &[(&str, &str, Access)] = &[
@@ -95,6 +97,7 @@ pub const ROUTES: &[(&str, &str, Access)] = &[
     ("DELETE", "/v1/acl/users/{user_id}", ADMIN),
     ("DELETE", "/v1/acl/users/{user_id}/token", ADMIN),
     ("DELETE", "/v1/acl/users/{user_id}/sessions", ADMIN),
+    ("POST", "/v1/acl/approvals", APPROVERS),
     // The operator console (`/admin`, routes/admin.rs): read-only, per page.
     ("GET", "/admin", Access::Public),
     ("GET", "/admin.css", Access::Public),
@@ -144,6 +147,7 @@ pub fn refusal(access: Access, caller: &Caller, mtls_ok: bool) -> Option<&'stati
                 "this endpoint needs the admin, operator or auditor role"
             }
             [Role::Operator, Role::Auditor] => "this endpoint needs the operator or auditor role",
+            [Role::Admin, Role::Operator] => "this endpoint needs the admin or operator role",
             [Role::Admin, Role::Auditor, Role::Metrics] => {
                 "this endpoint needs the admin, auditor or metrics role"
             }

@@ -19,6 +19,7 @@ struct Inner {
     logins: crate::session::LoginLimiter,
     oidc: std::sync::OnceLock<Arc<crate::oidc::Oidc>>,
     indexing: Arc<crate::ingest_queue::Status>,
+    approvals: crate::approvals::Approvals,
 }
 
 /// Cheap-to-clone handle on everything a handler needs.
@@ -42,6 +43,7 @@ impl AppState {
                 logins: crate::session::LoginLimiter::default(),
                 oidc: std::sync::OnceLock::new(),
                 indexing: Arc::default(),
+                approvals: crate::approvals::Approvals::default(),
             }),
         }
     }
@@ -109,6 +111,11 @@ impl AppState {
     /// The services, or 503 `not-ready`.
     pub fn services(&self) -> Result<Arc<Services>, ApiError> {
         self.inner.services.load_full().ok_or(ApiError::NotReady)
+    }
+
+    /// The approvals issued and not yet used (crate::approvals).
+    pub fn approvals(&self) -> &crate::approvals::Approvals {
+        &self.inner.approvals
     }
 
     /// The background ingest worker's progress (crate::ingest_queue).

@@ -320,13 +320,17 @@ impl Client {
         path: &str,
         token: Option<&str>,
         body: &Body<'_>,
+        extra: &[(&str, &str)],
     ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
         let url = format!("{}{}", self.base, path);
         let auth = token.map(|t| format!("Bearer {t}"));
         let priority = self.priority.as_str();
         macro_rules! headers {
             ($req:expr) => {{
-                let req = $req.header("X-Airlock-Priority", priority);
+                let mut req = $req.header("X-Airlock-Priority", priority);
+                for (k, v) in extra {
+                    req = req.header(*k, *v);
+                }
                 match &auth {
                     Some(a) => req.header("Authorization", a),
                     None => req,
@@ -362,9 +366,22 @@ impl Client {
         body: Body<'_>,
         retry: bool,
     ) -> Result<Value, ApiError> {
+        self.request_with(method, path, token, body, retry, &[])
+    }
+
+    /// [`Client::request`] with extra request headers.
+    fn request_with(
+        &self,
+        method: &'static str,
+        path: &str,
+        token: Option<&str>,
+        body: Body<'_>,
+        retry: bool,
+        extra: &[(&str, &str)],
+    ) -> Result<Value, ApiError> {
         let mut retries = 0;
         loop {
-            let res = self.send_once(method, path, token, &body);
+            let res = self.send_once(method, path, token, &body, extra);
             if let Ok(r) = &res {
                 let status = r.status().as_u16();
                 if retry && matches!(status, 429 | 503) && retries < MAX_RETRIES {
@@ -449,8 +466,40 @@ impl Client {
 
     /// `POST /v1/acl/users/{id}/token` (admin): issues (rotates) a user's token.
     pub fn issue_token(&self, admin: &str, user: &str) -> Result<String, ApiError> {
+        self.issue_token_approved(admin, None, user)
+    }
+
+    /// [`Client::issue_token`], approved first by `approver` (a second admin's token) when
+    /// given: the daemon asks a second person's approval for a token of a user with access
+    /// (`POST /v1/acl/approvals`, then `X-Airlock-Approval`).
+    pub fn issue_token_approved(
+        &self,
+        admin: &str,
+        approver: Option<&str>,
+        user: &str,
+    ) -> Result<String, ApiError> {
         let path = format!("/v1/acl/users/{user}/token");
-        let v = self.send_json("POST", &path, admin, &json!({}))?;
+        let approval = match approver {
+            Some(a) => {
+                let body = json!({"action": "token_issue", "user_id": user});
+                let v = self.send_json("POST", "/v1/acl/approvals", a, &body)?;
+                v["approval"].as_str().map(str::to_owned)
+            }
+            None => None,
+        };
+        let extra: Vec<(&str, &str)> = approval
+            .as_deref()
+            .map(|a| ("X-Airlock-Approval", a))
+            .into_iter()
+            .collect();
+        let v = self.request_with(
+            "POST",
+            &path,
+            Some(admin),
+            Body::Json(&json!({})),
+            true,
+            &extra,
+        )?;
         v["token"]
             .as_str()
             .map(str::to_owned)

@@ -171,16 +171,19 @@ fn ingest(
     Ok(())
 }
 
+/// Issues a token to each of `users` that has none in `tokens`, approved by the `approver`
+/// token when `tokens` holds one (a second admin: four eyes).
 fn issue_tokens(
     client: &Client,
     admin: &str,
     users: &[String],
     tokens: &mut Tokens,
 ) -> Result<(), RunError> {
+    let approver = tokens.get("approver").cloned();
     for u in users {
         if !tokens.contains_key(u) {
             let t = client
-                .issue_token(admin, u)
+                .issue_token_approved(admin, approver.as_deref(), u)
                 .map_err(api(format!("issue token for {u}")))?;
             tokens.insert(u.clone(), t);
         }

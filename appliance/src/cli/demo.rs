@@ -33,6 +33,9 @@ const ACTOR: &str = "airlock-demo";
 const CRANFIELD_GROUP: &str = "demo-cranfield";
 /// The operator account the demo creates.
 const ADMIN: &str = "admin";
+/// The second operator account: its approvals let `admin` make changes that need four eyes
+/// (crate::approvals), e.g. a token for a user with access.
+const APPROVER: &str = "approver";
 
 /// `airlock demo`.
 #[derive(Debug, Args)]
@@ -46,7 +49,8 @@ pub struct DemoArgs {
     /// Set everything up, then exit instead of serving.
     #[arg(long)]
     pub setup_only: bool,
-    /// Install without ingesting anything and without demo users (tokens.json holds only admin).
+    /// Install without ingesting anything and without demo users (tokens.json holds only the
+    /// two operators, `admin` and `approver`).
     #[arg(long)]
     pub no_sample_data: bool,
     /// The staged models (made by scripts/fetch-models.sh).
@@ -174,6 +178,19 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
             )?,
         };
         tokens.insert(ADMIN.to_owned(), admin_token);
+        let approver_token = match services.acl.user(APPROVER) {
+            Some(_) => services.acl.issue_token(ACTOR, APPROVER)?,
+            None => services.acl.add_user(
+                ACTOR,
+                APPROVER,
+                &NewUser {
+                    groups: vec![],
+                    roles: vec![Role::Admin, Role::Operator],
+                    local: true,
+                },
+            )?,
+        };
+        tokens.insert(APPROVER.to_owned(), approver_token);
         if !args.no_sample_data {
             // Permissions first (grants may name documents not stored yet), then the three
             // files (seconds), then the corpora queued: the daemon ingests them while it serves.

@@ -60,8 +60,9 @@ pub struct RunArgs {
     /// runner owns a daemon: see --data, --config and --scratch.
     #[arg(long, requires = "tokens")]
     pub against: Option<String>,
-    /// With --against: JSON file of tokens (`{"admin": "...", "u001": "..."}`, as written by
-    /// `airlock demo`); users missing from it get tokens issued with the admin token.
+    /// With --against: JSON file of tokens (`{"admin": "...", "approver": "...", "u001":
+    /// "..."}`, as written by `airlock demo`); users missing from it get tokens issued with the
+    /// admin token, approved with the approver's (a second admin: four eyes).
     #[arg(long, requires = "against")]
     pub tokens: Option<PathBuf>,
     /// With an `https://` --against: the CA certificate(s) (PEM) the daemon's certificate must
@@ -285,7 +286,10 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             if !client.ready() {
                 bail!("the owned daemon on {} is not ready", daemon.base);
             }
-            let tokens = Tokens::from([("admin".to_owned(), daemon.admin_token.clone())]);
+            let tokens = Tokens::from([
+                ("admin".to_owned(), daemon.admin_token.clone()),
+                ("approver".to_owned(), daemon.approver_token.clone()),
+            ]);
             (client, tokens, Some(daemon))
         }
     };
@@ -457,6 +461,9 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
 
 /// The local admin an owned daemon creates for the runner (outside any IAM snapshot).
 const EVAL_ADMIN: &str = "airlock-eval-admin";
+/// The second local admin, whose approvals let the runner issue the set's users their tokens
+/// (four eyes, crate::approvals).
+const EVAL_APPROVER: &str = "airlock-eval-approver";
 /// Actor recorded in the scratch audit log.
 const ACTOR: &str = "airlock-eval";
 /// Marks a directory as an eval scratch directory, so a later run may replace it.
@@ -468,6 +475,8 @@ struct OwnedDaemon {
     base: String,
     /// The local admin's bearer token.
     admin_token: String,
+    /// The second local admin's token (approvals).
+    approver_token: String,
     /// The daemon's state (the runner pins the ladder rung through it).
     state: AppState,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -681,6 +690,7 @@ impl OwnedDaemon {
         let mut daemon = OwnedDaemon {
             base: String::new(),
             admin_token: String::new(),
+            approver_token: String::new(),
             state: AppState::starting(config.clone()),
             stop: None,
             thread: None,
@@ -698,9 +708,10 @@ impl OwnedDaemon {
         daemon.thread = Some(thread);
         eprintln!("==> verifying the bundle and loading the models");
         match ready_rx.recv() {
-            Ok((addr, token, state)) => {
+            Ok((addr, (token, approver), state)) => {
                 daemon.base = format!("http://{addr}");
                 daemon.admin_token = token;
+                daemon.approver_token = approver;
                 daemon.state = state;
                 eprintln!("==> owned daemon ready on {}", daemon.base);
                 Ok(daemon)
@@ -750,8 +761,9 @@ impl Drop for OwnedDaemon {
     }
 }
 
-/// What the daemon thread hands back once it serves: its address, the admin token, its state.
-type Ready = (SocketAddr, String, AppState);
+/// What the daemon thread hands back once it serves: its address, the admin's and the
+/// approver's tokens, its state.
+type Ready = (SocketAddr, (String, String), AppState);
 
 /// The owned daemon's thread: egress lockdown (this thread and the ones it starts), start-up as
 /// `airlock serve` does it, a local admin, then serving until `stop` resolves or is dropped.
@@ -772,6 +784,15 @@ fn serve_owned(
             local: true,
         },
     )?;
+    let approver = services.acl.add_user(
+        ACTOR,
+        EVAL_APPROVER,
+        &NewUser {
+            groups: vec![],
+            roles: vec![Role::Admin],
+            local: true,
+        },
+    )?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("airlock-eval-http")
@@ -784,7 +805,10 @@ fn serve_owned(
         .with_context(|| format!("binding {addr}"))?;
     let local = listener.local_addr()?;
     let state = AppState::ready(config, services);
-    if ready.send((local, admin, state.clone())).is_err() {
+    if ready
+        .send((local, (admin, approver), state.clone()))
+        .is_err()
+    {
         return Ok(Drained::Clean);
     }
     let drained = runtime.block_on(server::serve(

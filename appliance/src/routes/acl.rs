@@ -1,15 +1,18 @@
-//! Access-control administration: users, tokens, document grants and the IAM snapshot sync.
-//! All admin-only. ACL writes do blocking SQLite I/O and run on the blocking pool.
+//! Access-control administration: users, tokens, sessions, document grants, the IAM snapshot
+//! sync and approvals of access changes. Role-gated (crate::roles); a change that lets the
+//! caller read more needs a second person's approval or break-glass (crate::approvals). ACL
+//! writes do blocking SQLite I/O and run on the blocking pool.
 
 use std::io::Cursor;
 
 use airlock_acl::{Actor, DocGrants, SyncCounts, SyncOptions, UserSpec};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::approvals::{self, Change};
 use crate::auth::Admin;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, NdjsonText, RequestId};
@@ -33,18 +36,45 @@ pub(crate) async fn blocking<T: Send + 'static>(
 }
 
 /// `PUT /v1/acl/users/{user_id}` `{"groups": [...], "roles": ["admin"]?}` → 201 created / 200
-/// updated, with the user as stored.
+/// updated, with the user as stored. A change of the caller's own groups or roles, or one that
+/// adds a group or a role to a user holding a token, needs approval (crate::approvals).
 pub async fn put_user(
     State(state): State<AppState>,
     Admin(actor): Admin,
     RequestId(request_id): RequestId,
     Path(user_id): Path<String>,
+    headers: HeaderMap,
     ApiJson(spec): ApiJson<UserSpec>,
 ) -> Result<Response, ApiError> {
     let services = state.services()?;
+    spec.validate(&user_id)?;
     let acl = services.acl.clone();
+    let _serial = state.approvals().serial().lock().await;
+    let current = acl.user(&user_id);
+    let adds = match &current {
+        None => !spec.groups.is_empty() || spec.roles.as_ref().is_some_and(|r| !r.is_empty()),
+        Some(u) => {
+            spec.groups.iter().any(|g| !u.groups.contains(g))
+                || spec
+                    .roles
+                    .as_ref()
+                    .is_some_and(|r| r.iter().any(|x| !u.roles.contains(x)))
+        }
+    };
+    let holds_token = current.as_ref().is_some_and(|u| u.has_token);
+    let needed = adds && (holds_token || user_id == actor.user_id);
+    let change = Change::UserPut {
+        user_id: user_id.clone(),
+        groups: spec.groups.clone(),
+        roles: spec.roles.clone(),
+    };
+    let (change, how) =
+        approvals::authorise(state.approvals(), &acl, &headers, &actor, change, needed)?;
+    let metrics = state.metrics().clone();
     let (outcome, info) = blocking(move || {
-        let outcome = acl.put_user(actor_of(&actor, &request_id), &user_id, &spec)?;
+        let who = actor_of(&actor, &request_id);
+        approvals::record(&acl, &metrics, who, &change, &how)?;
+        let outcome = acl.put_user(who, &user_id, &spec)?;
         let info = acl.user(&user_id);
         Ok((outcome, info))
     })
@@ -66,17 +96,67 @@ pub async fn put_user(
 }
 
 /// `POST /v1/acl/users/{user_id}/token` → 201 `{"token": "..."}` (rotates; the user must exist).
+/// A token for another user who has groups, roles or direct grants needs approval
+/// (crate::approvals): its holder reads what that user reads.
 pub async fn issue_token(
     State(state): State<AppState>,
     Admin(actor): Admin,
     RequestId(request_id): RequestId,
     Path(user_id): Path<String>,
+    headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let services = state.services()?;
     let acl = services.acl.clone();
-    let token =
-        blocking(move || Ok(acl.issue_token(actor_of(&actor, &request_id), &user_id)?)).await?;
+    let _serial = state.approvals().serial().lock().await;
+    let needed = user_id != actor.user_id
+        && acl.user(&user_id).is_some_and(|u| {
+            !u.groups.is_empty() || !u.roles.is_empty() || u.readable_documents > 0
+        });
+    let change = Change::TokenIssue {
+        user_id: user_id.clone(),
+    };
+    let (change, how) =
+        approvals::authorise(state.approvals(), &acl, &headers, &actor, change, needed)?;
+    let metrics = state.metrics().clone();
+    let token = blocking(move || {
+        let who = actor_of(&actor, &request_id);
+        approvals::record(&acl, &metrics, who, &change, &how)?;
+        Ok(acl.issue_token(who, &user_id)?)
+    })
+    .await?;
     Ok((StatusCode::CREATED, Json(json!({ "token": token }))).into_response())
+}
+
+/// `POST /v1/acl/approvals` with a [`Change`] → 201 `{"approval": "apv_…", "id",
+/// "expires_in_secs", "change"}`: a one-time approval of exactly that change by the caller, for
+/// another principal to apply (`X-Airlock-Approval`). The caller must hold the change's role
+/// and may not be the user it is about. Audited (`approval_issue`, with the id, never the
+/// secret).
+pub async fn approve(
+    State(state): State<AppState>,
+    Admin(approver): Admin,
+    RequestId(request_id): RequestId,
+    ApiJson(change): ApiJson<Change>,
+) -> Result<Response, ApiError> {
+    let services = state.services()?;
+    let issued = state
+        .approvals()
+        .issue(&approver, change, std::time::Instant::now())?;
+    let acl = services.acl.clone();
+    let (id, change) = (issued.id.clone(), issued.change.clone());
+    blocking(move || {
+        Ok(acl.audit_admin(
+            actor_of(&approver, &request_id),
+            json!({"action": "approval_issue", "approval": id, "change": change}),
+        )?)
+    })
+    .await?;
+    let mut resp = (StatusCode::CREATED, Json(issued)).into_response();
+    resp.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-store"),
+    );
+    Ok(resp)
 }
 
 /// `DELETE /v1/acl/users/{user_id}/token` → 200 `{"user_id", "had_token"}`: revokes the user's
@@ -137,19 +217,35 @@ pub async fn remove_user(
     Ok(Json(json!({"user_id": user_id, "removed": true})).into_response())
 }
 
-/// `PUT /v1/acl/documents/{doc_id}` `{"users": [...], "groups": [...]}` → 200.
+/// `PUT /v1/acl/documents/{doc_id}` `{"users": [...], "groups": [...]}` → 200. A grant that
+/// lets the caller read the document needs approval (crate::approvals).
 pub async fn put_document(
     State(state): State<AppState>,
     Admin(actor): Admin,
     RequestId(request_id): RequestId,
     Path(doc_id): Path<String>,
+    headers: HeaderMap,
     ApiJson(grants): ApiJson<DocGrants>,
 ) -> Result<Response, ApiError> {
     let services = state.services()?;
+    grants.validate(&doc_id)?;
     let acl = services.acl.clone();
+    let _serial = state.approvals().serial().lock().await;
+    let needed =
+        approvals::grant_gives(&acl, &actor.user_id, &doc_id, &grants.users, &grants.groups);
+    let change = Change::DocumentGrants {
+        doc_id: doc_id.clone(),
+        users: grants.users.clone(),
+        groups: grants.groups.clone(),
+    };
+    let (change, how) =
+        approvals::authorise(state.approvals(), &acl, &headers, &actor, change, needed)?;
+    let metrics = state.metrics().clone();
     let id = doc_id.clone();
     let outcome = blocking(move || {
-        Ok(acl.set_document_grants(actor_of(&actor, &request_id), &id, &grants)?)
+        let who = actor_of(&actor, &request_id);
+        approvals::record(&acl, &metrics, who, &change, &how)?;
+        Ok(acl.set_document_grants(who, &id, &grants)?)
     })
     .await?;
     Ok(Json(json!({
@@ -162,12 +258,14 @@ pub async fn put_document(
 
 /// `POST /v1/acl/sync[?allow_empty=true]` (JSON Lines IAM snapshot) → 200 with the diff counts,
 /// sent after the new state is swapped in. An empty snapshot is refused without
-/// `allow_empty=true`.
+/// `allow_empty=true`. A snapshot that lists the caller or lets it read a document it cannot
+/// read now needs approval (crate::approvals).
 pub async fn sync(
     State(state): State<AppState>,
     Admin(actor): Admin,
     RequestId(request_id): RequestId,
     RawQuery(query): RawQuery,
+    headers: HeaderMap,
     NdjsonText(body): NdjsonText,
 ) -> Result<Json<SyncCounts>, ApiError> {
     let options = SyncOptions {
@@ -175,9 +273,18 @@ pub async fn sync(
     };
     let services = state.services()?;
     let acl = services.acl.clone();
+    let _serial = state.approvals().serial().lock().await;
+    let needed = approvals::snapshot_gives(&acl, &actor.user_id, &body);
+    let change = Change::AclSync {
+        sha256: approvals::body_sha256(&body),
+    };
+    let (change, how) =
+        approvals::authorise(state.approvals(), &acl, &headers, &actor, change, needed)?;
+    let metrics = state.metrics().clone();
     let conversations = services.feedback.clone();
     let counts = blocking(move || {
         let actor = actor_of(&actor, &request_id);
+        approvals::record(&acl, &metrics, actor, &change, &how)?;
         let counts = acl
             .sync_snapshot_with(actor, Cursor::new(body), options)
             .map_err(|e| {

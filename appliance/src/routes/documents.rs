@@ -62,10 +62,44 @@ pub async fn put(
     RequestId(request_id): RequestId,
     Path(doc_id): Path<String>,
     Query(query): Query<PutQuery>,
+    headers: axum::http::HeaderMap,
     body: JsonOrFile<PutDocument>,
 ) -> Result<Response, ApiError> {
     let services = state.services()?;
     let limits = state.config().extract_limits();
+    // A grant that lets the caller read the document needs approval (crate::approvals).
+    let grant = match &body {
+        JsonOrFile::Json(b) => b.acl.clone(),
+        JsonOrFile::File { .. } => None,
+    };
+    let _serial = match grant {
+        Some(_) => Some(state.approvals().serial().lock().await),
+        None => None,
+    };
+    let approval = match grant {
+        Some(g) => {
+            use crate::approvals::{self, Change};
+            airlock_retrieval::ingest::validate_doc_id(&doc_id)?;
+            g.validate(&doc_id)?;
+            let needed =
+                approvals::grant_gives(&services.acl, &actor.user_id, &doc_id, &g.users, &g.groups);
+            let change = Change::DocumentGrants {
+                doc_id: doc_id.clone(),
+                users: g.users,
+                groups: g.groups,
+            };
+            Some(approvals::authorise(
+                state.approvals(),
+                &services.acl,
+                &headers,
+                &actor,
+                change,
+                needed,
+            )?)
+        }
+        None => None,
+    };
+    let metrics = state.metrics().clone();
     let outcome = blocking(move || {
         let actor = actor_of(&actor, &request_id);
         airlock_retrieval::ingest::validate_doc_id(&doc_id)?;
@@ -101,6 +135,9 @@ pub async fn put(
             grants.validate(&doc_id)?;
         }
         let staged = services.retrieval.stage(doc)?;
+        if let Some((change, how)) = &approval {
+            crate::approvals::record(&services.acl, &metrics, actor, change, how)?;
+        }
         let outcome = match &acl {
             None => services.retrieval.upsert_staged(staged)?,
             Some(grants) => put_with_grant(&services, actor, &doc_id, grants, staged)?,

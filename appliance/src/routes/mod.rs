@@ -82,6 +82,7 @@ pub fn app(state: AppState) -> Router {
             "/v1/acl/users/{user_id}/sessions",
             axum::routing::delete(acl::end_sessions),
         )
+        .route("/v1/acl/approvals", post(acl::approve))
         .route("/v1/acl/documents/{doc_id}", put(acl::put_document))
         .route("/v1/acl/sync", post(acl::sync))
         .route("/v1/acl/sync/ldap", post(auth::sync))

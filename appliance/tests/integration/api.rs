@@ -297,14 +297,21 @@ async fn acl_endpoints_users_tokens_grants_sync() {
         )
         .await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
-    let r = t
-        .call(
+    // A token for a user with groups needs a second admin's approval (four eyes).
+    let approved_token = || async {
+        let approval = t
+            .approval(json!({"action": "token_issue", "user_id": "carol"}))
+            .await;
+        t.call_with(
             Method::POST,
             "/v1/acl/users/carol/token",
             Some(&t.admin),
+            &[("x-airlock-approval", &approval)],
             None,
         )
-        .await;
+        .await
+    };
+    let r = approved_token().await;
     assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
     let carol = r.json["token"].as_str().unwrap().to_string();
     assert_eq!(
@@ -314,14 +321,7 @@ async fn acl_endpoints_users_tokens_grants_sync() {
         StatusCode::OK
     );
     // Rotation invalidates the old token at once.
-    let r = t
-        .call(
-            Method::POST,
-            "/v1/acl/users/carol/token",
-            Some(&t.admin),
-            None,
-        )
-        .await;
+    let r = approved_token().await;
     let carol2 = r.json["token"].as_str().unwrap().to_string();
     t.call(Method::GET, "/v1/models", Some(&carol), None)
         .await

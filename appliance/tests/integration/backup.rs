@@ -127,8 +127,16 @@ const TOPICS: [&str; 6] = [
     "The savings account pays an interest rate of two percent per year.",
 ];
 
-/// Creates (or updates) `user` in `group` and issues a token for them.
-fn user_token(base: &str, admin: &str, user: &str, group: &str) -> String {
+/// The demo's second operator's token (`approver` in `demo/tokens.json`): its approvals let the
+/// admin issue tokens to users with access (four eyes).
+pub(crate) fn approver_of(data: &Path) -> String {
+    let tokens: BTreeMap<String, String> =
+        serde_json::from_slice(&std::fs::read(data.join("demo/tokens.json")).unwrap()).unwrap();
+    tokens["approver"].clone()
+}
+
+/// Creates (or updates) `user` in `group` and issues a token for them, approved by `approver`.
+fn user_token(base: &str, admin: &str, approver: &str, user: &str, group: &str) -> String {
     let (status, body) = http(
         "PUT",
         &format!("{base}/v1/acl/users/{user}"),
@@ -138,10 +146,24 @@ fn user_token(base: &str, admin: &str, user: &str, group: &str) -> String {
     assert!(status == 201 || status == 200, "{body}");
     let (status, body) = http(
         "POST",
-        &format!("{base}/v1/acl/users/{user}/token"),
-        admin,
-        Some(json!({})),
+        &format!("{base}/v1/acl/approvals"),
+        approver,
+        Some(json!({"action": "token_issue", "user_id": user})),
     );
+    assert_eq!(status, 201, "{body}");
+    let approval = body["approval"].as_str().unwrap().to_owned();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut resp = agent
+        .post(&format!("{base}/v1/acl/users/{user}/token"))
+        .header("Authorization", &format!("Bearer {admin}"))
+        .header("X-Airlock-Approval", &approval)
+        .send_empty()
+        .unwrap();
+    let status = resp.status().as_u16();
+    let body: Value = resp.body_mut().read_json().unwrap_or(Value::Null);
     assert_eq!(status, 201, "{body}");
     body["token"].as_str().unwrap().to_owned()
 }
@@ -238,7 +260,8 @@ fn a_backup_taken_while_serving_and_writing_restores_to_a_daemon_that_answers_th
     for (i, text) in TOPICS.iter().enumerate() {
         put_doc(&base, &admin, &format!("policy-{i}"), text, "staff");
     }
-    let ann = user_token(&base, &admin, "ann", "staff");
+    let approver = approver_of(&data);
+    let ann = user_token(&base, &admin, &approver, "ann", "staff");
     // A document uploaded as a file: its original is in the backup too.
     let csv = std::fs::read(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../extract/tests/fixtures/branches.csv"),
@@ -343,7 +366,7 @@ fn a_backup_taken_while_serving_and_writing_restores_to_a_daemon_that_answers_th
     assert_eq!(chat(&rbase, &ann, question), answer);
     // Every late document the restored store has is found by its index: the database and the
     // indexes were copied at the same point, so start-up repaired nothing.
-    let bo = user_token(&rbase, &admin, "bo", "board");
+    let bo = user_token(&rbase, &admin, &approver, "bo", "board");
     let mut restored_late = 0;
     for n in 0..written {
         let (status, _) = http(

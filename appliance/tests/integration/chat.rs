@@ -398,11 +398,17 @@ async fn focus_embeds_the_candidate_sentences_at_the_full_pipeline_rung_only() {
                 "Incoming wire transfers are credited the same day.",
             ),
         ] {
+            // The admin grants itself the documents: a second operator approves (four eyes).
+            let approval = t
+                .approval(json!({"action": "document_grants", "doc_id": id,
+                                 "users": ["admin"], "groups": ["pay"]}))
+                .await;
             let r = t
-                .call(
+                .call_with(
                     Method::PUT,
                     &format!("/v1/documents/{id}"),
                     Some(&t.admin),
+                    &[("x-airlock-approval", &approval)],
                     Some(json!({"title": "Payments", "text": text,
                                 "acl": {"users": ["admin"], "groups": ["pay"]}})),
                 )

@@ -78,11 +78,19 @@ fn originals(t: &TestApp) -> Vec<String> {
 }
 
 async fn grant(t: &TestApp, id: &str, users: &[&str]) {
+    // A grant naming the admin itself needs a second operator's approval (four eyes).
+    let approval = t
+        .approval(
+            json!({"action": "document_grants", "doc_id": id, "users": users,
+                         "groups": []}),
+        )
+        .await;
     let r = t
-        .call(
+        .call_with(
             Method::PUT,
             &format!("/v1/acl/documents/{}", id.replace('/', "%2F")),
             Some(&t.admin),
+            &[("x-airlock-approval", &approval)],
             Some(json!({"users": users, "groups": []})),
         )
         .await;

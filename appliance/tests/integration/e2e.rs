@@ -116,6 +116,20 @@ impl Http {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    /// `POST path` without a body, with `X-Airlock-Approval: approval`.
+    fn post_approved(&self, path: &str, token: &str, approval: &str) -> (u16, Value) {
+        let resp = self
+            .agent
+            .post(&format!("{}{path}", self.base))
+            .header("Authorization", &format!("Bearer {token}"))
+            .header("X-Airlock-Approval", approval)
+            .send_empty()
+            .unwrap();
+        let status = resp.status().as_u16();
+        let text = resp.into_body().read_to_string().unwrap();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
     fn json(&self, method: &str, path: &str, token: &str, body: Value) -> (u16, Value) {
         self.send(
             method,
@@ -272,6 +286,22 @@ async fn bank_dev_acl_delete_and_resync_over_a_real_socket() {
     let t = TestApp::new();
     let served = t.serve().await;
     let admin = t.admin.clone();
+    // A second admin approves the tokens of users with groups (four eyes).
+    let approver = t
+        .state
+        .services()
+        .unwrap()
+        .acl
+        .add_user(
+            "test",
+            "approver",
+            &airlock_acl::NewUser {
+                groups: vec![],
+                roles: vec![airlock_acl::Role::Admin],
+                local: true,
+            },
+        )
+        .unwrap();
     let base = served.base.clone();
     let users: BTreeSet<String> = answerable
         .iter()
@@ -305,7 +335,15 @@ async fn bank_dev_acl_delete_and_resync_over_a_real_socket() {
         assert_eq!(b["users_added"], 60);
         let mut tokens = HashMap::new();
         for u in &users {
-            let (s, b) = http.send("POST", &format!("/v1/acl/users/{u}/token"), &admin, None);
+            let (s, b) = http.json(
+                "POST",
+                "/v1/acl/approvals",
+                &approver,
+                json!({"action": "token_issue", "user_id": u}),
+            );
+            assert_eq!(s, 201, "{b}");
+            let approval = b["approval"].as_str().unwrap();
+            let (s, b) = http.post_approved(&format!("/v1/acl/users/{u}/token"), &admin, approval);
             assert_eq!(s, 201, "{b}");
             tokens.insert(u.clone(), b["token"].as_str().unwrap().to_string());
         }

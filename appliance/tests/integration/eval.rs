@@ -357,15 +357,17 @@ fn owned_daemon_refuses_a_data_dir_without_a_bundle_and_leaves_it_alone() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn against_an_operators_daemon_with_given_tokens() {
-    // An operator's appliance on a real socket; the runner gets only the admin token and
-    // creates the set's users from its IAM snapshots through the admin API.
+    // An operator's appliance on a real socket; the runner gets only the admin's and a second
+    // admin's tokens and creates the set's users from its IAM snapshots through the admin API
+    // (their tokens approved by the second admin: four eyes).
     let app = crate::support::TestApp::new();
+    let approver = app.local_user("approver", vec![airlock_acl::Role::Admin]);
     let served = app.serve().await;
     let tmp = tempfile::tempdir().unwrap();
     let tokens = tmp.path().join("tokens.json");
     std::fs::write(
         &tokens,
-        serde_json::to_vec(&serde_json::json!({"admin": app.admin})).unwrap(),
+        serde_json::to_vec(&serde_json::json!({"admin": app.admin, "approver": approver})).unwrap(),
     )
     .unwrap();
     let out_dir = tmp.path().join("out");

@@ -29,6 +29,7 @@ mod receipts;
 mod refusals;
 mod roles;
 mod sandbox;
+mod separation;
 mod signin;
 mod slapd;
 mod sso_proxy;

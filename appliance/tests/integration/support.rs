@@ -207,6 +207,25 @@ impl TestApp {
         self.add_user(id, groups, vec![Role::Admin, Role::Operator])
     }
 
+    /// Adds a local user (an IAM sync keeps it: an operator account) with `roles` and returns
+    /// their token.
+    pub fn local_user(&self, id: &str, roles: Vec<Role>) -> String {
+        self.state
+            .services()
+            .unwrap()
+            .acl
+            .add_user(
+                "test",
+                id,
+                &NewUser {
+                    groups: vec![],
+                    roles,
+                    local: true,
+                },
+            )
+            .unwrap()
+    }
+
     /// Adds a (non-local) user with groups and roles and returns their token.
     pub fn add_user(&self, id: &str, groups: &[&str], roles: Vec<Role>) -> String {
         self.state
@@ -225,6 +244,37 @@ impl TestApp {
             .unwrap()
     }
 
+    /// A one-time approval of `change` (`POST /v1/acl/approvals`' body) by a second operator,
+    /// `approver` (admin and operator, local; created on first use), for a request's
+    /// `X-Airlock-Approval` header (four eyes, crate::approvals).
+    pub async fn approval(&self, change: Value) -> String {
+        let acl = self.state.services().unwrap().acl.clone();
+        let token = match acl.user("approver") {
+            Some(_) => acl.issue_token("test", "approver").unwrap(),
+            None => acl
+                .add_user(
+                    "test",
+                    "approver",
+                    &NewUser {
+                        groups: vec![],
+                        roles: vec![Role::Admin, Role::Operator],
+                        local: true,
+                    },
+                )
+                .unwrap(),
+        };
+        let r = self
+            .call(
+                Method::POST,
+                "/v1/acl/approvals",
+                Some(&token),
+                Some(change),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+        r.json["approval"].as_str().unwrap().to_owned()
+    }
+
     /// Sends one request through `app()` with `oneshot`.
     pub async fn call(
         &self,
@@ -233,9 +283,24 @@ impl TestApp {
         token: Option<&str>,
         body: Option<Value>,
     ) -> Resp {
+        self.call_with(method, uri, token, &[], body).await
+    }
+
+    /// [`TestApp::call`] with extra request headers.
+    pub async fn call_with(
+        &self,
+        method: Method,
+        uri: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> Resp {
         let mut b = Request::builder().method(method).uri(uri);
         if let Some(t) = token {
             b = b.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        for (k, v) in headers {
+            b = b.header(*k, *v);
         }
         let req = match body {
             Some(v) => b

@@ -485,9 +485,11 @@ async fn the_eval_cli_verifies_the_daemon_with_its_ca_file_and_shows_its_client_
     let served = app.serve_with(Some(tls)).await;
     let tmp = tempfile::tempdir().unwrap();
     let tokens = tmp.path().join("tokens.json");
+    // A second admin approves the tokens of the set's users (four eyes).
+    let approver = app.local_user("approver", vec![airlock_acl::Role::Admin]);
     std::fs::write(
         &tokens,
-        serde_json::to_vec(&json!({"admin": app.admin})).unwrap(),
+        serde_json::to_vec(&json!({"admin": app.admin, "approver": approver})).unwrap(),
     )
     .unwrap();
     let set = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../golden-sets/fixtures/mini");

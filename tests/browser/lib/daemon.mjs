@@ -169,8 +169,11 @@ export async function startDaemon(bin, opts = {}) {
   }
 
   const admin = tokens.admin;
-  async function api(method, p, body, token = admin) {
-    const headers = { Authorization: `Bearer ${token}` };
+  // The demo's second operator: a change that lets its maker read more (a token for a user with
+  // groups, a grant to oneself) needs a second person's approval (docs/OPERATIONS.md §16).
+  const approver = tokens.approver;
+  async function send(method, p, body, token, extra = {}) {
+    const headers = { Authorization: `Bearer ${token}`, ...extra };
     if (body !== undefined) headers['Content-Type'] = 'application/json';
     const r = await fetch(url + p, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
     const text = await r.text();
@@ -181,6 +184,25 @@ export async function startDaemon(bin, opts = {}) {
       json = null;
     }
     return { status: r.status, headers: r.headers, json, text };
+  }
+  /** The approval request (`POST /v1/acl/approvals` body) for an admin call, or null. */
+  function changeOf(method, p, body) {
+    const m = /^\/v1\/(acl\/users|acl\/documents|documents)\/([^/]+)(\/token)?$/.exec(p);
+    if (!m) return null;
+    const id = decodeURIComponent(m[2]);
+    if (m[1] === 'acl/users' && m[3] && method === 'POST') return { action: 'token_issue', user_id: id };
+    if (m[1] === 'acl/users' && method === 'PUT') return { action: 'user_put', user_id: id, groups: body.groups, ...(body.roles ? { roles: body.roles } : {}) };
+    if (m[1] === 'acl/documents' && method === 'PUT') return { action: 'document_grants', doc_id: id, users: body.users, groups: body.groups };
+    if (m[1] === 'documents' && method === 'PUT' && body?.acl) return { action: 'document_grants', doc_id: id, users: body.acl.users, groups: body.acl.groups };
+    return null;
+  }
+  async function api(method, p, body, token = admin) {
+    const r = await send(method, p, body, token);
+    const change = r.status === 403 && /approval-required$/.test(r.json?.type ?? '') && approver && token !== approver ? changeOf(method, p, body) : null;
+    if (!change) return r;
+    const a = await send('POST', '/v1/acl/approvals', change, approver);
+    if (a.status !== 201) throw new Error(`approval of ${method} ${p} → ${a.status} ${a.text.slice(0, 300)}`);
+    return send(method, p, body, token, { 'X-Airlock-Approval': a.json.approval });
   }
   async function must(method, p, body, token) {
     const r = await api(method, p, body, token);
