@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use airlock::roles::ROUTES;
+use airlock::roles::{Access, ROUTES};
 use airlock_acl::{AuditQuery, Role};
 use axum::http::Method;
 use serde_json::{Value, json};
@@ -336,4 +336,157 @@ fn the_cli_adds_role_users_and_keeps_the_last_admin() {
     assert_eq!(prom.roles, [Role::Metrics]);
     assert!(prom.local);
     assert!(acl.user("root").is_some());
+}
+
+/// The principals of the role table's columns: (heading, roles; `None` = anonymous).
+const COLUMNS: [(&str, Option<&[Role]>); 6] = [
+    ("anonymous", None),
+    ("user", Some(&[])),
+    ("admin", Some(&[Role::Admin])),
+    ("operator", Some(&[Role::Operator])),
+    ("auditor", Some(&[Role::Auditor])),
+    ("metrics", Some(&[Role::Metrics])),
+];
+
+/// What the role table lets a principal with `roles` (`None`: anonymous) do on a route of
+/// `access`: `✓`, `401` or `403` (client certificates aside).
+fn cell(access: Access, roles: Option<&[Role]>) -> &'static str {
+    match roles {
+        None if access == Access::Public => "✓",
+        None => "401",
+        Some(r) => {
+            let caller = airlock::caller::Caller::new(String::new(), r.to_vec());
+            if airlock::roles::refusal(access, &caller, true).is_none() {
+                "✓"
+            } else {
+                "403"
+            }
+        }
+    }
+}
+
+/// docs/API.md's role table from `ROUTES`: one row per access level, in the table's order.
+fn role_table_markdown() -> String {
+    let mut groups: Vec<(Access, Vec<String>)> = Vec::new();
+    for (m, r, a) in ROUTES {
+        let route = format!("`{m} {r}`");
+        match groups.iter_mut().find(|(g, _)| g == a) {
+            Some((_, routes)) => routes.push(route),
+            None => groups.push((*a, vec![route])),
+        }
+    }
+    let mut out = String::from("| Route |");
+    for (name, _) in COLUMNS {
+        out.push_str(&format!(" {name} |"));
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(COLUMNS.len()));
+    out.push('\n');
+    for (access, routes) in groups {
+        out.push_str(&format!("| {} |", routes.join(", ")));
+        for (_, roles) in COLUMNS {
+            out.push_str(&format!(" {} |", cell(access, roles)));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Issue 42 L2: docs/API.md's role table is the one in code. The table between the markers is
+/// generated from `ROUTES` ([`role_table_markdown`]), and every route named with
+/// its roles elsewhere in API.md ("`POST /v1/acl/sync/ldap` (operator)") names exactly the roles
+/// the table lets through. `AIRLOCK_BLESS=1` rewrites the table in the document.
+#[test]
+fn api_md_role_table_is_the_route_table() {
+    const BEGIN: &str = "<!-- role table: generated from appliance/src/roles.rs ROUTES; \
+                         test roles::api_md_role_table_is_the_route_table -->\n";
+    const END: &str = "<!-- end of the generated role table -->";
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/API.md");
+    let doc = std::fs::read_to_string(&path).unwrap();
+    let want = role_table_markdown();
+    let (Some(start), Some(end)) = (doc.find(BEGIN), doc.find(END)) else {
+        panic!(
+            "docs/API.md has no generated role table; put this between\n{BEGIN}and\n{END}\n\n{want}"
+        );
+    };
+    let have = &doc[start + BEGIN.len()..end];
+    if have != want {
+        if std::env::var("AIRLOCK_BLESS").as_deref() == Ok("1") {
+            let mut new = doc.clone();
+            new.replace_range(start + BEGIN.len()..end, &want);
+            std::fs::write(&path, new).unwrap();
+        }
+        panic!(
+            "docs/API.md's role table differs from ROUTES (AIRLOCK_BLESS=1 rewrites it):\n{want}"
+        );
+    }
+
+    // Inline mentions: "`METHOD /path[?query]` (role, role)".
+    let roles = ["admin", "operator", "auditor", "metrics", "user"];
+    let normal = |p: &str| -> String {
+        let p = p.split('?').next().unwrap();
+        let mut out = String::new();
+        let mut depth = 0;
+        for c in p.chars() {
+            match c {
+                '{' => {
+                    depth += 1;
+                    out.push_str("{}");
+                }
+                '}' => depth -= 1,
+                _ if depth == 0 => out.push(c),
+                _ => {}
+            }
+        }
+        out
+    };
+    let mut checked = 0;
+    for line in doc.lines() {
+        let mut rest = line;
+        while let Some(i) = rest.find('`') {
+            let after = &rest[i + 1..];
+            let Some(j) = after.find('`') else { break };
+            let span = &after[..j];
+            rest = &after[j + 1..];
+            let Some((method, route)) = span.split_once(' ') else {
+                continue;
+            };
+            if !["GET", "POST", "PUT", "DELETE"].contains(&method) || !route.starts_with('/') {
+                continue;
+            }
+            let Some(paren) = rest.strip_prefix(" (") else {
+                continue;
+            };
+            let Some(close) = paren.find(')') else {
+                continue;
+            };
+            let named: Vec<&str> = paren[..close].split(", ").collect();
+            if !named.iter().all(|n| roles.contains(n)) {
+                continue;
+            }
+            let access = ROUTES
+                .iter()
+                .find(|(m, r, _)| *m == method && normal(r) == normal(route))
+                .map(|(_, _, a)| *a)
+                .unwrap_or_else(|| panic!("API.md names `{span}`, which is not in ROUTES"));
+            let open: Vec<&str> = COLUMNS
+                .iter()
+                .filter(|(_, r)| r.is_some())
+                .filter(|(_, r)| cell(access, *r) == "✓")
+                .map(|(n, _)| *n)
+                .collect();
+            let mut named_sorted = named.clone();
+            named_sorted.sort_unstable();
+            let mut open_sorted = open.clone();
+            open_sorted.sort_unstable();
+            assert_eq!(
+                named_sorted,
+                open_sorted,
+                "API.md: `{span}` ({}) but the role table lets {open:?} through",
+                named.join(", ")
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 10, "only {checked} inline role mentions found");
 }
