@@ -72,6 +72,9 @@ pub struct RetrievedChunk {
     /// Final score.
     #[serde(default)]
     pub score: f64,
+    /// The chunk's full text (asked for with `include_text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// The result of one retrieval call.
@@ -104,6 +107,9 @@ pub struct ChatOutcome {
     /// `prefill`, `decode`), when it sends them (to admins, or to everyone where configured, as
     /// on the runner's own daemon); empty otherwise and for an answer given without generation.
     pub stages_ms: Vec<(&'static str, f64)>,
+    /// The full text of every citation's chunk (`airlock.source_texts`), when the daemon sent
+    /// it.
+    pub source_texts: Option<Vec<String>>,
 }
 
 /// The generation stages of a chat answer's `timings_ms`, in the order a report lists them.
@@ -482,12 +488,40 @@ impl Client {
         top_k: usize,
         mode: &str,
     ) -> Result<RetrieveResponse, ApiError> {
+        self.retrieve_inner(token, history, query, top_k, mode, false)
+    }
+
+    /// [`Client::retrieve_after`] with each chunk's full text (`include_text`), for a prompt
+    /// of the client's own (the plain baseline).
+    pub fn retrieve_with_text(
+        &self,
+        token: &str,
+        history: &[Turn],
+        query: &str,
+        top_k: usize,
+        mode: &str,
+    ) -> Result<RetrieveResponse, ApiError> {
+        self.retrieve_inner(token, history, query, top_k, mode, true)
+    }
+
+    fn retrieve_inner(
+        &self,
+        token: &str,
+        history: &[Turn],
+        query: &str,
+        top_k: usize,
+        mode: &str,
+        include_text: bool,
+    ) -> Result<RetrieveResponse, ApiError> {
         let path = "/v1/retrieve";
-        let body = if history.is_empty() {
+        let mut body = if history.is_empty() {
             json!({"query": query, "top_k": top_k, "mode": mode})
         } else {
             json!({"messages": messages(history, query), "top_k": top_k, "mode": mode})
         };
+        if include_text {
+            body["include_text"] = json!(true);
+        }
         let v = self.send_json("POST", path, token, &body)?;
         serde_json::from_value(v).map_err(|e| ApiError::Transport {
             method: "POST",
@@ -506,13 +540,42 @@ impl Client {
         rung: Option<u8>,
         max_tokens: u32,
     ) -> Result<ChatOutcome, ApiError> {
-        let path = "/v1/chat/completions";
-        let mut body = json!({
+        let body = json!({
             "messages": messages(history, question),
             "max_tokens": max_tokens,
             "temperature": 0.0,
-            "airlock": {"retrieval": true, "rung": rung},
+            "airlock": {"retrieval": true, "rung": rung, "source_text": true},
         });
+        self.completion(token, model, body)
+    }
+
+    /// `POST /v1/chat/completions` without retrieval (`airlock.retrieval: false`, greedy): one
+    /// user message holding `prompt`, as a client with its own prompt (the plain baseline)
+    /// sends it.
+    pub fn chat_plain(
+        &self,
+        token: &str,
+        model: Option<&str>,
+        prompt: &str,
+        rung: Option<u8>,
+        max_tokens: u32,
+    ) -> Result<ChatOutcome, ApiError> {
+        let body = json!({
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "airlock": {"retrieval": false, "rung": rung},
+        });
+        self.completion(token, model, body)
+    }
+
+    fn completion(
+        &self,
+        token: &str,
+        model: Option<&str>,
+        mut body: serde_json::Value,
+    ) -> Result<ChatOutcome, ApiError> {
+        let path = "/v1/chat/completions";
         if let Some(m) = model {
             body["model"] = json!(m);
         }
@@ -532,6 +595,7 @@ impl Client {
             bundle_version: v["airlock"]["bundle_version"].as_str().map(str::to_owned),
             latency_ms,
             stages_ms: chat_stages(&v["airlock"]["timings_ms"]),
+            source_texts: serde_json::from_value(v["airlock"]["source_texts"].clone()).ok(),
         })
     }
 }

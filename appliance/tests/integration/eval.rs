@@ -88,6 +88,9 @@ fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
         "1",
         "--max-tokens",
         "8",
+        "--plain-baseline",
+        "--plain-top-k",
+        "1",
     ]);
     eprintln!("eval run took {:.1} s", t.elapsed().as_secs_f64());
     assert!(out.status.success());
@@ -196,6 +199,23 @@ fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
         ["mini-01", "mini-14", "mini-16", "mini-18"],
         "one answer per phase, plus the refused removed user (mini-16)"
     );
+    // The plain baseline answered the same cases, through the same access control.
+    let plain = report.plain_baseline.as_ref().expect("--plain-baseline");
+    let plain_ids: Vec<&str> = plain.cases.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        plain_ids,
+        ["mini-01", "mini-14", "mini-18"],
+        "the baseline answers the cases sampled for answers"
+    );
+    assert_eq!(plain.leaks(), 0, "{:#?}", plain.cases);
+    for c in plain.cases.iter().chain(&report.cases) {
+        if c.answer_words.is_some() {
+            assert!(
+                c.invented_values.is_some(),
+                "the shown sources' texts are known on both paths: {c:#?}"
+            );
+        }
+    }
     let removed = report.cases.iter().find(|c| c.id == "mini-16").unwrap();
     assert_eq!(
         removed.abstained,
@@ -215,6 +235,7 @@ fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     eprintln!("{md}");
     assert!(md.contains("mini") && md.contains("recall_10"), "{md}");
+    assert!(md.contains("Beside the plain baseline"), "{md}");
     let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(html.contains("<svg"), "plots are inline SVG");
     assert!(!html.contains("src=\"http"), "no external assets");

@@ -356,6 +356,7 @@ pub async fn completions(
             cited: Some(Vec::new()),
             cited_by: Some(CitedBy::NoSource),
             receipt_id: Some(receipt_id.clone()),
+            source_texts: (ext.source_text && !req.stream).then(Vec::new),
         };
         let id_header = HeaderValue::from_str(&request_id).ok();
         let mut resp =
@@ -597,6 +598,13 @@ pub async fn completions(
         cited: None,
         cited_by: None,
         receipt_id: Some(receipt_id),
+        source_texts: (ext.source_text && !req.stream).then(|| {
+            prepared
+                .cite
+                .as_ref()
+                .map(|c| c.sources().to_vec())
+                .unwrap_or_default()
+        }),
     };
     let cite = prepared.cite;
     let id = request_id;
