@@ -159,6 +159,8 @@ enum Body<'a> {
     None,
     Json(&'a Value),
     Ndjson(&'a str),
+    /// A file's bytes with its media type.
+    File(&'a [u8], &'a str),
 }
 
 /// How an HTTPS daemon is verified, and the client certificate shown to it.
@@ -353,6 +355,7 @@ impl Client {
                     Body::None => req.send_empty(),
                     Body::Json(v) => req.send_json(v),
                     Body::Ndjson(t) => req.header("Content-Type", "application/x-ndjson").send(*t),
+                    Body::File(b, ct) => req.header("Content-Type", *ct).send(*b),
                 }
             }
         }
@@ -422,6 +425,26 @@ impl Client {
     ) -> Result<Value, ApiError> {
         let body = json!({"title": title, "text": text, "metadata": metadata});
         self.send_json("PUT", &format!("/v1/documents/{doc_id}"), admin, &body)
+    }
+
+    /// `PUT /v1/documents/{id}` with a file's bytes as the body (admin): the daemon extracts
+    /// it under its `[extract]` limits. `doc_id` is percent-encoded into the path (a folder's
+    /// relative path keeps its `/`).
+    pub fn put_document_file(
+        &self,
+        admin: &str,
+        doc_id: &str,
+        bytes: &[u8],
+        media_type: &str,
+    ) -> Result<Value, ApiError> {
+        let path = format!("/v1/documents/{}", percent_encode(doc_id));
+        self.request(
+            "PUT",
+            &path,
+            Some(admin),
+            Body::File(bytes, media_type),
+            true,
+        )
     }
 
     /// `DELETE /v1/documents/{id}` (admin).
@@ -598,6 +621,19 @@ impl Client {
             source_texts: serde_json::from_value(v["airlock"]["source_texts"].clone()).ok(),
         })
     }
+}
+
+/// `s` with every byte outside RFC 3986's unreserved set percent-encoded (a path segment).
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// The generation stages of `timings_ms` (absent when the answer was given without running the

@@ -180,6 +180,27 @@ fn ingest(
     Ok(())
 }
 
+/// Ingests a set's files as they are (`PUT /v1/documents/{id}` with the file's bytes).
+fn ingest_files(
+    client: &Client,
+    admin: &str,
+    files: &[SetFile],
+    opts: &RunOptions,
+    progress: Progress<'_>,
+) -> Result<(), RunError> {
+    let results = parallel(files, opts.concurrency, "ingest files", progress, |f| {
+        let bytes = std::fs::read(&f.path).map_err(|source| Error::Io {
+            path: f.path.clone(),
+            source,
+        })?;
+        client
+            .put_document_file(admin, &f.id, &bytes, f.media_type)
+            .map_err(api(format!("ingest {}", f.id)))
+    });
+    results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(())
+}
+
 fn issue_tokens(
     client: &Client,
     admin: &str,
@@ -414,12 +435,88 @@ fn sampled(i: usize, n: usize, len: usize) -> bool {
     n >= len || (i * n) % len < n
 }
 
+/// A document of a set given as a file (`docs/` of the set): ingested as the file itself, so
+/// the daemon's extractor reads it as it reads an operator's (HTML with its navigation, PDF).
+#[derive(Debug, Clone)]
+pub struct SetFile {
+    /// The document id: the file's path below `docs/`, `/`-separated.
+    pub id: String,
+    /// Where the file is.
+    pub path: PathBuf,
+    /// Its media type, from the extension.
+    pub media_type: &'static str,
+}
+
+/// The media type the daemon takes for a file name's extension (`None`: not a document).
+pub fn media_type_of(name: &str) -> Option<&'static str> {
+    let ext = name.rsplit_once('.')?.1.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "html" | "htm" => "text/html",
+        "pdf" => "application/pdf",
+        "txt" => "text/plain",
+        "md" => "text/markdown",
+        "csv" => "text/csv",
+        "eml" => "message/rfc822",
+        "docx" => "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "xlsx" => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "pptx" => "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        _ => return None,
+    })
+}
+
+/// Every document file below `docs` (names starting with `.`, such as a folder ingest's
+/// `.acl.jsonl`, are not documents), sorted by id; a file of no known type is an error.
+fn set_files(docs: &Path) -> Result<Vec<SetFile>, Error> {
+    let mut out = Vec::new();
+    let mut dirs = vec![docs.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        let io = |source| Error::Io {
+            path: dir.clone(),
+            source,
+        };
+        for entry in std::fs::read_dir(&dir).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let Some(media_type) = media_type_of(&name) else {
+                return Err(Error::Invalid {
+                    path,
+                    message: "not a document type the daemon ingests".into(),
+                });
+            };
+            let rel = path.strip_prefix(docs).unwrap_or(&path);
+            let id = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/");
+            out.push(SetFile {
+                id,
+                path,
+                media_type,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
 /// The files of an end-to-end set directory.
 pub struct GoldenSet {
     /// Set name (directory name).
     pub name: String,
     /// Corpus documents.
     pub corpus: Vec<BeirDoc>,
+    /// Documents given as files (`docs/`, ingested as they are; their grants come from
+    /// `iam_v1.jsonl`). Empty when the set has no `docs/` folder.
+    pub files: Vec<SetFile>,
     /// First IAM snapshot (JSON Lines text).
     pub iam_v1: String,
     /// Second IAM snapshot.
@@ -443,11 +540,18 @@ impl GoldenSet {
                 line: e.line(),
                 message: e.to_string(),
             })?;
+        let docs = p("docs");
+        let files = if docs.is_dir() {
+            set_files(&docs)?
+        } else {
+            Vec::new()
+        };
         Ok(GoldenSet {
             name: dir
                 .file_name()
                 .map_or("set".into(), |n| n.to_string_lossy().into_owned()),
             corpus,
+            files,
             iam_v1: read_text(&p("iam_v1.jsonl"))?,
             iam_v2: read_text(&p("iam_v2.jsonl"))?,
             deletions,
@@ -471,6 +575,7 @@ pub fn run_golden(
         .ok_or_else(|| RunError::MissingToken("admin".into()))?;
     if opts.setup {
         ingest(client, &admin, &set.corpus, opts, progress)?;
+        ingest_files(client, &admin, &set.files, opts, progress)?;
         client
             .acl_sync(&admin, &set.iam_v1)
             .map_err(api("sync iam_v1"))?;
