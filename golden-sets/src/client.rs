@@ -511,23 +511,12 @@ impl Client {
         top_k: usize,
         mode: &str,
     ) -> Result<RetrieveResponse, ApiError> {
-        self.retrieve_inner(token, history, query, top_k, mode, false)
+        self.retrieve_as(token, history, query, top_k, mode, false)
     }
 
-    /// [`Client::retrieve_after`] with each chunk's full text (`include_text`), for a prompt
-    /// of the client's own (the plain baseline).
-    pub fn retrieve_with_text(
-        &self,
-        token: &str,
-        history: &[Turn],
-        query: &str,
-        top_k: usize,
-        mode: &str,
-    ) -> Result<RetrieveResponse, ApiError> {
-        self.retrieve_inner(token, history, query, top_k, mode, true)
-    }
-
-    fn retrieve_inner(
+    /// [`Client::retrieve_after`], with each chunk's full text when `include_text` (for a
+    /// prompt of the client's own: the plain baseline).
+    pub fn retrieve_as(
         &self,
         token: &str,
         history: &[Turn],

@@ -254,7 +254,7 @@ fn observe_plain(
     opts: &RunOptions,
 ) -> Result<(Observation, Vec<(String, f64)>), ApiError> {
     let mut obs = Observation::default();
-    let r = match client.retrieve_with_text(token, history, query, opts.plain_top_k, &opts.mode) {
+    let r = match client.retrieve_as(token, history, query, opts.plain_top_k, &opts.mode, true) {
         Ok(r) => r,
         Err(e) if e.status() == Some(401) => {
             obs.refused = true;
