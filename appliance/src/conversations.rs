@@ -79,8 +79,32 @@ pub struct StoredTurn {
     pub created_us: i64,
     /// The sources shown.
     pub sources: Vec<TurnSource>,
-    /// The earlier turns (their `seq`) fed to the model as history when it was answered.
+    /// The earlier turns (their `seq`) it was answered from: those fed to the model as history
+    /// when it was answered, less those one of them descends from ([`parents_of`]).
     pub parents: Vec<i64>,
+}
+
+/// The parents to record for a new turn that was fed the turns `fed` (their `seq`) of a thread
+/// whose turns are `links` (`(seq, parents)`, ascending): `fed` less every turn that another
+/// fed turn descends from, whose provenance is already in that one's. Same provenance, fewer
+/// rows: when every earlier turn was fed, the last one alone.
+pub fn parents_of(links: &[(i64, Vec<i64>)], fed: &[i64]) -> Vec<i64> {
+    let mut implied = std::collections::HashSet::new();
+    let parents = |seq: i64| {
+        links
+            .binary_search_by_key(&seq, |(s, _)| *s)
+            .map_or(&[][..], |i| links[i].1.as_slice())
+    };
+    let mut stack: Vec<i64> = fed.iter().flat_map(|&f| parents(f)).copied().collect();
+    while let Some(a) = stack.pop() {
+        if implied.insert(a) {
+            stack.extend_from_slice(parents(a));
+        }
+    }
+    fed.iter()
+        .copied()
+        .filter(|f| !implied.contains(f))
+        .collect()
 }
 
 /// Why a turn is withheld ([`withheld`]).
@@ -118,9 +142,9 @@ pub fn withheld(
             why = why.max(Some(w));
         }
         for p in &t.parents {
-            let w = match turns[..i].iter().position(|e| e.seq == *p) {
-                Some(j) => out[j],
-                None => Some(Withheld::Unavailable),
+            let w = match turns[..i].binary_search_by_key(p, |e| e.seq) {
+                Ok(j) => out[j],
+                Err(_) => Some(Withheld::Unavailable),
             };
             why = why.max(w);
         }
@@ -140,7 +164,7 @@ pub struct NewTurn<'a> {
     pub request_id: &'a str,
     /// The sources shown, with the versions shown.
     pub sources: &'a [TurnSource],
-    /// The earlier turns (their `seq`) fed to the model as history.
+    /// The earlier turns (their `seq`) it was answered from ([`parents_of`]).
     pub parents: &'a [i64],
 }
 
@@ -311,8 +335,8 @@ impl FeedbackStore {
             })
             .map_err(db("reading conversation parents"))?;
         for (seq, p) in parents {
-            if let Some(t) = turns.iter_mut().find(|t| t.seq == seq) {
-                t.parents.push(p);
+            if let Ok(i) = turns.binary_search_by_key(&seq, |t| t.seq) {
+                turns[i].parents.push(p);
             }
         }
         let thread = Thread {
@@ -652,6 +676,22 @@ mod tests {
     }
 
     #[test]
+    fn parents_leave_out_what_another_parent_descends_from() {
+        let links = |l: &[(i64, &[i64])]| -> Vec<(i64, Vec<i64>)> {
+            l.iter().map(|(s, p)| (*s, p.to_vec())).collect()
+        };
+        // Every earlier turn fed: the last one alone carries the rest.
+        let chain = links(&[(1, &[]), (2, &[1]), (3, &[2])]);
+        assert_eq!(parents_of(&chain, &[1, 2, 3]), [3]);
+        // Turn 2 was answered while turn 1 was redacted: both stay.
+        let apart = links(&[(1, &[]), (2, &[]), (3, &[2])]);
+        assert_eq!(parents_of(&apart, &[1, 2, 3]), [1, 3]);
+        // A redacted turn is not fed: not a parent, whatever descends from it.
+        assert_eq!(parents_of(&chain, &[1]), [1]);
+        assert_eq!(parents_of(&chain, &[]), Vec::<i64>::new());
+    }
+
+    #[test]
     fn one_document_seen_at_two_versions_matches_neither() {
         let (_d, s) = store();
         let t = s.create_thread("alice", "t").unwrap().unwrap();
@@ -707,7 +747,7 @@ mod tests {
         let s = FeedbackStore::open(&path).unwrap();
         let (_, turns) = s.thread("alice", "c1").unwrap().unwrap();
         let parents: Vec<Vec<i64>> = turns.iter().map(|t| t.parents.clone()).collect();
-        assert_eq!(parents, [vec![], vec![1], vec![1, 2]]);
+        assert_eq!(parents, [vec![], vec![1], vec![2]]);
         // Their turn count carries over: the next turn is the fourth.
         assert_eq!(add(&s, "alice", "c1", "q4", &[], &[]), Appended::Added(4));
         // A purge of `a` takes the turns that could have repeated it.

@@ -204,9 +204,9 @@ CREATE INDEX conversation_sources_doc ON conversation_sources(doc_id);
 
 /// The SQL of migration 3: which earlier turns of its thread each turn was answered from (the
 /// history fed to the model; [`crate::conversations`]), and a per-thread turn counter so a
-/// purged turn's number is never given to another. Turns stored before it get every earlier
-/// turn of their thread as parents: their history is not known, and all of it could have been
-/// fed.
+/// purged turn's number is never given to another. Turns stored before it get the turn before
+/// them as parent, and through it every earlier one: their history is not known, and all of it
+/// could have been fed.
 const PARENTS_SQL: &str = "
 CREATE TABLE conversation_parents (
     conversation_id TEXT NOT NULL,
@@ -218,9 +218,12 @@ CREATE TABLE conversation_parents (
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX conversation_parents_parent ON conversation_parents(conversation_id, parent_seq);
 INSERT INTO conversation_parents (conversation_id, seq, parent_seq)
-    SELECT a.conversation_id, a.seq, b.seq
-      FROM conversation_turns a
-      JOIN conversation_turns b ON b.conversation_id = a.conversation_id AND b.seq < a.seq;
+    SELECT * FROM (
+        SELECT a.conversation_id, a.seq,
+               (SELECT MAX(b.seq) FROM conversation_turns b
+                 WHERE b.conversation_id = a.conversation_id AND b.seq < a.seq) AS parent_seq
+          FROM conversation_turns a)
+     WHERE parent_seq IS NOT NULL;
 ALTER TABLE conversations ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0;
 UPDATE conversations SET last_seq =
     (SELECT COALESCE(MAX(seq), 0) FROM conversation_turns t WHERE t.conversation_id = conversations.id);

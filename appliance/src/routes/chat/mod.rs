@@ -133,16 +133,19 @@ pub async fn completions(
                         crate::routes::conversations::UNKNOWN_THREAD.into(),
                     ));
                 };
+                let links: Vec<(i64, Vec<i64>)> =
+                    turns.iter().map(|t| (t.seq, t.parents.clone())).collect();
                 let views = crate::routes::conversations::views(&services, &user, turns)?;
                 let mut history = Vec::new();
-                let mut parents = Vec::new();
+                let mut fed = Vec::new();
                 for v in views {
                     if let (false, Some(q), Some(a)) = (v.redacted, v.question, v.answer) {
                         history.push((Role::User, q));
                         history.push((Role::Assistant, a));
-                        parents.push(v.n);
+                        fed.push(v.n);
                     }
                 }
+                let parents = crate::conversations::parents_of(&links, &fed);
                 Ok((history, parents, Some((store, id))))
             })
             .await?

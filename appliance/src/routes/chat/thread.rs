@@ -11,7 +11,7 @@ pub(super) struct TurnRecorder {
     pub(super) request_id: String,
     /// `(doc_id, version)` of each citation, in citation order.
     pub(super) sources: Vec<(String, String)>,
-    /// The thread's turns fed to the model as history (their `seq`).
+    /// The thread's turns it is answered from (`conversations::parents_of` the history fed).
     pub(super) parents: Vec<i64>,
 }
 
