@@ -14,7 +14,7 @@ import net from 'node:net';
 import { spawn } from 'node:child_process';
 
 import { browserMissing, launch, openPage } from './lib/browser.mjs';
-import { assertClean } from './lib/ui.mjs';
+import { ask, assertClean, settled } from './lib/ui.mjs';
 import { startDaemon, freePort } from './lib/daemon.mjs';
 
 const BIN = process.env.AIRLOCK_BIN;
@@ -109,6 +109,22 @@ describe('web UI behind an SSO proxy (trusted-header mode)', { skip, timeout: 30
     const who = await page.evaluate(async () => (await (await fetch('/v1/info')).json()).user);
     assert.equal(who, user);
     assert.equal(await page.evaluate(() => sessionStorage.length), 0, 'no token stored');
+    // A write signed in by the proxy needs the user's CSRF token: the page took it from
+    // GET /v1/info and sends it (issue 42 H3). The proxy user reads no document, so the answer
+    // comes without generation.
+    const writes = [];
+    page.on('request', (r) => {
+      if (r.method() !== 'GET') writes.push({ url: r.url(), csrf: r.headers()['x-airlock-csrf'] ?? '', resp: r.response() });
+    });
+    const answer = await ask(page, 'When are salaries paid?');
+    await settled(answer);
+    const chat = writes.filter((w) => w.url.endsWith('/v1/chat/completions'));
+    assert.ok(chat.length >= 1, `the question was sent: ${JSON.stringify(writes.map((w) => w.url))}`);
+    for (const w of writes) {
+      assert.match(w.csrf, /^alp_[0-9a-f]{64}$/, `${w.url} carries the proxy user's CSRF token`);
+      const status = (await w.resp)?.status() ?? 0;
+      assert.ok(status >= 200 && status < 300, `${w.url} was served: ${status}`);
+    }
     assertClean(page, { allowConsole: [/status of (404|503)/] });
     await page.context().close();
   });
