@@ -68,8 +68,14 @@ pub async fn put_user(
         groups: spec.groups.clone(),
         roles: spec.roles.clone(),
     };
-    let (change, how) =
-        approvals::authorise(state.approvals(), &acl, &headers, &actor, change, needed)?;
+    let (change, how) = approvals::authorise(
+        state.approvals(),
+        &acl,
+        &headers,
+        &actor.user_id,
+        change,
+        needed,
+    )?;
     let metrics = state.metrics().clone();
     let (outcome, info) = blocking(move || {
         let who = actor_of(&actor, &request_id);
@@ -115,8 +121,14 @@ pub async fn issue_token(
     let change = Change::TokenIssue {
         user_id: user_id.clone(),
     };
-    let (change, how) =
-        approvals::authorise(state.approvals(), &acl, &headers, &actor, change, needed)?;
+    let (change, how) = approvals::authorise(
+        state.approvals(),
+        &acl,
+        &headers,
+        &actor.user_id,
+        change,
+        needed,
+    )?;
     let metrics = state.metrics().clone();
     let token = blocking(move || {
         let who = actor_of(&actor, &request_id);
@@ -238,8 +250,14 @@ pub async fn put_document(
         users: grants.users.clone(),
         groups: grants.groups.clone(),
     };
-    let (change, how) =
-        approvals::authorise(state.approvals(), &acl, &headers, &actor, change, needed)?;
+    let (change, how) = approvals::authorise(
+        state.approvals(),
+        &acl,
+        &headers,
+        &actor.user_id,
+        change,
+        needed,
+    )?;
     let metrics = state.metrics().clone();
     let id = doc_id.clone();
     let outcome = blocking(move || {
@@ -278,8 +296,14 @@ pub async fn sync(
     let change = Change::AclSync {
         sha256: approvals::body_sha256(&body),
     };
-    let (change, how) =
-        approvals::authorise(state.approvals(), &acl, &headers, &actor, change, needed)?;
+    let (change, how) = approvals::authorise(
+        state.approvals(),
+        &acl,
+        &headers,
+        &actor.user_id,
+        change,
+        needed,
+    )?;
     let metrics = state.metrics().clone();
     let conversations = services.feedback.clone();
     let counts = blocking(move || {

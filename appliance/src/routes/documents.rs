@@ -67,39 +67,8 @@ pub async fn put(
 ) -> Result<Response, ApiError> {
     let services = state.services()?;
     let limits = state.config().extract_limits();
-    // A grant that lets the caller read the document needs approval (crate::approvals).
-    let grant = match &body {
-        JsonOrFile::Json(b) => b.acl.clone(),
-        JsonOrFile::File { .. } => None,
-    };
-    let _serial = match grant {
-        Some(_) => Some(state.approvals().serial().lock().await),
-        None => None,
-    };
-    let approval = match grant {
-        Some(g) => {
-            use crate::approvals::{self, Change};
-            airlock_retrieval::ingest::validate_doc_id(&doc_id)?;
-            g.validate(&doc_id)?;
-            let needed =
-                approvals::grant_gives(&services.acl, &actor.user_id, &doc_id, &g.users, &g.groups);
-            let change = Change::DocumentGrants {
-                doc_id: doc_id.clone(),
-                users: g.users,
-                groups: g.groups,
-            };
-            Some(approvals::authorise(
-                state.approvals(),
-                &services.acl,
-                &headers,
-                &actor,
-                change,
-                needed,
-            )?)
-        }
-        None => None,
-    };
     let metrics = state.metrics().clone();
+    let approvals_state = state.clone();
     let outcome = blocking(move || {
         let actor = actor_of(&actor, &request_id);
         airlock_retrieval::ingest::validate_doc_id(&doc_id)?;
@@ -134,9 +103,31 @@ pub async fn put(
         if let Some(grants) = &acl {
             grants.validate(&doc_id)?;
         }
+        // Staged (extracted, chunked, embedded) before the access check: the embedding does not
+        // hold the lock that keeps access checks and changes in order.
         let staged = services.retrieval.stage(doc)?;
-        if let Some((change, how)) = &approval {
-            crate::approvals::record(&services.acl, &metrics, actor, change, how)?;
+        // A grant that lets the caller read the document needs approval (crate::approvals).
+        let _serial = acl
+            .as_ref()
+            .map(|_| approvals_state.approvals().serial().blocking_lock());
+        if let Some(g) = &acl {
+            use crate::approvals::{self, Change};
+            let needed =
+                approvals::grant_gives(&services.acl, actor.user_id, &doc_id, &g.users, &g.groups);
+            let change = Change::DocumentGrants {
+                doc_id: doc_id.clone(),
+                users: g.users.clone(),
+                groups: g.groups.clone(),
+            };
+            let (change, how) = approvals::authorise(
+                approvals_state.approvals(),
+                &services.acl,
+                &headers,
+                actor.user_id,
+                change,
+                needed,
+            )?;
+            approvals::record(&services.acl, &metrics, actor, &change, &how)?;
         }
         let outcome = match &acl {
             None => services.retrieval.upsert_staged(staged)?,
