@@ -119,6 +119,9 @@ T("u05", "Which file keeps the default APT release, and where is the template fo
 T("u01", "What bridge does lxc create, and which FTP server did Falcot choose?", ["sect.virtualization.html", "sect.ftp-file-server.pdf"], ["lxcbr0", "vsftpd"])
 T("u06", "Which apt option reinstalls a package, and which framework does the Debian firewall use by default?", ["sect.apt-get.html", "sect.firewall-packet-filtering.html"], ["--reinstall", "nftables"])
 T("u03", "How many years is a Debian release supported at minimum, and where is the machine's time zone stored?", ["sect.release-lifecycle.html", "sect.config-misc.pdf"], ["5 years", "/etc/timezone"])
+T("u01", "Where do I list NFS exports, and which command adds a Samba user's password?", ["sect.nfs-file-server.html", "sect.windows-file-server-with-samba.html"], ["/etc/exports", "smbpasswd"])
+T("u05", "Which tool builds packages in a clean chroot, and which command safely edits sudoers?", ["debian-packaging.pdf", "sect.config-misc.pdf"], ["pbuilder", "visudo"])
+T("u04", "Which command puts an AppArmor profile in complain mode, and which file is BIND's main config?", ["sect.apparmor.pdf", "sect.domain-name-servers.html"], ["aa-complain", "named.conf"])
 
 # --- answer only on pages the asker may not read ---
 D("u02", "What port does NFS use after the portmapper?", ["sect.nfs-file-server.html"], ["2049"])
@@ -139,6 +142,12 @@ D("u02", "Which sshd_config directive trusts user keys signed by a CA?", ["sect.
 D("u04", "Where are dirvish's main settings?", ["sect.backup.pdf"], ["/etc/dirvish/master.conf"])
 D("u07", "What port does Kamailio use in the example?", ["sect.rtc-services.html"], ["5090"])
 D("u02", "What does the book recommend to filter URLs in squid?", ["sect.http-ftp-proxy.pdf"], ["squidguard"])
+D("u02", "Which file lists the directories an NFS server exports?", ["sect.nfs-file-server.html"], ["/etc/exports"])
+D("u07", "Which command sets a Samba user's password?", ["sect.windows-file-server-with-samba.html"], ["smbpasswd"])
+D("u03", "Which command switches an AppArmor profile to complain mode?", ["sect.apparmor.pdf"], ["aa-complain"])
+D("u04", "Which command safely edits the sudoers file?", ["sect.config-misc.pdf"], ["visudo"])
+D("u07", "Which tool builds a package inside a clean chroot?", ["debian-packaging.pdf"], ["pbuilder"])
+D("u02", "Which package advertises IPv6 router prefixes on the LAN?", ["sect.ipv6.pdf"], ["radvd"])
 
 # --- nothing in the corpus answers ---
 U("u01", "How do I enable fractional scaling on Wayland in GNOME?", "fractional scaling")
@@ -158,3 +167,9 @@ U("u01", "How large should a Ceph OSD's memory target be?", "ceph")
 U("u07", "How do I set up Prometheus node_exporter?", "node_exporter")
 U("u03", "How do I use borgbackup for encrypted backups?", "borg")
 U("u04", "What is the default keepalive timeout in HAProxy?", "haproxy")
+U("u02", "How do I sign Secure Boot shim updates with sbsign?", "sbsign")
+U("u03", "What's the recommended systemd-networkd config for a bonded interface?", "bond0")
+U("u05", "How do I configure Chrony as an NTP server for the LAN?", "chrony")
+U("u07", "How do I set up Nextcloud on Debian?", "nextcloud")
+U("u04", "How do I configure OpenSSH certificate revocation with a KRL?", "RevokedKeys")
+U("u06", "How do I roll out Ansible playbooks to the Falcot servers?", "ansible")
