@@ -159,6 +159,9 @@ D("u07", "How do I filter journal output from a start time?", ["journalctl.1.htm
 D("u02", "Which .network option controls accepting IPv6 router advertisements?", ["systemd.network.5.html"], ["IPv6AcceptRA="])
 D("u03", "Which sshd_config keyword restricts logins to named users?", ["sshd_config.5.pdf"], ["AllowUsers"])
 D("u04", "Which journald.conf setting splits journal files per user?", ["journald.conf.5.pdf"], ["SplitMode="])
+D("u07", "What does logind do by default when the power button is pressed? Which setting controls it?", ["logind.conf.5.html"], ["HandlePowerKey"])
+D("u05", "Which ssh_config keyword sets up a dynamic SOCKS forward?", ["ssh.1.pdf", "ssh_config.5.html", "sshd_config.5.pdf"], ["DynamicForward"])
+D("u04", "What prefix do interfaces named after their MAC address get?", ["systemd.net-naming-scheme.7.pdf"], ["enx"])
 
 # --- nothing in the corpus answers ---
 U("u01", "How do I make systemd-resolved use DNS-over-HTTPS?", "DNS-over-HTTPS")
