@@ -172,21 +172,33 @@ SETS = {
 PDF_CSS = os.path.join(HERE, "pdf-two-columns.css")
 
 
-def render_pdf(src_html: str, out_pdf: str, columns: bool) -> None:
-    cmd = ["weasyprint", "-q"]
+def render_pdf(src_html: str, out_pdf: str, columns: bool) -> bool:
+    """Renders; a two-column render that WeasyPrint fails on is redone in one column (returns
+    whether the PDF has two columns)."""
     if columns:
-        cmd += ["-s", PDF_CSS]
-    subprocess.run(cmd + [src_html, out_pdf], check=True)
+        r = subprocess.run(["weasyprint", "-q", "-s", PDF_CSS, src_html, out_pdf],
+                           capture_output=True)
+        if r.returncode == 0:
+            return True
+        print(f"two columns failed, one column: {src_html}", file=sys.stderr)
+    subprocess.run(["weasyprint", "-q", src_html, out_pdf], check=True)
+    return False
 
 
 def main() -> None:
     name, root = sys.argv[1], sys.argv[2]
+    # --resume: keep PDFs already rendered by an interrupted run of the same build.
+    resume = "--resume" in sys.argv[3:]
     cfg = SETS[name]
     out = os.path.join(HERE, name)
     docs = os.path.join(out, "docs")
-    if os.path.isdir(docs):
+    old_how = {}
+    if resume and os.path.isfile(os.path.join(out, "pages.tsv")):
+        with open(os.path.join(out, "pages.tsv")) as f:
+            old_how = {r.split("\t")[0]: r.rstrip("\n").split("\t")[3] for r in list(f)[1:]}
+    if os.path.isdir(docs) and not resume:
         shutil.rmtree(docs)
-    os.makedirs(docs)
+    os.makedirs(docs, exist_ok=True)
     tmp = os.path.join(out, ".man-html")
     pages = list(cfg["pages"]())
     rows, grants = [], []
@@ -212,7 +224,10 @@ def main() -> None:
             rel = rel[: -len(".html")] + ".pdf"
             dst = os.path.join(docs, rel)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
-            render_pdf(src_html, dst, columns)
+            if resume and os.path.isfile(dst):
+                columns = old_how.get(rel, "").endswith("(2 columns)") if rel in old_how else columns
+            else:
+                columns = render_pdf(src_html, dst, columns)
             how += " + weasyprint" + (" (2 columns)" if columns else "")
         else:
             dst = os.path.join(docs, rel)
