@@ -57,7 +57,7 @@ A("u01", "How many connections per minute does inetd allow a service by default?
 A("u03", "Where are users' crontabs stored on disk?", ["sect.task-scheduling-cron-atd.pdf"], ["/var/spool/cron/crontabs/"])
 A("u05", "Which file blacklists users from using cron?", ["sect.task-scheduling-cron-atd.pdf"], ["/etc/cron.deny"])
 A("u01", "What does @weekly mean in a crontab, exactly when does it fire?", ["sect.task-scheduling-cron-atd.pdf"], ["Sunday at 00:00"])
-A("u03", "Which cron directories stop being run by cron once anacron is installed?", ["sect.asynchronous-task-scheduling-anacron.html"], ["/etc/cron.hourly/"])
+A("u03", "Which cron directories stop being run by cron once anacron is installed?", ["sect.asynchronous-task-scheduling-anacron.html"], ["/etc/cron.hourly/", "/etc/cron.weekly/"])
 A("u05", "Which fstab mount options turn on user and group quotas?", ["sect.quotas.html"], ["usrquota", "grpquota"])
 A("u01", "In which file do I name the template user whose quota new accounts copy?", ["sect.quotas.html"], ["QUOTAUSER"])
 A("u03", "Where is dirvish's main configuration file?", ["sect.backup.pdf"], ["/etc/dirvish/master.conf"])
