@@ -38,6 +38,7 @@ def main():
     pages = SetData(d)
     stats = {}
     misses = []
+    not_ingested = 0
     for split in ("dev", "test"):
         with open(os.path.join(d, split, "golden.jsonl")) as f:
             for line in f:
@@ -49,7 +50,10 @@ def main():
                     # The pages whose text (check.py's reading) holds the string: every relevant
                     # page of an answerable case, one of the two of a two_document case.
                     for doc in [x for x in c["relevant_doc_ids"] if n in pages.text(x)]:
-                        cs = chunks.get(doc, [])
+                        if doc not in chunks:
+                            not_ingested += 1
+                            continue
+                        cs = chunks[doc]
                         s = stats.setdefault(made[doc], [0, 0, 0])
                         s[0] += 1
                         if any(n in x for x in cs):
@@ -58,7 +62,8 @@ def main():
                             s[2] += 1
                         else:
                             misses.append((c["id"], made[doc], doc, a))
-    print(f"{name}: {len(chunks)} pages with chunks, {len(missing_docs)} pages without: {missing_docs[:5]}")
+    print(f"{name}: {len(chunks)} pages with chunks, {len(missing_docs)} pages without "
+          f"(their {not_ingested} answer strings not counted): {missing_docs[:5]}")
     for fmt, (n, one, across) in sorted(stats.items()):
         print(f"  {fmt}: {n} answer strings, {one} in one chunk, {across} only across chunks, "
               f"{n - one - across} missing")
