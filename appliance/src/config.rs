@@ -225,6 +225,13 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_CONVERSATION_RETENTION_DAYS")]
     pub conversation_retention_days: Option<u32>,
 
+    /// How the globs of a folder ingest's `.acl.jsonl` treat case: `sensitive`, `insensitive`
+    /// (a share from SMB/NTFS, where `HR/` is the `hr/` folder) or `refuse` (match exactly and
+    /// refuse a file whose grant would differ ignoring case) [default: refuse]; TOML only, read
+    /// by `airlock ingest --config`.
+    #[arg(skip)]
+    pub sidecar_glob_case: Option<airlock_retrieval::sidecar::GlobCase>,
+
     /// Default `max_tokens` of a chat completion [default: 256].
     #[arg(long, env = "AIRLOCK_MAX_TOKENS")]
     pub max_tokens: Option<u32>,
@@ -425,6 +432,7 @@ impl fmt::Debug for Config {
                 "conversation_retention_days",
                 &self.conversation_retention_days,
             )
+            .field("sidecar_glob_case", &self.sidecar_glob_case)
             .field(
                 "abstain_on_unmatched_names",
                 &self.abstain_on_unmatched_names,
@@ -555,6 +563,7 @@ impl Config {
             conversation_retention_days: self
                 .conversation_retention_days
                 .or(lower.conversation_retention_days),
+            sidecar_glob_case: self.sidecar_glob_case.or(lower.sidecar_glob_case),
             abstain_on_unmatched_names: self
                 .abstain_on_unmatched_names
                 .or(lower.abstain_on_unmatched_names),
@@ -1015,6 +1024,11 @@ impl Config {
         std::time::Duration::from_secs(u64::from(days) * 86_400)
     }
 
+    /// How folder-ingest sidecar globs treat case (see the field).
+    pub fn sidecar_glob_case(&self) -> airlock_retrieval::sidecar::GlobCase {
+        self.sidecar_glob_case.unwrap_or_default()
+    }
+
     /// How a conversation becomes the retrieval query (see the field).
     pub fn follow_up_query(&self) -> airlock_rag::FollowUps {
         self.follow_up_query.unwrap_or_default()
@@ -1191,6 +1205,22 @@ fn zero_limit(limits: &airlock_retrieval::ingest::ExtractLimits) -> Option<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sidecar_glob_case_is_refuse_unless_set() {
+        use airlock_retrieval::sidecar::GlobCase;
+        let p = std::path::Path::new("airlock.toml");
+        assert_eq!(Config::default().sidecar_glob_case(), GlobCase::Refuse);
+        for (text, want) in [
+            ("insensitive", GlobCase::Insensitive),
+            ("sensitive", GlobCase::Sensitive),
+            ("refuse", GlobCase::Refuse),
+        ] {
+            let c = Config::from_toml(&format!("sidecar_glob_case = \"{text}\"\n"), p).unwrap();
+            assert_eq!(c.sidecar_glob_case(), want);
+        }
+        assert!(Config::from_toml("sidecar_glob_case = \"ignore\"\n", p).is_err());
+    }
 
     #[test]
     fn extract_limits_come_from_the_extract_table() {

@@ -123,13 +123,13 @@ pub enum PutOutcome {
     UnknownRequest,
 }
 
-struct Migration {
-    version: i64,
-    name: &'static str,
-    sql: &'static str,
+pub(crate) struct Migration {
+    pub(crate) version: i64,
+    pub(crate) name: &'static str,
+    pub(crate) sql: &'static str,
 }
 
-const MIGRATIONS: &[Migration] = &[
+pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "chat completions served, answer feedback",
@@ -161,6 +161,11 @@ CREATE INDEX feedback_at ON feedback(updated_us);
         version: 2,
         name: "conversations kept by the server",
         sql: CONVERSATIONS_SQL,
+    },
+    Migration {
+        version: 3,
+        name: "conversation turns record the earlier turns they were answered from",
+        sql: PARENTS_SQL,
     },
 ];
 
@@ -197,8 +202,35 @@ CREATE TABLE conversation_sources (
 CREATE INDEX conversation_sources_doc ON conversation_sources(doc_id);
 ";
 
+/// The SQL of migration 3: which earlier turns of its thread each turn was answered from (the
+/// history fed to the model; [`crate::conversations`]), and a per-thread turn counter so a
+/// purged turn's number is never given to another. Turns stored before it get the turn before
+/// them as parent, and through it every earlier one: their history is not known, and all of it
+/// could have been fed.
+const PARENTS_SQL: &str = "
+CREATE TABLE conversation_parents (
+    conversation_id TEXT NOT NULL,
+    seq             INTEGER NOT NULL,
+    parent_seq      INTEGER NOT NULL CHECK (parent_seq < seq),
+    PRIMARY KEY (conversation_id, seq, parent_seq),
+    FOREIGN KEY (conversation_id, seq) REFERENCES conversation_turns(conversation_id, seq)
+        ON DELETE CASCADE
+) STRICT, WITHOUT ROWID;
+CREATE INDEX conversation_parents_parent ON conversation_parents(conversation_id, parent_seq);
+INSERT INTO conversation_parents (conversation_id, seq, parent_seq)
+    SELECT * FROM (
+        SELECT a.conversation_id, a.seq,
+               (SELECT MAX(b.seq) FROM conversation_turns b
+                 WHERE b.conversation_id = a.conversation_id AND b.seq < a.seq) AS parent_seq
+          FROM conversation_turns a)
+     WHERE parent_seq IS NOT NULL;
+ALTER TABLE conversations ADD COLUMN last_seq INTEGER NOT NULL DEFAULT 0;
+UPDATE conversations SET last_seq =
+    (SELECT COALESCE(MAX(seq), 0) FROM conversation_turns t WHERE t.conversation_id = conversations.id);
+";
+
 /// The schema version this build writes.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// The chat-completion and feedback tables (one connection, serialised by a mutex; SQLite
 /// serialises writers anyway and every statement here is a point lookup or upsert).
@@ -228,6 +260,10 @@ impl FeedbackStore {
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(open)?;
         conn.pragma_update(None, "foreign_keys", true)
+            .map_err(open)?;
+        // Deleted conversation text (a purge, a deleted thread, retention) is overwritten with
+        // zeros in the file instead of lingering in free pages.
+        conn.pragma_update(None, "secure_delete", "ON")
             .map_err(open)?;
         migrate(&mut conn)?;
         Ok(FeedbackStore {

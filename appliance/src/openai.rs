@@ -74,6 +74,12 @@ pub struct AirlockRequest {
     /// before `messages`, and the answer is added to it as a new turn.
     #[serde(default)]
     pub conversation_id: Option<String>,
+    /// Send the full text of each prompt source with a non-streaming answer
+    /// (`airlock.source_texts`), for clients that check an answer against its sources (the
+    /// eval's invented-value rate). The caller may read every one of them: they are the chunks
+    /// placed in its own prompt. Never stored with a conversation turn.
+    #[serde(default)]
+    pub source_text: bool,
 }
 
 fn yes() -> bool {
@@ -87,6 +93,7 @@ impl Default for AirlockRequest {
             top_k: None,
             rung: None,
             conversation_id: None,
+            source_text: false,
         }
     }
 }
@@ -294,6 +301,10 @@ pub struct AirlockResponse {
     /// stream sends it on its first event).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub receipt_id: Option<String>,
+    /// The full text of each citation's chunk, in citation order (non-streaming responses
+    /// that asked for them with `airlock.source_text`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_texts: Option<Vec<String>>,
 }
 
 /// The `airlock` extension of an SSE event: the citations and rung on the first event, the

@@ -72,6 +72,9 @@ pub struct RetrievedChunk {
     /// Final score.
     #[serde(default)]
     pub score: f64,
+    /// The chunk's full text (asked for with `include_text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// The result of one retrieval call.
@@ -104,6 +107,9 @@ pub struct ChatOutcome {
     /// `prefill`, `decode`), when it sends them (to admins, or to everyone where configured, as
     /// on the runner's own daemon); empty otherwise and for an answer given without generation.
     pub stages_ms: Vec<(&'static str, f64)>,
+    /// The full text of every citation's chunk (`airlock.source_texts`), when the daemon sent
+    /// it.
+    pub source_texts: Option<Vec<String>>,
 }
 
 /// The generation stages of a chat answer's `timings_ms`, in the order a report lists them.
@@ -153,6 +159,8 @@ enum Body<'a> {
     None,
     Json(&'a Value),
     Ndjson(&'a str),
+    /// A file's bytes with its media type.
+    File(&'a [u8], &'a str),
 }
 
 /// How an HTTPS daemon is verified, and the client certificate shown to it.
@@ -347,6 +355,7 @@ impl Client {
                     Body::None => req.send_empty(),
                     Body::Json(v) => req.send_json(v),
                     Body::Ndjson(t) => req.header("Content-Type", "application/x-ndjson").send(*t),
+                    Body::File(b, ct) => req.header("Content-Type", *ct).send(*b),
                 }
             }
         }
@@ -418,6 +427,26 @@ impl Client {
         self.send_json("PUT", &format!("/v1/documents/{doc_id}"), admin, &body)
     }
 
+    /// `PUT /v1/documents/{id}` with a file's bytes as the body (admin): the daemon extracts
+    /// it under its `[extract]` limits. `doc_id` is percent-encoded into the path (a folder's
+    /// relative path keeps its `/`).
+    pub fn put_document_file(
+        &self,
+        admin: &str,
+        doc_id: &str,
+        bytes: &[u8],
+        media_type: &str,
+    ) -> Result<Value, ApiError> {
+        let path = format!("/v1/documents/{}", percent_encode(doc_id));
+        self.request(
+            "PUT",
+            &path,
+            Some(admin),
+            Body::File(bytes, media_type),
+            true,
+        )
+    }
+
     /// `DELETE /v1/documents/{id}` (admin).
     pub fn delete_document(&self, admin: &str, doc_id: &str) -> Result<(), ApiError> {
         let path = format!("/v1/documents/{doc_id}");
@@ -482,12 +511,29 @@ impl Client {
         top_k: usize,
         mode: &str,
     ) -> Result<RetrieveResponse, ApiError> {
+        self.retrieve_as(token, history, query, top_k, mode, false)
+    }
+
+    /// [`Client::retrieve_after`], with each chunk's full text when `include_text` (for a
+    /// prompt of the client's own: the plain baseline).
+    pub fn retrieve_as(
+        &self,
+        token: &str,
+        history: &[Turn],
+        query: &str,
+        top_k: usize,
+        mode: &str,
+        include_text: bool,
+    ) -> Result<RetrieveResponse, ApiError> {
         let path = "/v1/retrieve";
-        let body = if history.is_empty() {
+        let mut body = if history.is_empty() {
             json!({"query": query, "top_k": top_k, "mode": mode})
         } else {
             json!({"messages": messages(history, query), "top_k": top_k, "mode": mode})
         };
+        if include_text {
+            body["include_text"] = json!(true);
+        }
         let v = self.send_json("POST", path, token, &body)?;
         serde_json::from_value(v).map_err(|e| ApiError::Transport {
             method: "POST",
@@ -506,13 +552,42 @@ impl Client {
         rung: Option<u8>,
         max_tokens: u32,
     ) -> Result<ChatOutcome, ApiError> {
-        let path = "/v1/chat/completions";
-        let mut body = json!({
+        let body = json!({
             "messages": messages(history, question),
             "max_tokens": max_tokens,
             "temperature": 0.0,
-            "airlock": {"retrieval": true, "rung": rung},
+            "airlock": {"retrieval": true, "rung": rung, "source_text": true},
         });
+        self.completion(token, model, body)
+    }
+
+    /// `POST /v1/chat/completions` without retrieval (`airlock.retrieval: false`, greedy): one
+    /// user message holding `prompt`, as a client with its own prompt (the plain baseline)
+    /// sends it.
+    pub fn chat_plain(
+        &self,
+        token: &str,
+        model: Option<&str>,
+        prompt: &str,
+        rung: Option<u8>,
+        max_tokens: u32,
+    ) -> Result<ChatOutcome, ApiError> {
+        let body = json!({
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "airlock": {"retrieval": false, "rung": rung},
+        });
+        self.completion(token, model, body)
+    }
+
+    fn completion(
+        &self,
+        token: &str,
+        model: Option<&str>,
+        mut body: serde_json::Value,
+    ) -> Result<ChatOutcome, ApiError> {
+        let path = "/v1/chat/completions";
         if let Some(m) = model {
             body["model"] = json!(m);
         }
@@ -532,8 +607,22 @@ impl Client {
             bundle_version: v["airlock"]["bundle_version"].as_str().map(str::to_owned),
             latency_ms,
             stages_ms: chat_stages(&v["airlock"]["timings_ms"]),
+            source_texts: serde_json::from_value(v["airlock"]["source_texts"].clone()).ok(),
         })
     }
+}
+
+/// `s` with every byte outside RFC 3986's unreserved set percent-encoded (a path segment).
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 /// The generation stages of `timings_ms` (absent when the answer was given without running the

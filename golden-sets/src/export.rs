@@ -283,6 +283,8 @@ mod tests {
             retrieved: vec!["doc-secret-0042".into()],
             cited: vec!["doc-secret-0042".into()],
             answer: Some("The Fairhaven covenant is 4.10x".into()),
+            invented_values: None,
+            answer_words: None,
         }
     }
 

@@ -127,6 +127,8 @@ pub fn export_seed() -> Vec<u8> {
         retrieved: Vec::new(),
         cited: Vec::new(),
         answer: None,
+        invented_values: None,
+        answer_words: None,
     };
     let mut lat = std::collections::BTreeMap::new();
     lat.insert("chat".to_string(), vec![120.0, 340.0]);

@@ -31,6 +31,11 @@ pub struct Summary {
     /// Headline metrics by name (`ndcg_10`, `recall_10`, `mrr_10`, `answer_hit_rate`,
     /// `citation_precision`, `citation_recall`, `abstention_rate`): mean with a 95% interval.
     pub metrics: BTreeMap<String, Estimate>,
+    /// What the answers look like, not gated (lower is not worse for every one of them):
+    /// `invented_value_rate` (answers stating a value no shown source holds, over answers that
+    /// do not abstain and whose sources are known) and `answer_words_median`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub answers: BTreeMap<String, f64>,
 }
 
 /// The names of the headline metrics, in report order.
@@ -81,7 +86,30 @@ pub fn summarize(cases: &[&CaseScore]) -> Summary {
         leaking_cases: cases.iter().filter(|c| !c.leaks.is_empty()).count(),
         failed_cases: cases.iter().filter(|c| c.error.is_some()).count(),
         metrics,
+        answers: answer_shape(cases),
     }
+}
+
+/// [`Summary::answers`] of a group.
+fn answer_shape(cases: &[&CaseScore]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    let invented: Vec<usize> = cases.iter().filter_map(|c| c.invented_values).collect();
+    if !invented.is_empty() {
+        let with = invented.iter().filter(|&&n| n > 0).count();
+        out.insert(
+            "invented_value_rate".to_owned(),
+            with as f64 / invented.len() as f64,
+        );
+    }
+    let mut words: Vec<usize> = cases.iter().filter_map(|c| c.answer_words).collect();
+    if !words.is_empty() {
+        words.sort_unstable();
+        out.insert(
+            "answer_words_median".to_owned(),
+            words[(words.len() - 1) / 2] as f64,
+        );
+    }
+    out
 }
 
 /// Whether a case passes on its own terms: no leak, the expected answer found, an abstention
@@ -112,6 +140,10 @@ pub struct Report {
     pub latency_ms: BTreeMap<String, BTreeMap<String, f64>>,
     /// Every case's scores.
     pub cases: Vec<CaseScore>,
+    /// The same answered cases answered by the plain baseline (`airlock eval run
+    /// --plain-baseline`): the same retrieval and model, a plain top-k prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plain_baseline: Option<Box<Report>>,
 }
 
 impl Report {
@@ -153,12 +185,64 @@ impl Report {
             per_phase: group(|c| c.phase.as_str()),
             latency_ms,
             cases,
+            plain_baseline: None,
         }
     }
 
-    /// Total leaking cases.
+    /// The answer path beside the plain baseline, group by group (answered cases only: the
+    /// plain baseline answers the same ones), as a Markdown table.
+    fn beside(&self, plain: &Report) -> String {
+        let mut s = String::from(
+            "\n## Beside the plain baseline (same retrieval and model, plain top-k prompt)\n\n\
+             | group | answer hit | abstention | citation recall | invented-value rate | \
+             median words | leaking cases |\n|---|---|---|---|---|---|---|\n",
+        );
+        let answered: std::collections::HashSet<&str> =
+            plain.cases.iter().map(|c| c.id.as_str()).collect();
+        let ours: Vec<&CaseScore> = self
+            .cases
+            .iter()
+            .filter(|c| answered.contains(c.id.as_str()))
+            .collect();
+        let theirs: Vec<&CaseScore> = plain.cases.iter().collect();
+        let pair = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (None, None) => "–".to_owned(),
+            (a, b) => {
+                let f = |x: Option<f64>| x.map_or("–".into(), |v| format!("{v:.3}"));
+                format!("{} / {}", f(a), f(b))
+            }
+        };
+        let mut row = |name: &str, a: &[&CaseScore], b: &[&CaseScore]| {
+            let (x, y) = (summarize(a), summarize(b));
+            let m = |sm: &Summary, k: &str| sm.metrics.get(k).map(|e| e.mean);
+            let d = |sm: &Summary, k: &str| sm.answers.get(k).copied();
+            let _ = writeln!(
+                s,
+                "| {name} | {} | {} | {} | {} | {} | {} / {} |",
+                pair(m(&x, "answer_hit_rate"), m(&y, "answer_hit_rate")),
+                pair(m(&x, "abstention_rate"), m(&y, "abstention_rate")),
+                pair(m(&x, "citation_recall"), m(&y, "citation_recall")),
+                pair(d(&x, "invented_value_rate"), d(&y, "invented_value_rate")),
+                pair(d(&x, "answer_words_median"), d(&y, "answer_words_median")),
+                x.leaking_cases,
+                y.leaking_cases,
+            );
+        };
+        row("**all** (answer path / plain)", &ours, &theirs);
+        let mut kinds: Vec<&str> = ours.iter().map(|c| c.kind.as_str()).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        for k in kinds {
+            let a: Vec<&CaseScore> = ours.iter().copied().filter(|c| c.kind == k).collect();
+            let b: Vec<&CaseScore> = theirs.iter().copied().filter(|c| c.kind == k).collect();
+            row(&format!("kind {k}"), &a, &b);
+        }
+        s
+    }
+
+    /// Total leaking cases, the plain baseline's included (its retrieval is the daemon's).
     pub fn leaks(&self) -> usize {
-        self.overall.leaking_cases
+        self.overall.leaking_cases + self.plain_baseline.as_ref().map_or(0, |p| p.leaks())
     }
 
     /// Cases whose requests failed.
@@ -204,6 +288,19 @@ impl Report {
         }
         for (k, sm) in &self.per_phase {
             row(&format!("phase {k}"), sm);
+        }
+        let shape = &self.overall.answers;
+        if !shape.is_empty() {
+            let cell = |k: &str| shape.get(k).map_or("–".into(), |v| format!("{v:.3}"));
+            let _ = writeln!(
+                s,
+                "\nanswers: invented-value rate {}, median {} words\n",
+                cell("invented_value_rate"),
+                cell("answer_words_median")
+            );
+        }
+        if let Some(plain) = &self.plain_baseline {
+            s.push_str(&self.beside(plain));
         }
         if !self.latency_ms.is_empty() {
             let _ = writeln!(s, "\n| stage | p50 ms | p95 ms |\n|---|---|---|");
@@ -452,6 +549,8 @@ mod tests {
             retrieved: Vec::new(),
             cited: Vec::new(),
             answer: None,
+            invented_values: None,
+            answer_words: None,
         }
     }
 

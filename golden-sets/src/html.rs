@@ -255,6 +255,8 @@ mod tests {
             retrieved: vec!["doc-1".into()],
             cited: vec!["doc-1".into()],
             answer: Some("<i>answer</i>".into()),
+            invented_values: None,
+            answer_words: None,
         };
         let lat = BTreeMap::from([("chat.total".to_owned(), vec![10.0, 20.0, 30.0])]);
         let r = Report::new("t", None, Some(1), vec![case], &lat);

@@ -67,8 +67,9 @@ pub fn mrr_at_k(ranked: &[&str], judged: &BTreeMap<String, i32>, k: usize) -> f6
 
 pub use airlock_text::{contains_normalized, normalize};
 
-/// Phrases by which an answer says the sources do not hold the answer.
-const ABSTENTION_MARKERS: [&str; 12] = [
+/// Phrases by which an answer says the sources do not hold the answer ("don't know" is what a
+/// plain stuff-documents prompt asks the model to say).
+const ABSTENTION_MARKERS: [&str; 14] = [
     "cannot find",
     "can't find",
     "could not find",
@@ -81,6 +82,8 @@ const ABSTENTION_MARKERS: [&str; 12] = [
     "not able to find",
     "unable to find",
     "do not have",
+    "don't know",
+    "do not know",
 ];
 
 /// Whether an answer abstains: empty, or it says the sources do not contain the answer.
@@ -113,6 +116,10 @@ pub struct Observation {
     /// metrics do not apply to this case (`None`), leaks are still checked in what was returned.
     #[serde(default)]
     pub retrieval_only: bool,
+    /// The full text of every source shown with the answer (the chunks in its prompt), when
+    /// known: the invented-value check reads them.
+    #[serde(default)]
+    pub source_texts: Option<Vec<String>>,
 }
 
 /// One leak of forbidden material.
@@ -201,6 +208,13 @@ pub struct CaseScore {
     /// since an answer quotes documents.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// How many values ([`answer_values`]) the answer states that neither a shown source nor
+    /// the question holds (answers that do not abstain, when the sources' texts are known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub invented_values: Option<usize>,
+    /// The answer's length in words (answers that do not abstain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_words: Option<usize>,
 }
 
 impl CaseScore {
@@ -223,6 +237,8 @@ impl CaseScore {
             retrieved: Vec::new(),
             cited: Vec::new(),
             answer: None,
+            invented_values: None,
+            answer_words: None,
         }
     }
 }
@@ -240,6 +256,7 @@ pub fn score_case(case: &GoldenCase, obs: &Observation) -> CaseScore {
     let relevant_cited = cited.iter().filter(|d| judged.contains_key(**d)).count();
     // A refused request answers nothing, so its abstention counts even in retrieval-only runs.
     let answered = !obs.retrieval_only || obs.refused;
+    let gave_answer = !obs.retrieval_only && !obs.refused && !is_abstention(&obs.answer);
     CaseScore {
         id: case.id.clone(),
         kind: case.kind.as_str().into(),
@@ -263,7 +280,98 @@ pub fn score_case(case: &GoldenCase, obs: &Observation) -> CaseScore {
         retrieved: ranked.iter().take(10).map(|d| (*d).to_owned()).collect(),
         cited: cited.iter().map(|d| (*d).to_owned()).collect(),
         answer: None,
+        invented_values: gave_answer
+            .then(|| {
+                obs.source_texts
+                    .as_ref()
+                    .map(|t| invented_values(&obs.answer, &case.query, t).len())
+            })
+            .flatten(),
+        answer_words: gave_answer.then(|| obs.answer.split_whitespace().count()),
     }
+}
+
+/// The values an answer states: tokens with a digit (numbers, dates, ports, versions, sizes),
+/// command-line options (`-x`, `--name`), paths and dotted or underscored identifiers
+/// (`/etc/ssh`, `sshd_config`, `os.path.join`), and spans in backticks. Source markers (`[1]`)
+/// and surrounding punctuation are dropped. Lower-cased, in order, without repeats.
+pub fn answer_values(answer: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut push = |v: &str| {
+        let v = v.to_lowercase();
+        if !v.is_empty() && !out.contains(&v) {
+            out.push(v);
+        }
+    };
+    let mut rest = answer;
+    while let Some(a) = rest.find('`') {
+        let Some(b) = rest[a + 1..].find('`') else {
+            break;
+        };
+        push(rest[a + 1..a + 1 + b].trim());
+        rest = &rest[a + 2 + b..];
+    }
+    for raw in answer.split(|c: char| c.is_whitespace() || c == '`') {
+        let t = raw.trim_matches(|c: char| {
+            matches!(
+                c,
+                '.' | ','
+                    | ';'
+                    | ':'
+                    | '!'
+                    | '?'
+                    | '('
+                    | ')'
+                    | '"'
+                    | '\''
+                    | '['
+                    | ']'
+                    | '*'
+                    | '“'
+                    | '”'
+                    | '‘'
+                    | '’'
+            )
+        });
+        // `[1]`, `[2,3]`: source markers, not values.
+        if raw.starts_with('[') && t.chars().all(|c| c.is_ascii_digit() || c == ',') {
+            continue;
+        }
+        let word = |c: char| c.is_alphanumeric();
+        let has_digit = t.chars().any(|c| c.is_ascii_digit());
+        let option = t.len() > 1
+            && t.starts_with('-')
+            && t.trim_start_matches('-').chars().next().is_some_and(word);
+        let inner = |sep: char| {
+            t.char_indices().any(|(i, c)| {
+                c == sep
+                    && t[..i].chars().next_back().is_some_and(word)
+                    && t[i + c.len_utf8()..].chars().next().is_some_and(word)
+            })
+        };
+        let path = t.len() > 1 && t.starts_with('/') && t[1..].chars().next().is_some_and(word);
+        if has_digit || option || path || inner('_') || inner('.') || inner('/') {
+            push(t);
+        }
+    }
+    out
+}
+
+/// The values of `answer` ([`answer_values`]) that neither a source nor the question holds
+/// (compared after [`normalize`], so case and spacing do not matter).
+pub fn invented_values(answer: &str, question: &str, sources: &[String]) -> Vec<String> {
+    let held: Vec<String> = sources
+        .iter()
+        .map(|s| normalize(s))
+        .chain(std::iter::once(normalize(question)))
+        .collect();
+    answer_values(answer)
+        .into_iter()
+        .filter(|v| {
+            let v = normalize(v);
+            !v.trim().is_empty() && !held.iter().any(|h| h.contains(v.trim()))
+        })
+        .collect()
 }
 
 /// A mean with a bootstrap 95% confidence interval.
@@ -449,6 +557,62 @@ mod tests {
             score_case(&denied, &refused).abstained,
             Some(true),
             "a 401 is an abstention whether or not an answer was asked for"
+        );
+    }
+
+    #[test]
+    fn answer_values_are_numbers_options_paths_and_identifiers() {
+        assert_eq!(
+            answer_values("Use `ssh -p 2222` or --port; see /etc/ssh/sshd_config [1]. It was 3.5."),
+            [
+                "ssh -p 2222",
+                "-p",
+                "2222",
+                "--port",
+                "/etc/ssh/sshd_config",
+                "3.5"
+            ]
+        );
+        assert_eq!(
+            answer_values("Set os.path.join and max_size [2,3]."),
+            ["os.path.join", "max_size"]
+        );
+        assert!(answer_values("The answer is yes, it is enabled by default.").is_empty());
+    }
+
+    #[test]
+    fn invented_values_are_the_ones_no_source_or_question_holds() {
+        let sources = vec!["The default port is 22.\nUse -p to change it.".to_owned()];
+        let q = "Which port does sshd use on 2026-01-01?";
+        assert!(invented_values("It listens on 22; use -p [1].", q, &sources).is_empty());
+        assert!(invented_values("Since 2026-01-01 it is 22.", q, &sources).is_empty());
+        assert_eq!(
+            invented_values("It listens on 2222 with --port.", q, &sources),
+            ["2222", "--port"]
+        );
+        let c = case(&["d1"], &["22"], &[], &[]);
+        let obs = Observation {
+            answer: "Port 2222 [1].".into(),
+            source_texts: Some(sources.clone()),
+            ..Default::default()
+        };
+        let s = score_case(&c, &obs);
+        assert_eq!((s.invented_values, s.answer_words), (Some(1), Some(3)));
+        let abstains = Observation {
+            answer: "I don't know.".into(),
+            source_texts: Some(sources),
+            ..Default::default()
+        };
+        let s = score_case(&c, &abstains);
+        assert_eq!((s.invented_values, s.answer_words), (None, None));
+        let unknown = Observation {
+            answer: "Port 2222.".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            score_case(&c, &unknown).invented_values,
+            None,
+            "sources unknown"
         );
     }
 

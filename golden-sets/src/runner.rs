@@ -58,6 +58,13 @@ pub struct RunOptions {
     /// Set (e.g. by a signal handler) to stop the run: no further case starts, and the run
     /// ends with [`RunError::Interrupted`] instead of a report.
     pub stop: Option<Arc<AtomicBool>>,
+    /// Also answer every answered case the plain way ([`plain_prompt`]: the same retrieval and
+    /// model, the top [`RunOptions::plain_top_k`] chunks' full text in a stuff-documents
+    /// prompt, no answer-path rules), scored into [`Report::plain_baseline`], so every
+    /// answer-path rule is measured beside what a plain RAG chain gives.
+    pub plain_baseline: bool,
+    /// Chunks in the plain baseline's prompt.
+    pub plain_top_k: usize,
 }
 
 impl Default for RunOptions {
@@ -75,6 +82,8 @@ impl Default for RunOptions {
             model: None,
             setup: true,
             stop: None,
+            plain_baseline: false,
+            plain_top_k: 5,
         }
     }
 }
@@ -171,6 +180,27 @@ fn ingest(
     Ok(())
 }
 
+/// Ingests a set's files as they are (`PUT /v1/documents/{id}` with the file's bytes).
+fn ingest_files(
+    client: &Client,
+    admin: &str,
+    files: &[SetFile],
+    opts: &RunOptions,
+    progress: Progress<'_>,
+) -> Result<(), RunError> {
+    let results = parallel(files, opts.concurrency, "ingest files", progress, |f| {
+        let bytes = std::fs::read(&f.path).map_err(|source| Error::Io {
+            path: f.path.clone(),
+            source,
+        })?;
+        client
+            .put_document_file(admin, &f.id, &bytes, f.media_type)
+            .map_err(api(format!("ingest {}", f.id)))
+    });
+    results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    Ok(())
+}
+
 fn issue_tokens(
     client: &Client,
     admin: &str,
@@ -193,10 +223,72 @@ struct CaseRun {
     score: CaseScore,
     latency: Vec<(String, f64)>,
     bundle_version: Option<String>,
+    /// The plain baseline's score and latencies ([`RunOptions::plain_baseline`]).
+    plain: Option<(CaseScore, Vec<(String, f64)>)>,
 }
 
 /// An observation, its per-stage latencies (ms) and the bundle version the daemon reported.
 type Observed = (Observation, Vec<(String, f64)>, Option<String>);
+
+/// The plain baseline's prompt: LangChain's stuff-documents question-answering prompt (the
+/// default of its `load_qa_chain(chain_type="stuff")`), the chunks' texts joined by blank
+/// lines as that chain joins them.
+pub fn plain_prompt(chunks: &[&str], question: &str) -> String {
+    format!(
+        "Use the following pieces of context to answer the question at the end. If you don't \
+know the answer, just say that you don't know, don't try to make up an answer.\n\n{}\n\n\
+Question: {question}\nHelpful Answer:",
+        chunks.join("\n\n")
+    )
+}
+
+/// The plain baseline for one case: the top `plain_top_k` chunks the caller may read, by the
+/// same retrieval, with their full text in [`plain_prompt`], answered by the same model with
+/// no retrieval of the daemon's own (so none of the answer path's rules). What it shows the
+/// user are those chunks, whole.
+fn observe_plain(
+    client: &Client,
+    token: &str,
+    history: &[Turn],
+    query: &str,
+    opts: &RunOptions,
+) -> Result<(Observation, Vec<(String, f64)>), ApiError> {
+    let mut obs = Observation::default();
+    let r = match client.retrieve_as(token, history, query, opts.plain_top_k, &opts.mode, true) {
+        Ok(r) => r,
+        Err(e) if e.status() == Some(401) => {
+            obs.refused = true;
+            return Ok((obs, Vec::new()));
+        }
+        Err(e) => return Err(e),
+    };
+    let texts: Vec<String> = r
+        .results
+        .iter()
+        .map(|c| c.text.clone().unwrap_or_else(|| c.snippet.clone()))
+        .collect();
+    for c in &r.results {
+        obs.retrieved_doc_ids.push(c.doc_id.clone());
+        obs.cited_doc_ids.push(c.doc_id.clone());
+        obs.titles.push(c.title.clone());
+    }
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let out = client.chat_plain(
+        token,
+        opts.model.as_deref(),
+        &plain_prompt(&refs, query),
+        opts.rung.filter(|_| opts.rung_in_requests),
+        opts.max_tokens,
+    )?;
+    obs.answer = out.answer;
+    obs.snippets = texts.clone();
+    obs.source_texts = Some(texts);
+    let mut lat = vec![("chat.total".to_owned(), out.latency_ms)];
+    for (stage, ms) in out.stages_ms {
+        lat.push((format!("chat.{stage}"), ms));
+    }
+    Ok((obs, lat))
+}
 
 fn observe(
     client: &Client,
@@ -239,6 +331,7 @@ fn observe(
             bundle_version,
             latency_ms,
             stages_ms,
+            source_texts,
             ..
         } = client.chat(
             token,
@@ -253,6 +346,7 @@ fn observe(
             lat.push((format!("chat.{stage}"), ms));
         }
         obs.answer = answer;
+        obs.source_texts = source_texts;
         obs.used_doc_ids = cited.map(|ns| {
             ns.iter()
                 .filter_map(|&n| n.checked_sub(1).and_then(|i| citations.get(i)))
@@ -291,25 +385,37 @@ fn run_cases(
             return Err(RunError::MissingToken(case.user.clone()));
         };
         let answer = opts.answers && opts.answer_cases.is_none_or(|n| sampled(i, n, cases.len()));
+        let failed =
+            |e: ApiError| metrics::CaseScore::failed(case, format!("case {}: {e}", case.id));
+        let scored = |obs: Observation| {
+            let mut score = metrics::score_case(case, &obs);
+            if opts.record_answers && answer {
+                score.answer = Some(obs.answer);
+            }
+            score
+        };
+        // The plain baseline answers the same cases as the answer path.
+        let plain = (answer && opts.plain_baseline).then(|| {
+            match observe_plain(client, token, &case.history, &case.query, opts) {
+                Ok((obs, latency)) => (scored(obs), latency),
+                Err(e) => (failed(e), Vec::new()),
+            }
+        });
         // A failed request fails its case, not the run: the report keeps every other case
         // and the gate refuses a run with failed cases.
         Ok(
             match observe(client, token, &case.history, &case.query, answer, opts) {
-                Ok((obs, latency, bundle_version)) => {
-                    let mut score = metrics::score_case(case, &obs);
-                    if opts.record_answers && answer {
-                        score.answer = Some(obs.answer);
-                    }
-                    CaseRun {
-                        score,
-                        latency,
-                        bundle_version,
-                    }
-                }
+                Ok((obs, latency, bundle_version)) => CaseRun {
+                    score: scored(obs),
+                    latency,
+                    bundle_version,
+                    plain,
+                },
                 Err(e) => CaseRun {
-                    score: metrics::CaseScore::failed(case, format!("case {}: {e}", case.id)),
+                    score: failed(e),
                     latency: Vec::new(),
                     bundle_version: None,
+                    plain,
                 },
             },
         )
@@ -329,12 +435,88 @@ fn sampled(i: usize, n: usize, len: usize) -> bool {
     n >= len || (i * n) % len < n
 }
 
+/// A document of a set given as a file (`docs/` of the set): ingested as the file itself, so
+/// the daemon's extractor reads it as it reads an operator's (HTML with its navigation, PDF).
+#[derive(Debug, Clone)]
+pub struct SetFile {
+    /// The document id: the file's path below `docs/`, `/`-separated.
+    pub id: String,
+    /// Where the file is.
+    pub path: PathBuf,
+    /// Its media type, from the extension.
+    pub media_type: &'static str,
+}
+
+/// The media type the daemon takes for a file name's extension (`None`: not a document).
+pub fn media_type_of(name: &str) -> Option<&'static str> {
+    let ext = name.rsplit_once('.')?.1.to_ascii_lowercase();
+    Some(match ext.as_str() {
+        "html" | "htm" => "text/html",
+        "pdf" => "application/pdf",
+        "txt" => "text/plain",
+        "md" => "text/markdown",
+        "csv" => "text/csv",
+        "eml" => "message/rfc822",
+        "docx" => "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "xlsx" => "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "pptx" => "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        _ => return None,
+    })
+}
+
+/// Every document file below `docs` (names starting with `.`, such as a folder ingest's
+/// `.acl.jsonl`, are not documents), sorted by id; a file of no known type is an error.
+fn set_files(docs: &Path) -> Result<Vec<SetFile>, Error> {
+    let mut out = Vec::new();
+    let mut dirs = vec![docs.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        let io = |source| Error::Io {
+            path: dir.clone(),
+            source,
+        };
+        for entry in std::fs::read_dir(&dir).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let Some(media_type) = media_type_of(&name) else {
+                return Err(Error::Invalid {
+                    path,
+                    message: "not a document type the daemon ingests".into(),
+                });
+            };
+            let rel = path.strip_prefix(docs).unwrap_or(&path);
+            let id = rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/");
+            out.push(SetFile {
+                id,
+                path,
+                media_type,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
 /// The files of an end-to-end set directory.
 pub struct GoldenSet {
     /// Set name (directory name).
     pub name: String,
     /// Corpus documents.
     pub corpus: Vec<BeirDoc>,
+    /// Documents given as files (`docs/`, ingested as they are; their grants come from
+    /// `iam_v1.jsonl`). Empty when the set has no `docs/` folder.
+    pub files: Vec<SetFile>,
     /// First IAM snapshot (JSON Lines text).
     pub iam_v1: String,
     /// Second IAM snapshot.
@@ -358,11 +540,18 @@ impl GoldenSet {
                 line: e.line(),
                 message: e.to_string(),
             })?;
+        let docs = p("docs");
+        let files = if docs.is_dir() {
+            set_files(&docs)?
+        } else {
+            Vec::new()
+        };
         Ok(GoldenSet {
             name: dir
                 .file_name()
                 .map_or("set".into(), |n| n.to_string_lossy().into_owned()),
             corpus,
+            files,
             iam_v1: read_text(&p("iam_v1.jsonl"))?,
             iam_v2: read_text(&p("iam_v2.jsonl"))?,
             deletions,
@@ -386,6 +575,7 @@ pub fn run_golden(
         .ok_or_else(|| RunError::MissingToken("admin".into()))?;
     if opts.setup {
         ingest(client, &admin, &set.corpus, opts, progress)?;
+        ingest_files(client, &admin, &set.files, opts, progress)?;
         client
             .acl_sync(&admin, &set.iam_v1)
             .map_err(api("sync iam_v1"))?;
@@ -463,16 +653,35 @@ pub fn run_golden_final_state(
 
 fn report(name: &str, rung: Option<u8>, runs: Vec<CaseRun>) -> Report {
     let mut latency: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut plain_latency: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let mut version = None;
     let mut scores = Vec::with_capacity(runs.len());
+    let mut plain = Vec::new();
     for r in runs {
         for (stage, ms) in r.latency {
             latency.entry(stage).or_default().push(ms);
         }
         version = version.or(r.bundle_version);
+        if let Some((score, lat)) = r.plain {
+            for (stage, ms) in lat {
+                plain_latency.entry(stage).or_default().push(ms);
+            }
+            plain.push(score);
+        }
         scores.push(r.score);
     }
-    Report::new(name, version, rung, scores, &latency)
+    let baseline = (!plain.is_empty()).then(|| {
+        Report::new(
+            &format!("{name} (plain baseline)"),
+            version.clone(),
+            rung,
+            plain,
+            &plain_latency,
+        )
+    });
+    let mut r = Report::new(name, version, rung, scores, &latency);
+    r.plain_baseline = baseline.map(Box::new);
+    r
 }
 
 /// The eval user that reads a BEIR corpus.
@@ -541,9 +750,12 @@ pub fn run_beir(
                 retrieved: ranked.iter().take(10).map(|d| (*d).to_owned()).collect(),
                 cited: Vec::new(),
                 answer: None,
+                invented_values: None,
+                answer_words: None,
             },
             latency,
             bundle_version: None,
+            plain: None,
         })
     })
     .into_iter()

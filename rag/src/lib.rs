@@ -193,6 +193,11 @@ pub struct Attribution {
 }
 
 impl Attribution {
+    /// The sources' texts, in prompt order (source `[n]` is element `n - 1`).
+    pub fn sources(&self) -> &[String] {
+        &self.sources
+    }
+
     /// The sources `answer` used.
     pub fn cited(&self, answer: &str) -> Cited {
         let sources: Vec<&str> = self.sources.iter().map(String::as_str).collect();

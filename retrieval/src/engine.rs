@@ -1357,6 +1357,13 @@ impl Retrieval {
             .collect())
     }
 
+    /// The document version (content hash) each of `chunk_ids` belongs to, for the chunks
+    /// still stored (a replaced or purged version's chunks are not). What a chat's sources
+    /// showed is keyed on it; it is a hash, never content.
+    pub fn chunk_versions(&self, chunk_ids: &[u32]) -> Result<HashMap<u32, String>> {
+        self.with_reader(|conn| Store::chunk_versions(conn, chunk_ids))
+    }
+
     /// Runs one search for a user whose readable documents are `allow`.
     pub fn search(&self, req: &SearchRequest<'_>, allow: &AllowSet) -> Result<SearchResponse> {
         let total = Instant::now();

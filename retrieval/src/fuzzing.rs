@@ -83,9 +83,10 @@ pub fn ingest_jsonl(data: &[u8]) {
 /// Invariants: a refusal is `InvalidJsonl` naming a line of the input (0: the whole file); an
 /// accepted sidecar has at most `MAX_SIDECAR_RULES` rules in line order with valid grants; a
 /// glob without `*` or `?` matches itself; the rule found for a path matches it and no later
-/// rule does; matching is deterministic.
+/// rule does; matching is deterministic; case-sensitive matching is exact matching, and the
+/// default case mode answers only when exact and case-insensitive matching give one grant.
 pub fn ingest_sidecar(data: &[u8]) {
-    use crate::sidecar::{MAX_SIDECAR_RULES, Sidecar, glob_match};
+    use crate::sidecar::{GlobCase, MAX_SIDECAR_RULES, Sidecar, glob_match};
     let lines = data.split(|&b| b == b'\n').count();
     let s = match Sidecar::parse("fuzz/.acl.jsonl", data) {
         Ok(s) => s,
@@ -123,6 +124,21 @@ pub fn ingest_sidecar(data: &[u8]) {
                     .all(|o| !glob_match(&o.glob, p)),
                 "the last matching rule wins"
             );
+        }
+        assert_eq!(s.rule_with(p, GlobCase::Sensitive), Ok(found));
+        let folded = s
+            .rule_with(p, GlobCase::Insensitive)
+            .expect("never refused");
+        match s.rule_with(p, GlobCase::Refuse) {
+            Ok(r) => {
+                assert_eq!(r, found);
+                assert_eq!(r.map(|r| &r.grants), folded.map(|r| &r.grants));
+            }
+            Err(e) => {
+                assert_eq!(e.exact, found.map(|r| r.line));
+                assert_eq!(e.folded, folded.map(|r| r.line));
+                assert_ne!(found.map(|r| &r.grants), folded.map(|r| &r.grants));
+            }
         }
     }
 }

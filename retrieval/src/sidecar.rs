@@ -8,6 +8,12 @@
 //! in `.gitignore`): put broad rules first and exceptions after them. A file no rule matches
 //! keeps its current grant (nobody's, for a new document).
 //!
+//! Case: a share exported from a case-insensitive file system (SMB, NTFS) may spell a folder
+//! `HR/` where the sidecar says `hr/**`. [`GlobCase`] says how globs treat case; by default
+//! ([`GlobCase::Refuse`]) a file whose rule would differ between exact and case-insensitive
+//! matching gets no rule and is refused by the ingest, since either guess can give it a broader
+//! grant than its folder's.
+//!
 //! The whole file is checked before anything is written: a bad line is an error naming the
 //! file and the line.
 
@@ -35,6 +41,43 @@ struct Line {
     users: Vec<String>,
     #[serde(default)]
     groups: Vec<String>,
+}
+
+/// How sidecar globs treat case (`sidecar_glob_case` in the config file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GlobCase {
+    /// Match exactly, and refuse a file whose rule would differ under case-insensitive
+    /// matching (the default: the appliance cannot tell how the share compared names).
+    #[default]
+    Refuse,
+    /// Match exactly (a case-sensitive share: `HR/` and `hr/` are different folders).
+    Sensitive,
+    /// Match ignoring case (a case-insensitive share: SMB, NTFS).
+    Insensitive,
+}
+
+/// A file whose rule depends on case ([`GlobCase::Refuse`]): the line of the rule exact
+/// matching chooses and of the one case-insensitive matching chooses (`None`: no rule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CaseDependent {
+    /// The rule matched exactly.
+    pub exact: Option<usize>,
+    /// The rule matched ignoring case.
+    pub folded: Option<usize>,
+}
+
+impl std::fmt::Display for CaseDependent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let line = |l: Option<usize>| l.map_or("no rule".to_string(), |l| format!("line {l}"));
+        write!(
+            f,
+            "its sidecar rule depends on case ({} matching exactly, {} ignoring case); set \
+             `sidecar_glob_case` to \"sensitive\" or \"insensitive\" for this share",
+            line(self.exact),
+            line(self.folded)
+        )
+    }
 }
 
 /// One rule of a sidecar.
@@ -113,12 +156,45 @@ impl Sidecar {
         Ok(Self { rules })
     }
 
-    /// The rule for the file at `rel_path` (relative, `/`-separated): the last matching one.
+    /// The rule for the file at `rel_path` (relative, `/`-separated): the last matching one,
+    /// matching exactly.
     pub fn rule_for(&self, rel_path: &str) -> Option<&AclRule> {
         self.rules
             .iter()
             .rev()
             .find(|r| glob_match(&r.glob, rel_path))
+    }
+
+    /// The rule for the file at `rel_path` with globs matching as `case` says. Under
+    /// [`GlobCase::Refuse`], a file whose grant would differ between exact and case-insensitive
+    /// matching is an error.
+    pub fn rule_with(
+        &self,
+        rel_path: &str,
+        case: GlobCase,
+    ) -> std::result::Result<Option<&AclRule>, CaseDependent> {
+        let folded = || {
+            let path = rel_path.to_lowercase();
+            self.rules
+                .iter()
+                .rev()
+                .find(|r| glob_match(&r.glob.to_lowercase(), &path))
+        };
+        match case {
+            GlobCase::Sensitive => Ok(self.rule_for(rel_path)),
+            GlobCase::Insensitive => Ok(folded()),
+            GlobCase::Refuse => {
+                let (exact, folded) = (self.rule_for(rel_path), folded());
+                if exact.map(|r| &r.grants) == folded.map(|r| &r.grants) {
+                    Ok(exact)
+                } else {
+                    Err(CaseDependent {
+                        exact: exact.map(|r| r.line),
+                        folded: folded.map(|r| r.line),
+                    })
+                }
+            }
+        }
     }
 }
 
@@ -254,6 +330,71 @@ mod tests {
         );
         let none = Sidecar::parse("x", br#"{"path": "a/*.pdf", "users": ["u"]}"#).unwrap();
         assert!(none.rule_for("b/c.pdf").is_none());
+    }
+
+    #[test]
+    fn case_is_matched_as_configured_and_refused_when_it_decides() {
+        let s = Sidecar::parse(
+            "d/.acl.jsonl",
+            br#"{"path": "**", "groups": ["staff"]}
+{"path": "hr/**", "groups": ["hr"]}
+{"path": "Board/*.PDF", "groups": ["staff"]}
+"#,
+        )
+        .unwrap();
+        let line =
+            |r: std::result::Result<Option<&AclRule>, CaseDependent>| r.map(|r| r.map(|r| r.line));
+        // `HR/` on a case-insensitive share is the `hr/` folder.
+        assert_eq!(
+            line(s.rule_with("HR/pay.xlsx", GlobCase::Insensitive)),
+            Ok(Some(2))
+        );
+        assert_eq!(
+            line(s.rule_with("HR/pay.xlsx", GlobCase::Sensitive)),
+            Ok(Some(1))
+        );
+        assert_eq!(
+            s.rule_with("HR/pay.xlsx", GlobCase::Refuse).unwrap_err(),
+            CaseDependent {
+                exact: Some(1),
+                folded: Some(2)
+            }
+        );
+        // Where case changes nothing, every mode agrees.
+        for case in [GlobCase::Refuse, GlobCase::Sensitive, GlobCase::Insensitive] {
+            assert_eq!(line(s.rule_with("hr/pay.xlsx", case)), Ok(Some(2)));
+            assert_eq!(line(s.rule_with("memo.txt", case)), Ok(Some(1)));
+        }
+        // Two rules with the same grant: not case-dependent.
+        assert_eq!(
+            line(s.rule_with("board/a.pdf", GlobCase::Refuse)),
+            Ok(Some(1))
+        );
+        assert_eq!(
+            line(s.rule_with("board/a.pdf", GlobCase::Insensitive)),
+            Ok(Some(3))
+        );
+        let only = Sidecar::parse("x", br#"{"path": "Secret/**", "users": ["ceo"]}"#).unwrap();
+        assert_eq!(
+            s.rule_with("x", GlobCase::Refuse).map(|r| r.is_some()),
+            Ok(true)
+        );
+        assert_eq!(
+            only.rule_with("secret/a.txt", GlobCase::Refuse)
+                .unwrap_err(),
+            CaseDependent {
+                exact: None,
+                folded: Some(1)
+            }
+        );
+        assert!(
+            CaseDependent {
+                exact: None,
+                folded: Some(1)
+            }
+            .to_string()
+            .contains("no rule matching exactly, line 1 ignoring case")
+        );
     }
 
     #[test]

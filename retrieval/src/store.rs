@@ -678,6 +678,21 @@ impl Store {
         Ok(out)
     }
 
+    /// The version of each of `ids` still stored.
+    pub(crate) fn chunk_versions(
+        conn: &Connection,
+        ids: &[u32],
+    ) -> rusqlite::Result<std::collections::HashMap<u32, String>> {
+        let mut st = conn.prepare_cached("SELECT version FROM chunks WHERE id = ?1")?;
+        let mut out = std::collections::HashMap::with_capacity(ids.len());
+        for &id in ids {
+            if let Some(v) = st.query_row([id], |r| r.get(0)).optional()? {
+                out.insert(id, v);
+            }
+        }
+        Ok(out)
+    }
+
     /// One chunk with its document fields, if live.
     pub(crate) fn chunk(conn: &Connection, id: u32) -> rusqlite::Result<Option<ChunkRow>> {
         let mut st = conn.prepare_cached(

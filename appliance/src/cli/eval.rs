@@ -152,6 +152,15 @@ pub struct RunArgs {
     /// Answer length limit.
     #[arg(long, default_value_t = 160)]
     pub max_tokens: u32,
+    /// Also answer every answered case with the plain baseline: the same retrieval (the top
+    /// --plain-top-k chunks the user may read, full text) and the same model in LangChain's
+    /// stuff-documents prompt, none of the answer path's rules. Reported beside the answer
+    /// path (report.md "Beside the plain baseline"; report.json `plain_baseline`).
+    #[arg(long, conflicts_with = "no_answers")]
+    pub plain_baseline: bool,
+    /// Chunks in the plain baseline's prompt.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
+    pub plain_top_k: u64,
     /// How long one request may take before the run fails, in seconds. An answer from the
     /// large model on a 2-core appliance takes minutes (a ~1,400-token prefill at a few tokens
     /// per second, more with --concurrency above 1). An owned daemon's own request timeout is
@@ -347,6 +356,8 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         model: a.model.clone(),
         setup: !a.no_setup && a.from_state.is_none(),
         stop: Some(interrupted.clone()),
+        plain_baseline: a.plain_baseline,
+        plain_top_k: a.plain_top_k as usize,
     };
     let golden = runner::is_golden_set(&a.set);
     let set = if golden {

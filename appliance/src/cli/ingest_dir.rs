@@ -4,6 +4,12 @@
 //! file already stored under its id with the same digest is skipped), grants from the folder's
 //! sidecar `.acl.jsonl` written in the document's own transaction, per-file refusals that never
 //! stop the run, listed at the end and in the `--report` JSON.
+//!
+//! Whoever can write into a folder of the share controls only that folder: a JSONL file's
+//! documents get ids under the file's own path (`public/x.jsonl/<id>`, never another file's id)
+//! and the JSONL file's grant; a permissions sidecar anywhere but the top of the folder stops
+//! the run before anything is written (it would not be applied); sidecar globs treat case as
+//! `sidecar_glob_case` says.
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -11,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use airlock_acl::{Acl, Actor, DocGrants};
 use airlock_retrieval::ingest::{self, ExtractLimits, SourceFormat};
-use airlock_retrieval::sidecar::{SIDECAR_NAME, Sidecar};
+use airlock_retrieval::sidecar::{GlobCase, SIDECAR_NAME, Sidecar};
 use airlock_retrieval::{DocumentInput, Error, Original, Progress, Retrieval, UpsertStatus};
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -29,23 +35,51 @@ const LINE_EVERY: Duration = Duration::from_secs(5);
 
 /// The regular files beneath a directory, depth first in name order, reading one directory's
 /// entries at a time. Names starting with `.` (the sidecar, `.git`, ...) are skipped, and so are
-/// symbolic links (not followed) and special files.
+/// symbolic links (not followed) and special files. A permissions sidecar other than the top
+/// one (`DIR/.acl.jsonl`, exactly so spelled) is noted in `stray_sidecars` when its directory
+/// is listed, before any file of that directory is returned.
 struct Walk {
+    root: PathBuf,
     stack: Vec<std::vec::IntoIter<(PathBuf, bool)>>,
+    stray_sidecars: Vec<PathBuf>,
 }
 
 impl Walk {
     fn new(root: &Path) -> anyhow::Result<Self> {
-        let mut w = Self { stack: Vec::new() };
+        let mut w = Self {
+            root: root.to_path_buf(),
+            stack: Vec::new(),
+            stray_sidecars: Vec::new(),
+        };
         w.push(root)?;
         Ok(w)
+    }
+
+    /// Fails when a permissions sidecar was found that would not be applied.
+    fn check_sidecars(&self) -> anyhow::Result<()> {
+        match self.stray_sidecars.first() {
+            None => Ok(()),
+            Some(p) => anyhow::bail!(
+                "{}: a permissions sidecar is applied only as {} (exactly so named, at the top \
+                 of the folder); move its rules there (paths relative to the folder) or remove \
+                 it; stopped before storing anything under it",
+                p.display(),
+                self.root.join(SIDECAR_NAME).display()
+            ),
+        }
     }
 
     fn push(&mut self, dir: &Path) -> anyhow::Result<()> {
         let mut entries = Vec::new();
         for e in std::fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))? {
             let e = e.with_context(|| format!("listing {}", dir.display()))?;
-            if e.file_name().to_string_lossy().starts_with('.') {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name.eq_ignore_ascii_case(SIDECAR_NAME) && (name != SIDECAR_NAME || dir != self.root)
+            {
+                self.stray_sidecars.push(e.path());
+            }
+            if name.starts_with('.') {
                 continue;
             }
             let t = e.file_type()?;
@@ -90,6 +124,25 @@ fn rel_id(root: &Path, file: &Path) -> String {
         .join("/")
 }
 
+/// The id of a document of the JSONL file `file_id` (its path in the folder) whose line names
+/// `line_id`: `file_id/line_id`, so that a JSONL file can neither name nor replace another
+/// file's document. `line_id` must be a relative path without empty, `.` or `..` segments.
+fn jsonl_member_id(file_id: &str, line_id: &str) -> airlock_retrieval::Result<String> {
+    if line_id
+        .split('/')
+        .any(|s| s.is_empty() || s == "." || s == "..")
+    {
+        return Err(Error::InvalidDocumentId {
+            doc_id: format!("{file_id}/{line_id}").chars().take(80).collect(),
+            reason: "a JSONL line's id in a folder must be a relative path without empty, `.` \
+                     or `..` segments",
+        });
+    }
+    let id = format!("{file_id}/{line_id}");
+    ingest::validate_doc_id(&id)?;
+    Ok(id)
+}
+
 /// One refused file (or JSONL line) of the report.
 #[derive(Debug, Serialize)]
 struct Refused {
@@ -97,7 +150,7 @@ struct Refused {
     file: String,
     /// A stable code: the extractor's (`no_text_layer`, `encrypted`, `limit_exceeded`,
     /// `malformed`, `unsupported`, `empty`) or `unsupported_format`, `too_large`,
-    /// `invalid_utf8`, `invalid_id`, `invalid_jsonl`, `unreadable`.
+    /// `invalid_utf8`, `invalid_id`, `invalid_jsonl`, `unreadable`, `acl_case_dependent`.
     code: &'static str,
     /// Why, for a person.
     reason: String,
@@ -218,6 +271,7 @@ struct Run<'a> {
     retrieval: &'a Retrieval,
     acl: Option<std::sync::Arc<Acl>>,
     limits: ExtractLimits,
+    glob_case: GlobCase,
     ack: Option<AckFile>,
     ack_error: Option<anyhow::Error>,
     batch_no: usize,
@@ -229,15 +283,17 @@ struct Run<'a> {
 }
 
 pub(super) fn run(args: IngestArgs) -> anyhow::Result<bool> {
-    let limits = match &args.config {
-        Some(path) => Config {
-            config_file: Some(path.clone()),
-            ..Config::default()
+    let (limits, glob_case) = match &args.config {
+        Some(path) => {
+            let c = Config {
+                config_file: Some(path.clone()),
+                ..Config::default()
+            }
+            .load()
+            .with_context(|| format!("reading {}", path.display()))?;
+            (c.extract_limits(), c.sidecar_glob_case())
         }
-        .load()
-        .with_context(|| format!("reading {}", path.display()))?
-        .extract_limits(),
-        None => ExtractLimits::default(),
+        None => (ExtractLimits::default(), GlobCase::default()),
     };
     // Every sidecar is read and checked before anything is written.
     let mut sources = Vec::new();
@@ -260,15 +316,18 @@ pub(super) fn run(args: IngestArgs) -> anyhow::Result<bool> {
             sidecar,
         });
     }
-    // Totals for the progress (metadata only, streaming).
+    // Totals for the progress (metadata only, streaming); a sidecar that would not be applied
+    // stops everything here, before anything is written.
     let (mut files_total, mut bytes_total) = (0u64, 0u64);
     for s in &sources {
         if s.dir {
-            for f in Walk::new(&s.path)? {
+            let mut walk = Walk::new(&s.path)?;
+            for f in walk.by_ref() {
                 let f = f?;
                 files_total += 1;
                 bytes_total += std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
             }
+            walk.check_sidecars()?;
         } else {
             files_total += 1;
             bytes_total += std::fs::metadata(&s.path).map(|m| m.len()).unwrap_or(0);
@@ -286,6 +345,7 @@ pub(super) fn run(args: IngestArgs) -> anyhow::Result<bool> {
         retrieval: &retrieval,
         acl,
         limits,
+        glob_case,
         ack,
         ack_error: None,
         batch_no: 0,
@@ -299,18 +359,22 @@ pub(super) fn run(args: IngestArgs) -> anyhow::Result<bool> {
     };
     for s in &sources {
         if s.dir {
-            for f in Walk::new(&s.path)? {
+            let mut walk = Walk::new(&s.path)?;
+            while let Some(f) = walk.next() {
+                // One that appeared since the first pass: what was stored stays, nothing more.
+                walk.check_sidecars()?;
                 let f = f?;
                 let id = rel_id(&s.path, &f);
-                run.file(&s.path, &f, id, s.sidecar.as_ref())?;
+                run.file(&s.path, &f, id, s.sidecar.as_ref(), true)?;
             }
+            walk.check_sidecars()?;
         } else {
             let id = s
                 .path
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            run.file(&s.path, &s.path, id, None)?;
+            run.file(&s.path, &s.path, id, None, false)?;
         }
         run.flush(&s.path)?;
     }
@@ -364,32 +428,42 @@ fn write_report(path: &Path, r: &Report) -> anyhow::Result<()> {
 
 impl Run<'_> {
     fn refuse(&mut self, file: String, e: &Error) {
+        let reason = match e {
+            Error::Extraction { reason, .. } => reason.clone(),
+            e => e.to_string(),
+        };
+        self.refuse_with(file, code_of(e), reason);
+    }
+
+    fn refuse_with(&mut self, file: String, code: &'static str, reason: String) {
         self.report.refused += 1;
-        self.report.errors.push(Refused {
-            file,
-            code: code_of(e),
-            reason: match e {
-                Error::Extraction { reason, .. } => reason.clone(),
-                e => e.to_string(),
-            },
-        });
+        self.report.errors.push(Refused { file, code, reason });
     }
 
     /// Reads, checks and extracts one file; queues its document (or writes it at once with
-    /// its grant).
+    /// its grant). `in_folder`: the file was found in a folder (a JSONL file's documents then
+    /// get ids under its path).
     fn file(
         &mut self,
         source: &Path,
         file: &Path,
         doc_id: String,
         sidecar: Option<&Sidecar>,
+        in_folder: bool,
     ) -> anyhow::Result<()> {
         let size = std::fs::metadata(file).map(|m| m.len()).unwrap_or(0);
         self.report.files += 1;
-        let grants = sidecar
-            .and_then(|s| s.rule_for(&doc_id))
-            .map(|r| r.grants.clone());
-        let outcome = self.read(file, &doc_id, size);
+        let grants = match sidecar.map(|s| s.rule_with(&doc_id, self.glob_case)) {
+            None | Some(Ok(None)) => None,
+            Some(Ok(Some(r))) => Some(r.grants.clone()),
+            Some(Err(depends)) => {
+                self.report.bytes += size;
+                self.refuse_with(doc_id, "acl_case_dependent", depends.to_string());
+                self.meter.update(&self.report, false);
+                return Ok(());
+            }
+        };
+        let outcome = self.read(file, &doc_id, size, in_folder);
         self.report.bytes += size;
         match outcome {
             Err(e) if e.is_user_error() || matches!(e, Error::Io { .. }) => self.refuse(doc_id, &e),
@@ -421,16 +495,29 @@ impl Run<'_> {
         Ok(())
     }
 
-    fn read(&self, file: &Path, doc_id: &str, size: u64) -> airlock_retrieval::Result<Read> {
+    fn read(
+        &self,
+        file: &Path,
+        doc_id: &str,
+        size: u64,
+        in_folder: bool,
+    ) -> airlock_retrieval::Result<Read> {
         let max = self.retrieval.config().max_document_bytes;
         let ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
         if matches!(ext.to_ascii_lowercase().as_str(), "jsonl" | "ndjson") {
             let f = std::fs::File::open(file).map_err(|e| io_err(file, e))?;
-            return Ok(Read::Docs(ingest::parse_jsonl(
-                doc_id,
-                std::io::BufReader::new(f),
-                max,
-            )));
+            let mut docs = ingest::parse_jsonl(doc_id, std::io::BufReader::new(f), max);
+            if in_folder {
+                for d in &mut docs {
+                    if let Ok(doc) = d {
+                        match jsonl_member_id(doc_id, &doc.doc_id) {
+                            Ok(id) => doc.doc_id = id,
+                            Err(e) => *d = Err(e),
+                        }
+                    }
+                }
+            }
+            return Ok(Read::Docs(docs));
         }
         let Some(format) = SourceFormat::from_extension(ext) else {
             return Err(Error::UnsupportedFormat {
@@ -579,10 +666,65 @@ mod tests {
             std::fs::create_dir_all(f.parent().unwrap()).unwrap();
             std::fs::write(&f, "x").unwrap();
         }
-        let ids: Vec<String> = Walk::new(d)
-            .unwrap()
-            .map(|f| rel_id(d, &f.unwrap()))
-            .collect();
+        let mut walk = Walk::new(d).unwrap();
+        let ids: Vec<String> = walk.by_ref().map(|f| rel_id(d, &f.unwrap())).collect();
         assert_eq!(ids, ["a.csv", "b/a.pdf", "b/z.txt"]);
+        walk.check_sidecars().unwrap();
+    }
+
+    #[test]
+    fn a_sidecar_below_the_top_or_misspelt_is_noted_before_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        for p in ["a.txt", "hr/.acl.jsonl", "hr/pay.txt", "z/.ACL.jsonl"] {
+            let f = d.join(p);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(&f, "x").unwrap();
+        }
+        let mut walk = Walk::new(d).unwrap();
+        assert!(walk.next().unwrap().unwrap().ends_with("a.txt"));
+        walk.check_sidecars().unwrap();
+        let next = walk.next().unwrap().unwrap();
+        assert!(next.ends_with("hr/pay.txt"));
+        let e = walk.check_sidecars().unwrap_err().to_string();
+        assert!(
+            e.contains("hr/.acl.jsonl: a permissions sidecar is applied only as"),
+            "{e}"
+        );
+        walk.by_ref().for_each(drop);
+        assert_eq!(walk.stray_sidecars.len(), 2);
+        // At the top, only the exact spelling is the sidecar.
+        std::fs::write(d.join(".Acl.jsonl"), "").unwrap();
+        std::fs::write(d.join(".acl.jsonl"), "").unwrap();
+        let mut walk = Walk::new(d).unwrap();
+        walk.by_ref().for_each(drop);
+        let mut strays: Vec<String> = walk.stray_sidecars.iter().map(|p| rel_id(d, p)).collect();
+        strays.sort();
+        assert_eq!(strays, [".Acl.jsonl", "hr/.acl.jsonl", "z/.ACL.jsonl"]);
+    }
+
+    #[test]
+    fn a_jsonl_in_a_folder_names_documents_under_its_own_path() {
+        assert_eq!(
+            jsonl_member_id("public/x.jsonl", "hr/salaries.txt").unwrap(),
+            "public/x.jsonl/hr/salaries.txt"
+        );
+        for bad in [
+            "../hr/salaries.txt",
+            "/hr/salaries.txt",
+            "a//b",
+            "a/./b",
+            "a/",
+        ] {
+            assert!(
+                matches!(
+                    jsonl_member_id("public/x.jsonl", bad),
+                    Err(Error::InvalidDocumentId { .. })
+                ),
+                "{bad}"
+            );
+        }
+        let long = "a".repeat(ingest::MAX_DOC_ID_BYTES);
+        assert!(jsonl_member_id("p.jsonl", &long).is_err());
     }
 }

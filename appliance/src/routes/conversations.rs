@@ -2,13 +2,16 @@
 //!
 //! - `GET /v1/conversations`: the caller's threads, most recent first.
 //! - `POST /v1/conversations` `{"title"?}`: a new, empty thread (201).
-//! - `GET /v1/conversations/{id}`: one thread with its turns. A turn whose sources the caller
-//!   can no longer read (access revoked, document deleted or purged) is returned redacted:
-//!   `"redacted": true`, no question, answer or source of it.
+//! - `GET /v1/conversations/{id}`: one thread with its turns. A turn whose provenance the caller
+//!   can no longer read at the versions it saw (its sources and those of the earlier turns it
+//!   was answered from: access revoked, document deleted, purged or changed) is returned
+//!   redacted: `"redacted": true`, no question, answer or source of it
+//!   ([`crate::conversations::withheld`]).
 //! - `DELETE /v1/conversations/{id}`: 204.
 //!
 //! A chat adds a turn to a thread when it names one (`airlock.conversation_id`); the thread's
-//! readable turns are then the conversation's history. Another user's thread is the same 404
+//! readable turns, by the same rule, are then the conversation's history, and the new turn
+//! records them as its parents. Another user's thread is the same 404
 //! as a thread that never existed.
 
 use axum::Json;
@@ -18,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Caller;
-use crate::conversations::{StoredTurn, Thread};
+use crate::conversations::{StoredTurn, Thread, Withheld};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::routes::acl::blocking;
@@ -26,8 +29,13 @@ use crate::state::AppState;
 
 /// The 404 detail for a thread that is not the caller's.
 pub const UNKNOWN_THREAD: &str = "no such conversation";
-/// What a redacted turn says instead of its text.
+/// What a redacted turn says instead of its text (a document of its provenance is no longer
+/// readable).
 pub const REDACTED_NOTICE: &str = "a source of this answer is no longer available to you";
+/// What a redacted turn says when every document of its provenance is readable but one has
+/// changed since the turn saw it.
+pub const CHANGED_NOTICE: &str =
+    "a source of this answer has changed since; ask again for an answer from its current text";
 /// Longest conversation id accepted in a path or a chat request.
 pub const MAX_ID_BYTES: usize = 64;
 
@@ -54,8 +62,6 @@ pub struct SourceView {
     pub doc_id: String,
     /// Whether the answer cited it.
     pub cited: bool,
-    /// Whether the document changed since the answer (a newer version is live).
-    pub changed: bool,
 }
 
 /// One turn as read back.
@@ -99,7 +105,8 @@ pub(crate) fn check_id(id: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The turns as `user_id` may see them now.
+/// The turns as `user_id` may see them now: a turn is readable only while every document of
+/// its provenance is readable at the version it saw.
 pub(crate) fn views(
     services: &crate::Services,
     user_id: &str,
@@ -113,16 +120,18 @@ pub(crate) fn views(
     docs.dedup();
     let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
     let now = services.answer_path.documents_now(user_id, &refs)?;
-    let lookup = |d: &str| refs.binary_search(&d).ok().map(|i| &now[i]);
+    let withheld = crate::conversations::withheld(&turns, |d| {
+        refs.binary_search(&d)
+            .ok()
+            .map(|i| now[i].clone())
+            .unwrap_or_default()
+    });
     Ok(turns
         .into_iter()
-        .map(|t| {
-            let ok = t
-                .sources
-                .iter()
-                .all(|s| lookup(&s.doc_id).is_some_and(|d| d.readable));
+        .zip(withheld)
+        .map(|(t, why)| {
             let created_at = crate::feedback::rfc3339_us(t.created_us);
-            if !ok {
+            if let Some(why) = why {
                 return TurnView {
                     n: t.seq,
                     created_at,
@@ -131,19 +140,18 @@ pub(crate) fn views(
                     question: None,
                     answer: None,
                     sources: Vec::new(),
-                    notice: Some(REDACTED_NOTICE),
+                    notice: Some(match why {
+                        Withheld::Unavailable => REDACTED_NOTICE,
+                        Withheld::Changed => CHANGED_NOTICE,
+                    }),
                 };
             }
             let sources = t
                 .sources
                 .into_iter()
-                .map(|s| {
-                    let current = lookup(&s.doc_id).and_then(|d| d.version.as_deref());
-                    SourceView {
-                        changed: current != Some(s.version.as_str()),
-                        doc_id: s.doc_id,
-                        cited: s.cited,
-                    }
+                .map(|s| SourceView {
+                    doc_id: s.doc_id,
+                    cited: s.cited,
                 })
                 .collect();
             TurnView {

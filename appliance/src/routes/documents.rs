@@ -349,11 +349,12 @@ pub fn purge_documents(
     let now_ms = time::OffsetDateTime::now_utc().unix_timestamp_nanos() / 1_000_000;
     let cutoff = i64::try_from(now_ms - retention.as_millis() as i128).unwrap_or(i64::MIN);
     let report = retrieval.purge(cutoff)?;
-    // Conversation turns that showed a purged document go with it.
+    // Conversation turns whose provenance names a purged document go with it: those that
+    // showed it and every later turn answered from one of them.
     let turns_removed = match conversations {
         Some(store) => {
             let ids: Vec<String> = report.purged.iter().map(|d| d.doc_id.clone()).collect();
-            store.remove_turns_showing(&ids)?
+            store.remove_turns_from(&ids)?
         }
         None => 0,
     };

@@ -43,6 +43,10 @@ pub struct RetrieveRequest {
     /// Cross-encoder rerank when the rung allows it (default true).
     #[serde(default = "yes")]
     pub rerank: bool,
+    /// Send each chunk's full text as `text` (default false: the snippet only). For clients
+    /// that place the chunks in a prompt of their own, as the eval's plain baseline does.
+    #[serde(default)]
+    pub include_text: bool,
 }
 
 fn default_top_k() -> usize {
@@ -76,6 +80,9 @@ pub struct RetrieveHit {
     /// outermost first).
     #[serde(flatten)]
     pub anchor: Option<airlock_retrieval::ingest::Anchor>,
+    /// The chunk's full text (`include_text: true` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
 }
 
 /// Response of `POST /v1/retrieve`.
@@ -168,6 +175,7 @@ pub async fn retrieve(
     drop(ticket);
     let mut retrieved = retrieved;
     let mut anchors = std::mem::take(&mut retrieved.anchors);
+    let include_text = req.include_text;
     let question = retrieved
         .stand_alone
         .take()
@@ -186,6 +194,7 @@ pub async fn retrieve(
                 title: r.title,
                 score: r.score,
                 stage_scores: r.stage_scores,
+                text: include_text.then_some(r.text),
             }
         })
         .collect();

@@ -608,6 +608,32 @@ async fn documents_lifecycle_and_retrieve_respects_acl() {
         )
         .await;
     assert_eq!(r.json["results"][0]["doc_id"], "doc-hr", "{}", r.text);
+    assert!(
+        r.json["results"][0].get("text").is_none(),
+        "no full text unless asked: {}",
+        r.text
+    );
+    // `include_text`: each chunk's full text, still only what the caller may read.
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/retrieve",
+            Some(&hr),
+            Some(json!({"query": "how long is parental leave", "top_k": 5, "include_text": true})),
+        )
+        .await;
+    let results = r.json["results"].as_array().unwrap();
+    assert!(!results.is_empty(), "{}", r.text);
+    for hit in results {
+        assert_eq!(hit["doc_id"], "doc-hr", "{}", r.text);
+        let text = hit["text"].as_str().expect("text asked for");
+        let snippet = hit["snippet"].as_str().unwrap().trim_end_matches('…');
+        assert!(
+            text.len() >= snippet.len() && text.contains(snippet.trim_start_matches('…')),
+            "the snippet is cut from the full text: {text:?} / {snippet:?}"
+        );
+    }
+    assert!(!r.text.contains("OSPREY"));
 
     // Delete: tombstoned at once, idempotent, never returned again.
     let r = t

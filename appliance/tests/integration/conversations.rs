@@ -449,3 +449,165 @@ async fn the_fixed_system_prompt_prefix_is_prefilled_once_and_answers_are_unchan
     // Greedy: the same question gets the same answer cold and from the cached prefix.
     assert_eq!(answers[0], answers[1]);
 }
+
+/// Asks `q` in the thread `id` as `token` (`retrieval`: whether sources are retrieved); returns
+/// the response.
+async fn ask_in(t: &TestApp, token: &str, id: Option<&str>, q: &str, retrieval: bool) -> Value {
+    let mut airlock = json!({"retrieval": retrieval});
+    if let Some(id) = id {
+        airlock["conversation_id"] = json!(id);
+    }
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/chat/completions",
+            Some(token),
+            Some(
+                json!({"messages": [{"role": "user", "content": q}], "max_tokens": 24,
+                        "airlock": airlock}),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    r.json
+}
+
+/// The thread once it holds `n` turns (they are stored after the answer, on the blocking pool).
+async fn thread_with(t: &TestApp, token: &str, id: &str, n: usize) -> Value {
+    let mut thread = Value::Null;
+    for _ in 0..200 {
+        thread = t
+            .call(
+                Method::GET,
+                &format!("/v1/conversations/{id}"),
+                Some(token),
+                None,
+            )
+            .await
+            .json;
+        if thread["messages"].as_array().is_some_and(|m| m.len() == n) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        thread["messages"].as_array().map(Vec::len),
+        Some(n),
+        "{thread}"
+    );
+    thread
+}
+
+/// Issue 42 H5 and L1: a turn without sources that repeats an earlier answer carries that
+/// answer's provenance, so it is redacted with it (shown and fed to the model alike) and comes
+/// back with it; a document deleted and re-created under the same id does not bring a turn
+/// back, since what a turn saw is keyed on the document's version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_repeating_an_answer_is_redacted_with_it_and_keyed_on_the_version() {
+    let t = TestApp::new();
+    let rita = seed(&t).await;
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/conversations",
+            Some(&rita),
+            Some(json!({})),
+        )
+        .await;
+    let id = r.json["id"].as_str().unwrap().to_string();
+    let first = ask_in(
+        &t,
+        &rita,
+        Some(&id),
+        "What maximum net debt to EBITDA did the committee set for Fairhaven Shipping?",
+        true,
+    )
+    .await;
+    assert_eq!(
+        first["airlock"]["citations"][0]["doc_id"], "doc-fairhaven",
+        "{first}"
+    );
+    thread_with(&t, &rita, &id, 1).await;
+    ask_in(&t, &rita, Some(&id), "Repeat your previous answer.", false).await;
+    let thread = thread_with(&t, &rita, &id, 2).await;
+    assert_eq!(thread["messages"][1]["sources"], json!([]), "{thread}");
+    assert_eq!(thread["messages"][1]["redacted"], false, "{thread}");
+
+    // Fairhaven is re-permissioned away from rita: the repeat goes with the answer it repeats.
+    let grant = |groups: Value| {
+        t.call(
+            Method::PUT,
+            "/v1/acl/documents/doc-fairhaven",
+            Some(&t.admin),
+            Some(json!({"users": [], "groups": groups})),
+        )
+    };
+    let r = grant(json!(["credit-committee"])).await;
+    assert!(r.status.is_success(), "{}", r.text);
+    let thread = thread_with(&t, &rita, &id, 2).await;
+    for turn in thread["messages"].as_array().unwrap() {
+        assert_eq!(turn["redacted"], true, "{thread}");
+        assert!(turn.get("answer").is_none(), "{thread}");
+    }
+    // Nor is it fed to the model: a question in the thread is prompted exactly as one asked
+    // outside any thread.
+    let q = "Say hello.";
+    let alone = ask_in(&t, &rita, None, q, false).await;
+    let within = ask_in(&t, &rita, Some(&id), q, false).await;
+    assert_eq!(
+        within["usage"]["prompt_tokens"], alone["usage"]["prompt_tokens"],
+        "no redacted turn in the prompt: {within} vs {alone}"
+    );
+    thread_with(&t, &rita, &id, 3).await;
+    // The grant back: both turns come back.
+    let r = grant(json!(["risk"])).await;
+    assert!(r.status.is_success(), "{}", r.text);
+    let thread = thread_with(&t, &rita, &id, 3).await;
+    let redacted: Vec<&Value> = thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["redacted"])
+        .collect();
+    assert_eq!(redacted, [false, false, false], "{thread}");
+
+    // The document is deleted and its id re-created with another text that rita may read:
+    // the turns that saw the old text stay redacted ("changed"), the repeat with them.
+    let r = t
+        .call(
+            Method::DELETE,
+            "/v1/documents/doc-fairhaven",
+            Some(&t.admin),
+            None,
+        )
+        .await;
+    assert!(r.status.is_success(), "{}", r.text);
+    let thread = thread_with(&t, &rita, &id, 3).await;
+    assert_eq!(
+        thread["messages"][0]["notice"],
+        "a source of this answer is no longer available to you"
+    );
+    let r = t
+        .call(
+            Method::PUT,
+            "/v1/documents/doc-fairhaven",
+            Some(&t.admin),
+            Some(json!({"title": "Fairhaven Shipping facility",
+                        "text": "The Fairhaven Shipping facility was cancelled.",
+                        "acl": {"users": [], "groups": ["risk"]}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let thread = thread_with(&t, &rita, &id, 3).await;
+    let turns = thread["messages"].as_array().unwrap();
+    for turn in &turns[..2] {
+        assert_eq!(turn["redacted"], true, "{thread}");
+        assert_eq!(
+            turn["notice"],
+            "a source of this answer has changed since; ask again for an answer from its current text"
+        );
+    }
+    // The third turn was answered without them (they were redacted then): it stands.
+    assert_eq!(turns[2]["redacted"], false, "{thread}");
+    assert!(!thread.to_string().contains("4.10"), "{thread}");
+}

@@ -531,3 +531,130 @@ fn folder_ingest_with_sidecar_report_resume_and_refusals() {
         "1 documents stored, 0 refused"
     );
 }
+
+/// Issue 42 M4: whoever writes into one folder of a share controls that folder only. A JSONL
+/// file under `public/` that names `hr/salaries.txt` adds `public/x.jsonl/hr/salaries.txt`
+/// with the JSONL file's grant and leaves the HR file alone; a file whose sidecar rule depends
+/// on case (`HR/` against `hr/**`) is refused unless `sidecar_glob_case` says how the share
+/// compares names; a sidecar below the top of the folder stops the run before any write.
+#[test]
+fn folder_ingest_keeps_each_folder_to_its_own_grant() {
+    use crate::support::airlock_cli as airlock;
+    let tmp = tempfile::tempdir().unwrap();
+    let (bundle, keyring) = crate::ingest_crash::embedder_bundle(tmp.path());
+    let data = crate::ingest_crash::appliance(tmp.path(), &bundle, &keyring);
+    let data_s = data.to_str().unwrap();
+    let share = tmp.path().join("share");
+    for (path, text) in [
+        (
+            ".acl.jsonl",
+            "{\"path\": \"**\", \"groups\": [\"staff\"]}\n\
+             {\"path\": \"hr/**\", \"groups\": [\"hr\"]}\n\
+             {\"path\": \"public/**\", \"groups\": [\"everyone\"]}\n",
+        ),
+        (
+            "hr/salaries.txt",
+            "Salaries: the chief executive earns 900k.",
+        ),
+        (
+            "public/x.jsonl",
+            "{\"doc_id\": \"hr/salaries.txt\", \"text\": \"Salaries are public: all zero.\"}\n\
+             {\"doc_id\": \"../hr/other.txt\", \"text\": \"Escaping the file.\"}\n",
+        ),
+        (
+            "HR/pay.txt",
+            "Pay bands for the HR folder as the share spells it.",
+        ),
+    ] {
+        let p = share.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, text).unwrap();
+    }
+    let report = tmp.path().join("report.json");
+    let out = airlock(&[
+        "ingest",
+        "--data",
+        data_s,
+        "--report",
+        report.to_str().unwrap(),
+        share.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "refusals make the exit status 1"
+    );
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let errors: Vec<(&str, &str)> = r["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["file"].as_str().unwrap(), e["code"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            ("HR/pay.txt", "acl_case_dependent"),
+            ("public/x.jsonl", "invalid_id")
+        ],
+        "{r}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refused: HR/pay.txt: its sidecar rule depends on case (line 1 matching exactly, line 2 ignoring case)"),
+        "{stderr}"
+    );
+    let grants = |id: &str| {
+        let acl = airlock_acl::Acl::open(data.join("airlock.db")).unwrap();
+        acl.document_grants(id).unwrap().map(|g| g.groups)
+    };
+    assert_eq!(grants("hr/salaries.txt"), Some(vec!["hr".to_string()]));
+    assert_eq!(
+        grants("public/x.jsonl/hr/salaries.txt"),
+        Some(vec!["everyone".to_string()])
+    );
+    assert_eq!(grants("HR/pay.txt"), None, "refused: nothing stored");
+    let text_of = |id: &str| -> String {
+        let db = rusqlite::Connection::open(data.join("airlock.db")).unwrap();
+        db.query_row(
+            "SELECT group_concat(c.text, ' ') FROM chunks c JOIN documents d
+              ON d.ordinal = c.doc_ordinal AND c.version = d.version WHERE d.doc_id = ?1",
+            [id],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert!(text_of("hr/salaries.txt").contains("900k"));
+    assert!(text_of("public/x.jsonl/hr/salaries.txt").contains("all zero"));
+
+    // The operator says the share is case-insensitive: `HR/` is the `hr/` folder.
+    let config = tmp.path().join("airlock.toml");
+    std::fs::write(&config, "sidecar_glob_case = \"insensitive\"\n").unwrap();
+    std::fs::remove_file(share.join("public/x.jsonl")).unwrap();
+    let out = airlock(&[
+        "ingest",
+        "--data",
+        data_s,
+        "--config",
+        config.to_str().unwrap(),
+        share.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    assert_eq!(grants("HR/pay.txt"), Some(vec!["hr".to_string()]));
+
+    // A sidecar below the top: the whole run stops before anything is written.
+    std::fs::write(share.join("public/new.txt"), "A new public notice.").unwrap();
+    std::fs::write(
+        share.join("public/.acl.jsonl"),
+        "{\"path\": \"**\", \"groups\": [\"everyone\"]}\n",
+    )
+    .unwrap();
+    let out = airlock(&["ingest", "--data", data_s, share.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("public/.acl.jsonl: a permissions sidecar is applied only as"),
+        "{stderr}"
+    );
+    assert_eq!(grants("public/new.txt"), None, "nothing was written");
+}

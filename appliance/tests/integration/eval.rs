@@ -88,6 +88,9 @@ fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
         "1",
         "--max-tokens",
         "8",
+        "--plain-baseline",
+        "--plain-top-k",
+        "1",
     ]);
     eprintln!("eval run took {:.1} s", t.elapsed().as_secs_f64());
     assert!(out.status.success());
@@ -196,6 +199,23 @@ fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
         ["mini-01", "mini-14", "mini-16", "mini-18"],
         "one answer per phase, plus the refused removed user (mini-16)"
     );
+    // The plain baseline answered the same cases, through the same access control.
+    let plain = report.plain_baseline.as_ref().expect("--plain-baseline");
+    let plain_ids: Vec<&str> = plain.cases.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        plain_ids,
+        ["mini-01", "mini-14", "mini-18"],
+        "the baseline answers the cases sampled for answers"
+    );
+    assert_eq!(plain.leaks(), 0, "{:#?}", plain.cases);
+    for c in plain.cases.iter().chain(&report.cases) {
+        if c.answer_words.is_some() {
+            assert!(
+                c.invented_values.is_some(),
+                "the shown sources' texts are known on both paths: {c:#?}"
+            );
+        }
+    }
     let removed = report.cases.iter().find(|c| c.id == "mini-16").unwrap();
     assert_eq!(
         removed.abstained,
@@ -215,6 +235,7 @@ fn owned_daemon_runs_the_mini_set_and_the_gate_decides() {
     let md = std::fs::read_to_string(out_dir.join("report.md")).unwrap();
     eprintln!("{md}");
     assert!(md.contains("mini") && md.contains("recall_10"), "{md}");
+    assert!(md.contains("Beside the plain baseline"), "{md}");
     let html = std::fs::read_to_string(out_dir.join("report.html")).unwrap();
     assert!(html.contains("<svg"), "plots are inline SVG");
     assert!(!html.contains("src=\"http"), "no external assets");
@@ -480,4 +501,95 @@ fn sigterm_stops_an_owned_run_without_a_report_and_cleans_up() {
         "no report for a run that did not finish"
     );
     assert!(!scratch.exists(), "the scratch data directory is removed");
+}
+
+/// A set given as files (`docs/`, as the real-document sets in golden-sets/real are): the runner
+/// ingests each file as it is (HTML, and a PDF in a subfolder whose id keeps its `/`), the
+/// grants come from `iam_v1.jsonl`, and the daemon's own extractor reads them.
+#[test]
+fn owned_daemon_ingests_a_set_given_as_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = installed_appliance(tmp.path());
+    let set = tmp.path().join("files-set");
+    std::fs::create_dir_all(set.join("docs/reports")).unwrap();
+    std::fs::write(
+        set.join("docs/ports.html"),
+        "<html><head><title>Ports</title></head><body><nav>Prev | Up | Next</nav>\
+         <h1>Listening ports</h1><p>The relay daemon listens on port 4711 unless \
+         <code>--listen</code> names another.</p></body></html>",
+    )
+    .unwrap();
+    std::fs::copy(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../extract/tests/fixtures/plain.pdf"),
+        set.join("docs/reports/sextant.pdf"),
+    )
+    .unwrap();
+    // A folder ingest's grants file is not a document.
+    std::fs::write(
+        set.join("docs/.acl.jsonl"),
+        "{\"path\": \"*\", \"groups\": [\"ops\"]}\n",
+    )
+    .unwrap();
+    let iam = "{\"user\": \"u1\", \"groups\": [\"ops\"]}\n{\"user\": \"u2\", \"groups\": [\"risk\"]}\n\
+               {\"doc\": \"ports.html\", \"users\": [], \"groups\": [\"ops\"]}\n\
+               {\"doc\": \"reports/sextant.pdf\", \"users\": [], \"groups\": [\"risk\"]}\n";
+    std::fs::write(set.join("iam_v1.jsonl"), iam).unwrap();
+    std::fs::write(set.join("iam_v2.jsonl"), iam).unwrap();
+    std::fs::write(set.join("corpus.jsonl"), "").unwrap();
+    std::fs::write(set.join("deletions.json"), "[]").unwrap();
+    let case = |id: &str, user: &str, query: &str, relevant: &str, forbidden: &str| {
+        serde_json::json!({"id": id, "user": user, "query": query,
+            "relevant_doc_ids": [relevant], "answer_contains": [],
+            "forbidden_doc_ids": [forbidden], "forbidden_strings": [],
+            "phase": "v1", "kind": "answerable", "valid_phases": ["v1", "v2", "after_delete"]})
+        .to_string()
+    };
+    std::fs::write(
+        set.join("golden.jsonl"),
+        format!(
+            "{}\n{}\n",
+            case(
+                "f-1",
+                "u1",
+                "Which port does the relay daemon listen on?",
+                "ports.html",
+                "reports/sextant.pdf"
+            ),
+            case(
+                "f-2",
+                "u2",
+                "How often are SextantBridge backups restored in a test environment?",
+                "reports/sextant.pdf",
+                "ports.html"
+            ),
+        ),
+    )
+    .unwrap();
+    let out_dir = tmp.path().join("eval-out");
+    let out = airlock(&[
+        "eval",
+        "run",
+        "--set",
+        set.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--no-answers",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Report =
+        serde_json::from_slice(&std::fs::read(out_dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report.leaks(), 0, "{:#?}", report.cases);
+    for c in &report.cases {
+        assert_eq!(
+            c.recall_10,
+            Some(1.0),
+            "each user finds the file it may read: {c:#?}"
+        );
+    }
 }

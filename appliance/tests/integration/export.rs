@@ -54,6 +54,8 @@ fn case(id: &str, kind: &str, hit: Option<bool>, abstained: Option<bool>) -> Cas
         retrieved: vec!["doc-quarterly-secret".into()],
         cited: vec!["doc-quarterly-secret".into()],
         answer: Some("The covenant is 4.10x for Fairhaven".into()),
+        invented_values: None,
+        answer_words: None,
     }
 }
 

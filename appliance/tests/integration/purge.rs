@@ -206,3 +206,126 @@ fn the_purge_command_removes_every_byte_too() {
         serde_json::from_str(&run(&["purge", "--retention", "30d"])).unwrap();
     assert_eq!(again["documents"], json!([]));
 }
+
+/// The thread `id` of `token` once it holds `n` turns (stored after the answer).
+async fn thread_with(t: &TestApp, token: &str, id: &str, n: usize) -> serde_json::Value {
+    let mut thread = serde_json::Value::Null;
+    for _ in 0..200 {
+        thread = t
+            .call(
+                Method::GET,
+                &format!("/v1/conversations/{id}"),
+                Some(token),
+                None,
+            )
+            .await
+            .json;
+        if thread["messages"].as_array().is_some_and(|m| m.len() == n) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        thread["messages"].as_array().map(Vec::len),
+        Some(n),
+        "{thread}"
+    );
+    thread
+}
+
+/// Issue 42 H5: a purge removes the conversation text that came from the purged document, the
+/// turn that showed it and a later turn without sources answered from it ("repeat that"),
+/// from every file of the data directory (byte scan of `airlock.db` and its WAL); unrelated
+/// turns stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_removes_the_conversation_text_derived_from_the_document() {
+    const ASKED: &str = "What is the acquisition code name in the board minutes?";
+    const REPEAT: &str = "Repeat your previous answer, ZEPHYRQUOTE9912.";
+    const KEPT: &str = "When does the branch open, MARIGOLDKEEP5531?";
+    let t = TestApp::new();
+    let bob = t.user("bob", &["staff"]);
+    let data = t._dir.path().to_path_buf();
+    for (id, text) in [
+        (
+            "gone",
+            format!("Board minutes. The acquisition code name is {CANARY}."),
+        ),
+        (
+            "keep",
+            "The branch opening hours are nine to five.".to_string(),
+        ),
+    ] {
+        let r = t
+            .call(
+                Method::PUT,
+                &format!("/v1/documents/{id}"),
+                Some(&t.admin),
+                Some(json!({"title": id, "text": text,
+                            "acl": {"users": [], "groups": ["staff"]}})),
+            )
+            .await;
+        assert_eq!(r.status, 201, "{}", r.text);
+    }
+    let mut threads = Vec::new();
+    for (question, retrieval) in [(ASKED, true), (REPEAT, false), (KEPT, true)] {
+        if question != REPEAT {
+            let r = t
+                .call(
+                    Method::POST,
+                    "/v1/conversations",
+                    Some(&bob),
+                    Some(json!({})),
+                )
+                .await;
+            threads.push(r.json["id"].as_str().unwrap().to_string());
+        }
+        let id = threads.last().unwrap();
+        let r = t
+            .call(
+                Method::POST,
+                "/v1/chat/completions",
+                Some(&bob),
+                Some(json!({"messages": [{"role": "user", "content": question}],
+                            "max_tokens": 24,
+                            "airlock": {"retrieval": retrieval, "conversation_id": id}})),
+            )
+            .await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        if question == ASKED {
+            assert_eq!(
+                r.json["airlock"]["citations"][0]["doc_id"], "gone",
+                "{}",
+                r.text
+            );
+        }
+        let n = if question == REPEAT { 2 } else { 1 };
+        thread_with(&t, &bob, id, n).await;
+    }
+    for marker in [ASKED, REPEAT, KEPT] {
+        assert!(
+            !files_containing(&data, marker).is_empty(),
+            "{marker} should be on disk before the purge"
+        );
+    }
+    let r = t
+        .call(Method::DELETE, "/v1/documents/gone", Some(&t.admin), None)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = t
+        .call(Method::POST, "/v1/purge", Some(&t.admin), Some(json!({})))
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.json["conversation_turns_removed"], 2, "{}", r.text);
+    for gone in [CANARY, ASKED, REPEAT] {
+        assert_eq!(
+            files_containing(&data, gone),
+            Vec::<String>::new(),
+            "{gone}: purged conversation text still on disk"
+        );
+    }
+    assert!(!files_containing(&data, KEPT).is_empty());
+    // The thread that asked is empty; the other keeps its turn.
+    thread_with(&t, &bob, &threads[0], 0).await;
+    let kept = thread_with(&t, &bob, &threads[1], 1).await;
+    assert_eq!(kept["messages"][0]["question"], KEPT);
+}

@@ -117,8 +117,9 @@ pub async fn completions(
     }
     let services = state.services()?;
     // A server-kept thread: its readable turns are the history (a redacted turn never
-    // reaches the prompt), and the answer becomes its next turn.
-    let (history, thread) = match ext.conversation_id.clone() {
+    // reaches the prompt, by the same rule as what the thread shows), and the answer becomes
+    // its next turn, with those turns as its parents: its provenance includes theirs.
+    let (history, parents, thread) = match ext.conversation_id.clone() {
         Some(id) => {
             crate::routes::conversations::check_id(&id)?;
             let services = services.clone();
@@ -132,19 +133,24 @@ pub async fn completions(
                         crate::routes::conversations::UNKNOWN_THREAD.into(),
                     ));
                 };
+                let links: Vec<(i64, Vec<i64>)> =
+                    turns.iter().map(|t| (t.seq, t.parents.clone())).collect();
                 let views = crate::routes::conversations::views(&services, &user, turns)?;
                 let mut history = Vec::new();
+                let mut fed = Vec::new();
                 for v in views {
-                    if let (Some(q), Some(a)) = (v.question, v.answer) {
+                    if let (false, Some(q), Some(a)) = (v.redacted, v.question, v.answer) {
                         history.push((Role::User, q));
                         history.push((Role::Assistant, a));
+                        fed.push(v.n);
                     }
                 }
-                Ok((history, Some((store, id))))
+                let parents = crate::conversations::parents_of(&links, &fed);
+                Ok((history, parents, Some((store, id))))
             })
             .await?
         }
-        None => (Vec::new(), None),
+        None => (Vec::new(), Vec::new(), None),
     };
     let ticket = match state.admission().admit(&caller, ext.rung, priority) {
         Ok(t) => t,
@@ -217,12 +223,14 @@ pub async fn completions(
                     &metrics,
                 )?;
                 let citations = citations_of(&shown);
-                // The versions shown: kept with a thread's turn and named in the receipt.
-                let ids: Vec<&str> = citations.iter().map(|c| c.doc_id.as_str()).collect();
-                let now = services.answer_path.documents_now(&user, &ids)?;
-                versions = now
-                    .into_iter()
-                    .map(|d| d.version.unwrap_or_default())
+                // The versions shown, those of the chunks themselves (a document replaced
+                // since the search has another): kept with a thread's turn and named in the
+                // receipt. A chunk gone meanwhile has none ("": no document version matches).
+                let chunk_ids: Vec<u32> = citations.iter().map(|c| c.chunk_id).collect();
+                let mut of_chunk = services.retrieval.chunk_versions(&chunk_ids)?;
+                versions = citations
+                    .iter()
+                    .map(|c| of_chunk.remove(&c.chunk_id).unwrap_or_default())
                     .collect();
                 (
                     shown.prompt(&conversation),
@@ -299,6 +307,7 @@ pub async fn completions(
         user: caller.user_id.clone(),
         question: question.clone(),
         request_id: request_id.clone(),
+        parents,
         sources: prepared
             .citations
             .iter()
@@ -356,6 +365,7 @@ pub async fn completions(
             cited: Some(Vec::new()),
             cited_by: Some(CitedBy::NoSource),
             receipt_id: Some(receipt_id.clone()),
+            source_texts: (ext.source_text && !req.stream).then(Vec::new),
         };
         let id_header = HeaderValue::from_str(&request_id).ok();
         let mut resp =
@@ -597,6 +607,13 @@ pub async fn completions(
         cited: None,
         cited_by: None,
         receipt_id: Some(receipt_id),
+        source_texts: (ext.source_text && !req.stream).then(|| {
+            prepared
+                .cite
+                .as_ref()
+                .map(|c| c.sources().to_vec())
+                .unwrap_or_default()
+        }),
     };
     let cite = prepared.cite;
     let id = request_id;

@@ -11,6 +11,8 @@ pub(super) struct TurnRecorder {
     pub(super) request_id: String,
     /// `(doc_id, version)` of each citation, in citation order.
     pub(super) sources: Vec<(String, String)>,
+    /// The thread's turns it is answered from (`conversations::parents_of` the history fed).
+    pub(super) parents: Vec<i64>,
 }
 
 impl TurnRecorder {
@@ -27,14 +29,14 @@ impl TurnRecorder {
             })
             .collect();
         tokio::task::spawn_blocking(move || {
-            match self.store.append_turn(
-                &self.user,
-                &self.thread,
-                &self.question,
-                &answer,
-                &self.request_id,
-                &sources,
-            ) {
+            let turn = crate::conversations::NewTurn {
+                question: &self.question,
+                answer: &answer,
+                request_id: &self.request_id,
+                sources: &sources,
+                parents: &self.parents,
+            };
+            match self.store.append_turn(&self.user, &self.thread, &turn) {
                 Ok(crate::conversations::Appended::Added(_)) => {}
                 Ok(other) => tracing::warn!(outcome = ?other, "conversation turn not kept"),
                 Err(e) => tracing::error!(error = %e, "conversation turn not kept"),
