@@ -198,7 +198,7 @@ def load_cases(s, split):
             c["_split"] = split
             c["_line"] = i
             cases.append(c)
-    for other in ("corpus.jsonl", "iam_v1.jsonl", "iam_v2.jsonl", "deletions.json"):
+    for other in ("docs", "corpus.jsonl", "iam_v1.jsonl", "iam_v2.jsonl", "deletions.json"):
         p = os.path.join(s.dir, split, other)
         if os.path.realpath(p) != os.path.realpath(os.path.join(s.dir, other)):
             s.err(f"{split}/{other} must link to ../{other}")

@@ -62,7 +62,7 @@ def main():
         with open(os.path.join(sd, "golden.jsonl"), "w") as f:
             for c in cases:
                 f.write(json.dumps(c, ensure_ascii=False) + "\n")
-        for other in ("corpus.jsonl", "iam_v1.jsonl", "iam_v2.jsonl", "deletions.json"):
+        for other in ("docs", "corpus.jsonl", "iam_v1.jsonl", "iam_v2.jsonl", "deletions.json"):
             link = os.path.join(sd, other)
             if not os.path.lexists(link):
                 os.symlink(os.path.join("..", other), link)
