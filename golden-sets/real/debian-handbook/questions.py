@@ -143,9 +143,9 @@ D("u04", "Where are dirvish's main settings?", ["sect.backup.pdf"], ["/etc/dirvi
 D("u07", "What port does Kamailio use in the example?", ["sect.rtc-services.html"], ["5090"])
 D("u02", "What does the book recommend to filter URLs in squid?", ["sect.http-ftp-proxy.pdf"], ["squidguard"])
 D("u02", "Which file lists the directories an NFS server exports?", ["sect.nfs-file-server.html"], ["/etc/exports"])
-D("u07", "Which command sets a Samba user's password?", ["sect.windows-file-server-with-samba.html"], ["smbpasswd"])
-D("u03", "Which command switches an AppArmor profile to complain mode?", ["sect.apparmor.pdf"], ["aa-complain"])
-D("u04", "Which command safely edits the sudoers file?", ["sect.config-misc.pdf"], ["visudo"])
+D("u07", "Which file holds the DHCP server's configuration?", ["sect.dhcp.html"], ["/etc/dhcp/dhcpd.conf"])
+D("u03", "Which file lists the directories an NFS server shares?", ["sect.nfs-file-server.html"], ["/etc/exports"])
+D("u04", "Where does libvirt keep virtual machine disk images by default?", ["sect.virtualization.html"], ["/var/lib/libvirt/images/"])
 D("u07", "Which tool builds a package inside a clean chroot?", ["debian-packaging.pdf"], ["pbuilder"])
 D("u02", "Which package advertises IPv6 router prefixes on the LAN?", ["sect.ipv6.pdf"], ["radvd"])
 

@@ -149,7 +149,7 @@ T("u03", "Which argparse action stores True, and what does pathlib's mkdir need 
 T("u01", "Which 3.11 asyncio API supervises a group of tasks, and which doctest flag lets ... match anything?", ["library/asyncio-task.pdf", "library/doctest.html"], ["TaskGroup", "ELLIPSIS"])
 
 # --- answer only on pages the asker may not read ---
-D("u07", "Which Counter method returns the commonest elements?", ["library/collections.pdf"], ["most_common"])
+D("u07", "What is the default cutoff of difflib's close-match search?", ["library/difflib.pdf"], ["cutoff=0.6"])
 D("u03", "Which itertools function gives successive overlapping pairs?", ["library/itertools.html"], ["pairwise"])
 D("u04", "What relative tolerance does math.isclose default to?", ["library/math.html"], ["1e-09"])
 D("u07", "Which decimal rounding mode is the default?", ["library/decimal.pdf"], ["ROUND_HALF_EVEN"])
