@@ -4,8 +4,9 @@
 
 use mail_parser::{Message, MessageParser, MimeHeaders};
 
+use crate::html::html_to_text;
 use crate::limits::Budget;
-use crate::text::{html_to_text, push_markdown};
+use crate::text::push_markdown;
 use crate::{Anchor, Block, BlockKind, Extracted, Format, Limits, Refusal, extract_with};
 
 pub(crate) fn extract(
@@ -104,7 +105,7 @@ fn message(
             t.into_owned()
         }
         _ => match msg.body_html(0) {
-            Some(h) => html_to_text(h.as_bytes())?,
+            Some(h) => html_to_text(h.as_bytes(), limits)?,
             None => String::new(),
         },
     };

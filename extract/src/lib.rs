@@ -16,16 +16,21 @@ mod csv;
 mod eml;
 #[doc(hidden)]
 pub mod fuzzing;
+mod html;
 mod limits;
 mod ooxml;
 mod pdf;
 mod pdf_metrics;
+#[cfg(feature = "testing")]
+#[doc(hidden)]
+pub mod testing;
 mod text;
 mod xlsx;
 mod xml;
 
 use std::fmt;
 
+pub use html::html_to_text;
 pub use limits::Limits;
 
 /// The formats [`extract`] reads.
@@ -337,7 +342,7 @@ pub(crate) fn extract_with(
         }
         Format::Csv => csv::extract(bytes, budget)?,
         Format::Text | Format::Markdown => text::extract_markdown(bytes, format, budget)?,
-        Format::Html => text::extract_html(bytes, budget)?,
+        Format::Html => text::extract_html(bytes, limits, budget)?,
     };
     if out.blocks.iter().all(|b| b.text.trim().is_empty()) {
         return Err(Refusal::Empty);

@@ -34,6 +34,16 @@ pub struct Limits {
     pub max_pdf_depth: u32,
     /// Largest decompressed PDF stream, bytes (default 128 MiB).
     pub max_stream_bytes: u64,
+    /// Most PDF content-stream bytes interpreted over the whole file, a form XObject counted
+    /// each time it is drawn (default 512 MiB): bounds the work of forms drawn over and over.
+    pub max_pdf_content_bytes: u64,
+    /// Most operand tokens of one PDF content-stream operation, array and dictionary elements
+    /// counted one by one (default 100,000): a `TJ` array of millions of strings would cost
+    /// tens of bytes of memory per byte of content before it could be looked at.
+    pub max_pdf_operands: u32,
+    /// Deepest HTML element nesting (default 512, where browsers stop nesting too): the HTML
+    /// tree builder's work grows with the square of the depth.
+    pub max_html_depth: u32,
     /// Deepest e-mail attachment nesting (a message attached to a message attached to ...;
     /// default 5).
     pub max_attachment_depth: u32,
@@ -63,6 +73,9 @@ impl Default for Limits {
             max_xml_depth: 256,
             max_pdf_depth: 32,
             max_stream_bytes: 128 << 20,
+            max_pdf_content_bytes: 512 << 20,
+            max_pdf_operands: 100_000,
+            max_html_depth: 512,
             max_attachment_depth: 5,
             max_attachments: 100,
             tables_as_text: false,

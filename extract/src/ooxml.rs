@@ -4,32 +4,8 @@
 use std::collections::HashMap;
 
 use crate::limits::Budget;
-use crate::xml::{Ev, Zip, attr, local, tag, walk};
+use crate::xml::{Ev, Zip, attr, core_title, tag};
 use crate::{Anchor, Block, BlockKind, Extracted, Format, Limits, Refusal};
-
-/// `docProps/core.xml`'s `dc:title`.
-fn core_title(
-    zip: &mut Zip<'_>,
-    format: Format,
-    limits: &Limits,
-) -> Result<Option<String>, Refusal> {
-    let Some(xml) = zip.read_xml("docProps/core.xml", limits)? else {
-        return Ok(None);
-    };
-    let mut in_title = false;
-    let mut title = String::new();
-    walk(&xml, format, limits, |ev| {
-        match ev {
-            Ev::Start(s) if tag(s) == b"title" => in_title = true,
-            Ev::End(n) if local(n) == b"title" => in_title = false,
-            Ev::Text(t) if in_title => title.push_str(t),
-            _ => {}
-        }
-        Ok(())
-    })?;
-    let t = title.trim();
-    Ok((!t.is_empty()).then(|| t.to_owned()))
-}
 
 /// A heading stack: levels and titles, for the section path.
 #[derive(Default)]
@@ -62,11 +38,8 @@ struct Style {
 
 fn docx_styles(zip: &mut Zip<'_>, limits: &Limits) -> Result<HashMap<String, Style>, Refusal> {
     let mut out = HashMap::new();
-    let Some(xml) = zip.read_xml("word/styles.xml", limits)? else {
-        return Ok(out);
-    };
     let mut cur: Option<(String, Style)> = None;
-    walk(&xml, Format::Docx, limits, |ev| {
+    zip.walk_xml("word/styles.xml", limits, |ev| {
         match ev {
             Ev::Start(s) | Ev::Empty(s) => match tag(s) {
                 b"style" => cur = attr(s, b"styleId").map(|id| (id, Style::default())),
@@ -102,15 +75,12 @@ fn docx_styles(zip: &mut Zip<'_>, limits: &Limits) -> Result<HashMap<String, Sty
 /// numId → whether level 0 is a bullet.
 fn docx_numbering(zip: &mut Zip<'_>, limits: &Limits) -> Result<HashMap<String, bool>, Refusal> {
     let mut out = HashMap::new();
-    let Some(xml) = zip.read_xml("word/numbering.xml", limits)? else {
-        return Ok(out);
-    };
     let mut abstract_bullet: HashMap<String, bool> = HashMap::new();
     let mut num_abstract: Vec<(String, String)> = Vec::new();
     let mut cur_abstract: Option<String> = None;
     let mut cur_lvl0 = false;
     let mut cur_num: Option<String> = None;
-    walk(&xml, Format::Docx, limits, |ev| {
+    zip.walk_xml("word/numbering.xml", limits, |ev| {
         match ev {
             Ev::Start(s) | Ev::Empty(s) => match tag(s) {
                 b"abstractNum" => cur_abstract = attr(s, b"abstractNumId"),
@@ -154,12 +124,9 @@ pub(crate) fn extract_docx(
     budget: &mut Budget,
 ) -> Result<Extracted, Refusal> {
     let mut zip = Zip::open(bytes, Format::Docx, limits)?;
-    let title = core_title(&mut zip, Format::Docx, limits)?;
+    let title = core_title(&mut zip, limits)?;
     let styles = docx_styles(&mut zip, limits)?;
     let numbering = docx_numbering(&mut zip, limits)?;
-    let Some(xml) = zip.read_xml("word/document.xml", limits)? else {
-        return Err(Refusal::malformed(Format::Docx, "no word/document.xml"));
-    };
     let mut out = Extracted {
         title,
         ..Extracted::default()
@@ -175,7 +142,7 @@ pub(crate) fn extract_docx(
     // Inside mc:Fallback (a duplicate of mc:Choice), w:delText or w:instrText: text skipped.
     let mut skip: u32 = 0;
     let mut result: Result<(), Refusal> = Ok(());
-    walk(&xml, Format::Docx, limits, |ev| {
+    let found = zip.walk_xml("word/document.xml", limits, |ev| {
         match ev {
             Ev::Start(s) => match tag(s) {
                 b"Fallback" | b"delText" | b"instrText" => skip += 1,
@@ -353,6 +320,9 @@ pub(crate) fn extract_docx(
         Ok(())
     })?;
     result?;
+    if !found {
+        return Err(Refusal::malformed(Format::Docx, "no word/document.xml"));
+    }
     if out.title.is_none() {
         out.title = out.blocks.iter().find_map(|b| match b.kind {
             BlockKind::Heading(_) => Some(b.text.clone()),
@@ -393,10 +363,7 @@ fn rels(
     limits: &Limits,
 ) -> Result<Vec<(String, String, String)>, Refusal> {
     let mut out = Vec::new();
-    let Some(xml) = zip.read_xml(path, limits)? else {
-        return Ok(out);
-    };
-    walk(&xml, Format::Pptx, limits, |ev| {
+    zip.walk_xml(path, limits, |ev| {
         if let Ev::Empty(s) | Ev::Start(s) = ev
             && tag(s) == b"Relationship"
             && let (Some(id), Some(target)) = (attr(s, b"Id"), attr(s, b"Target"))
@@ -435,7 +402,13 @@ struct SlideText {
     tables: Vec<Vec<String>>,
 }
 
-fn slide_text(xml: &str, limits: &Limits, notes: bool) -> Result<SlideText, Refusal> {
+/// The text of slide (or notes) part `path`; `None` when the part is missing.
+fn slide_text(
+    zip: &mut Zip<'_>,
+    path: &str,
+    limits: &Limits,
+    notes: bool,
+) -> Result<Option<SlideText>, Refusal> {
     let mut out = SlideText::default();
     let mut ph: Option<String> = None;
     let mut in_sp = false;
@@ -443,7 +416,7 @@ fn slide_text(xml: &str, limits: &Limits, notes: bool) -> Result<SlideText, Refu
     let mut in_t = false;
     let mut table: Option<TableBuild> = None;
     let mut skip: u32 = 0;
-    walk(xml, Format::Pptx, limits, |ev| {
+    let found = zip.walk_xml(path, limits, |ev| {
         match ev {
             Ev::Start(s) => match tag(s) {
                 b"Fallback" => skip += 1,
@@ -536,7 +509,7 @@ fn slide_text(xml: &str, limits: &Limits, notes: bool) -> Result<SlideText, Refu
         }
         Ok(())
     })?;
-    Ok(out)
+    Ok(found.then_some(out))
 }
 
 pub(crate) fn extract_pptx(
@@ -545,12 +518,9 @@ pub(crate) fn extract_pptx(
     budget: &mut Budget,
 ) -> Result<Extracted, Refusal> {
     let mut zip = Zip::open(bytes, Format::Pptx, limits)?;
-    let title = core_title(&mut zip, Format::Pptx, limits)?;
-    let Some(pres) = zip.read_xml("ppt/presentation.xml", limits)? else {
-        return Err(Refusal::malformed(Format::Pptx, "no ppt/presentation.xml"));
-    };
+    let title = core_title(&mut zip, limits)?;
     let mut ids = Vec::new();
-    walk(&pres, Format::Pptx, limits, |ev| {
+    let found = zip.walk_xml("ppt/presentation.xml", limits, |ev| {
         if let Ev::Empty(s) | Ev::Start(s) = ev
             && tag(s) == b"sldId"
             && let Some(id) = attr(s, b"r:id")
@@ -559,6 +529,9 @@ pub(crate) fn extract_pptx(
         }
         Ok(())
     })?;
+    if !found {
+        return Err(Refusal::malformed(Format::Pptx, "no ppt/presentation.xml"));
+    }
     if ids.len() as u64 > u64::from(limits.max_slides) {
         return Err(Refusal::limit("max_slides", ids.len(), limits.max_slides));
     }
@@ -573,20 +546,18 @@ pub(crate) fn extract_pptx(
             continue;
         };
         let path = path.clone();
-        let Some(xml) = zip.read_xml(&path, limits)? else {
+        let Some(slide) = slide_text(&mut zip, &path, limits, false)? else {
             continue;
         };
-        let slide = slide_text(&xml, limits, false)?;
         let (dir, file) = path.rsplit_once('/').unwrap_or(("", &path));
         let slide_rels = rels(&mut zip, &format!("{dir}/_rels/{file}.rels"), dir, limits)?;
         let notes = match slide_rels
             .iter()
             .find(|(_, _, ty)| ty.ends_with("/notesSlide"))
         {
-            Some((_, notes_path, _)) => match zip.read_xml(&notes_path.clone(), limits)? {
-                Some(x) => slide_text(&x, limits, true)?.body,
-                None => Vec::new(),
-            },
+            Some((_, notes_path, _)) => slide_text(&mut zip, &notes_path.clone(), limits, true)?
+                .map(|s| s.body)
+                .unwrap_or_default(),
             None => Vec::new(),
         };
         let heading = if slide.title.is_empty() {

@@ -5,26 +5,37 @@
 //! headers and footers that repeat on every page.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use lopdf::content::Content;
-use lopdf::{Dictionary, Document, Encoding, LoadOptions, Object, ObjectId};
+use lopdf::{Dictionary, Document, Encoding, LoadOptions, Object, ObjectId, Stream};
 
 use crate::limits::Budget;
 use crate::pdf_metrics::standard_widths;
 use crate::{Anchor, Block, BlockKind, Extracted, Format, Limits, Refusal};
 
-/// Most content-stream operations interpreted per page (a stream of millions of no-ops is
-/// bounded by the stream size limit already; this bounds the CPU of the rest).
+/// Most content-stream operations interpreted per page, the strings of a `TJ` array counted
+/// one by one (a stream of millions of no-ops is bounded by the stream size limit already; this
+/// bounds the CPU and the placed text of the rest).
 const MAX_OPS_PER_PAGE: usize = 2_000_000;
+
+/// Most inflated stream bytes kept for reuse (a form drawn again, a content stream shared by
+/// pages); streams beyond are inflated again when drawn again, and counted again.
+const STREAM_CACHE_BYTES: u64 = 64 << 20;
+
+/// The refusal for a stream (or a page's content) inflating past `max_stream_bytes`.
+fn stream_limit(limits: &Limits) -> Refusal {
+    Refusal::limit(
+        "max_stream_bytes",
+        limits.max_stream_bytes + 1,
+        limits.max_stream_bytes,
+    )
+}
 
 fn err(e: lopdf::Error, limits: &Limits) -> Refusal {
     match e {
         lopdf::Error::Decompress(lopdf::DecompressError::MemoryLimitExceeded { .. }) => {
-            Refusal::limit(
-                "max_stream_bytes",
-                limits.max_stream_bytes + 1,
-                limits.max_stream_bytes,
-            )
+            stream_limit(limits)
         }
         lopdf::Error::Decryption(_) | lopdf::Error::InvalidPassword => Refusal::Encrypted,
         lopdf::Error::ReferenceLimit => Refusal::limit(
@@ -63,8 +74,9 @@ pub(crate) fn extract(
     let mut page_lines = Vec::with_capacity(pages.len());
     let mut chars = 0usize;
     let mut images = 0usize;
+    let mut shared = Shared::default();
     for (_, &id) in pages.iter() {
-        let mut interp = Interp::new(&doc, limits);
+        let mut interp = Interp::new(&doc, limits, &mut shared);
         interp.page(id)?;
         images += interp.images;
         let text_bytes: usize = interp.items.iter().map(|i| i.text.len()).sum();
@@ -286,11 +298,29 @@ struct TextState {
     font: Option<Vec<u8>>,
 }
 
-struct Interp<'a> {
+/// What the pages of one file share: fonts and inflated streams by object id (a form drawn
+/// on every page, or a hundred times on one, is inflated once), and the content interpreted so
+/// far.
+#[derive(Default)]
+struct Shared<'a> {
+    fonts: HashMap<ObjectId, Font<'a>>,
+    /// Inflated streams (`None`: the stream could not be inflated).
+    streams: HashMap<ObjectId, Option<Rc<Vec<u8>>>>,
+    /// Bytes held in `streams`.
+    cached: u64,
+    /// Content-stream bytes interpreted so far, a form counted each time it is drawn.
+    content: u64,
+    /// Text placed so far.
+    text: u64,
+    /// Streams inflated (not taken from the cache).
+    inflated: usize,
+}
+
+struct Interp<'a, 's> {
     doc: &'a Document,
     limits: &'a Limits,
+    shared: &'s mut Shared<'a>,
     items: Vec<Item>,
-    fonts: HashMap<ObjectId, Font<'a>>,
     ops: usize,
     /// Images drawn (image XObjects and inline images).
     images: usize,
@@ -298,42 +328,79 @@ struct Interp<'a> {
     stack: Vec<ObjectId>,
 }
 
-impl<'a> Interp<'a> {
-    fn new(doc: &'a Document, limits: &'a Limits) -> Self {
+/// The object id of a direct object (never cached).
+const DIRECT: ObjectId = (u32::MAX, 0);
+
+impl<'a, 's> Interp<'a, 's> {
+    fn new(doc: &'a Document, limits: &'a Limits, shared: &'s mut Shared<'a>) -> Self {
+        // A font given directly (not by reference) has no id to cache it by: kept for one page.
+        shared.fonts.remove(&DIRECT);
         Self {
             doc,
             limits,
+            shared,
             items: Vec::new(),
-            fonts: HashMap::new(),
             ops: 0,
             images: 0,
             stack: Vec::new(),
         }
     }
 
+    /// Stream `id` inflated within `limit` bytes (`None`: it cannot be inflated), from the
+    /// cache when it was inflated before.
+    fn inflate(
+        &mut self,
+        id: ObjectId,
+        stream: &Stream,
+        limit: u64,
+    ) -> Result<Option<Rc<Vec<u8>>>, Refusal> {
+        if let Some(hit) = self.shared.streams.get(&id) {
+            if hit.as_ref().is_some_and(|d| d.len() as u64 > limit) {
+                return Err(stream_limit(self.limits));
+            }
+            return Ok(hit.clone());
+        }
+        self.shared.inflated += 1;
+        let data = match stream
+            .decompressed_content_with_limit(usize::try_from(limit).unwrap_or(usize::MAX))
+            .map_err(|e| err(e, self.limits))
+        {
+            Ok(d) => Some(Rc::new(d)),
+            Err(r @ Refusal::LimitExceeded { .. }) => return Err(r),
+            Err(_) => None,
+        };
+        let size = data.as_ref().map_or(0, |d| d.len() as u64);
+        if id != DIRECT && self.shared.cached + size <= STREAM_CACHE_BYTES {
+            self.shared.cached += size;
+            self.shared.streams.insert(id, data.clone());
+        }
+        Ok(data)
+    }
+
     fn page(&mut self, id: ObjectId) -> Result<(), Refusal> {
         let doc = self.doc;
-        let mut data = Vec::new();
+        let mut parts = Vec::new();
+        let mut total = 0u64;
         for cid in doc.get_page_contents(id) {
             let Ok(Object::Stream(s)) = doc.get_object(cid) else {
                 continue;
             };
-            let left = self
-                .limits
-                .max_stream_bytes
-                .saturating_sub(data.len() as u64);
-            let bytes = s
-                .decompressed_content_with_limit(usize::try_from(left).unwrap_or(usize::MAX))
-                .map_err(|e| err(e, self.limits));
-            match bytes {
-                Ok(b) => {
-                    data.extend_from_slice(&b);
-                    data.push(b'\n');
-                }
-                Err(r @ Refusal::LimitExceeded { .. }) => return Err(r),
-                Err(_) => {}
+            let left = self.limits.max_stream_bytes.saturating_sub(total);
+            if let Some(part) = self.inflate(cid, s, left)? {
+                total += part.len() as u64 + 1;
+                parts.push(part);
             }
         }
+        let data = if parts.len() == 1 {
+            parts.pop().unwrap_or_default()
+        } else {
+            let mut data = Vec::with_capacity(total as usize);
+            for p in &parts {
+                data.extend_from_slice(p);
+                data.push(b'\n');
+            }
+            Rc::new(data)
+        };
         let resources = page_resources(doc, id);
         self.run(&data, &resources, M::ID)
     }
@@ -351,10 +418,10 @@ impl<'a> Interp<'a> {
             let Ok(obj) = fonts.get(name) else { continue };
             let (id, obj) = doc.dereference(obj).map_err(|e| err(e, self.limits))?;
             let Ok(dict) = obj.as_dict() else { continue };
-            let id = id.unwrap_or((u32::MAX, 0));
-            if !self.fonts.contains_key(&id) {
+            let id = id.unwrap_or(DIRECT);
+            if !self.shared.fonts.contains_key(&id) {
                 let f = load_font(doc, dict, self.limits)?;
-                self.fonts.insert(id, f);
+                self.shared.fonts.insert(id, f);
             }
             return Ok(Some(id));
         }
@@ -363,6 +430,16 @@ impl<'a> Interp<'a> {
 
     fn run(&mut self, data: &[u8], resources: &[&'a Dictionary], ctm0: M) -> Result<(), Refusal> {
         let doc = self.doc;
+        let limits = self.limits;
+        self.shared.content += data.len() as u64;
+        if self.shared.content > limits.max_pdf_content_bytes {
+            return Err(Refusal::limit(
+                "max_pdf_content_bytes",
+                self.shared.content,
+                limits.max_pdf_content_bytes,
+            ));
+        }
+        check_operands(data, limits.max_pdf_operands)?;
         let mut ctm = ctm0;
         let mut gstack: Vec<(M, TextState)> = Vec::new();
         let mut ts = TextState {
@@ -454,10 +531,24 @@ impl<'a> Interp<'a> {
                     for p in parts {
                         match p {
                             Object::String(bytes, _) => {
-                                let font = font_id.and_then(|id| self.fonts.get(&id));
+                                self.ops += 1;
+                                if self.ops > MAX_OPS_PER_PAGE {
+                                    break;
+                                }
+                                let font = font_id.and_then(|id| self.shared.fonts.get(&id));
                                 let (item, next) = show(bytes, font, &ts, tm, ctm);
                                 tm = next;
-                                self.items.extend(item);
+                                if let Some(item) = item {
+                                    self.shared.text += item.text.len() as u64;
+                                    if self.shared.text > limits.max_text_bytes {
+                                        return Err(Refusal::limit(
+                                            "max_text_bytes",
+                                            self.shared.text,
+                                            limits.max_text_bytes,
+                                        ));
+                                    }
+                                    self.items.push(item);
+                                }
                             }
                             other => {
                                 if let Some(adj) = num(other) {
@@ -503,7 +594,7 @@ impl<'a> Interp<'a> {
                 }
                 _ => return Ok(()),
             }
-            let id = id.unwrap_or((u32::MAX, 0));
+            let id = id.unwrap_or(DIRECT);
             if self.stack.len() as u32 >= self.limits.max_pdf_depth || self.stack.contains(&id) {
                 return Err(Refusal::limit(
                     "max_pdf_depth",
@@ -511,15 +602,8 @@ impl<'a> Interp<'a> {
                     self.limits.max_pdf_depth,
                 ));
             }
-            let data = stream
-                .decompressed_content_with_limit(
-                    usize::try_from(self.limits.max_stream_bytes).unwrap_or(usize::MAX),
-                )
-                .map_err(|e| err(e, self.limits));
-            let data = match data {
-                Ok(d) => d,
-                Err(r @ Refusal::LimitExceeded { .. }) => return Err(r),
-                Err(_) => return Ok(()),
+            let Some(data) = self.inflate(id, stream, self.limits.max_stream_bytes)? else {
+                return Ok(());
             };
             let matrix = match stream.dict.get(b"Matrix") {
                 Ok(Object::Array(a)) => M::from_operands(a).unwrap_or(M::ID),
@@ -541,6 +625,126 @@ impl<'a> Interp<'a> {
         }
         Ok(())
     }
+}
+
+/// Refuses content in which one operation has more than `max` operand tokens (the elements of
+/// an array or dictionary operand counted one by one): the content parser would hold them all
+/// as objects before the operation could be looked at, tens of bytes per token of input.
+/// A linear scan over the bytes, following the content grammar only as far as operands go
+/// (strings, comments, arrays, dictionaries, inline image data).
+fn check_operands(data: &[u8], max: u32) -> Result<(), Refusal> {
+    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | b'\x0c' | b'\0');
+    let is_delim = |b: u8| {
+        matches!(
+            b,
+            b'(' | b')' | b'<' | b'>' | b'[' | b']' | b'{' | b'}' | b'/' | b'%'
+        )
+    };
+    let n = data.len();
+    let (mut i, mut depth, mut count) = (0usize, 0u32, 0u64);
+    let token = |count: &mut u64| {
+        *count += 1;
+        if *count > u64::from(max) {
+            Err(Refusal::limit("max_pdf_operands", *count, max))
+        } else {
+            Ok(())
+        }
+    };
+    while i < n {
+        let b = data[i];
+        if is_space(b) {
+            i += 1;
+            continue;
+        }
+        match b {
+            b'%' => {
+                while i < n && data[i] != b'\n' && data[i] != b'\r' {
+                    i += 1;
+                }
+            }
+            b'(' => {
+                let mut nest = 0u32;
+                while i < n {
+                    match data[i] {
+                        b'\\' => i += 1,
+                        b'(' => nest += 1,
+                        b')' => {
+                            nest -= 1;
+                            if nest == 0 {
+                                i += 1;
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+                token(&mut count)?;
+            }
+            b'<' if data.get(i + 1) == Some(&b'<') => {
+                i += 2;
+                depth += 1;
+                token(&mut count)?;
+            }
+            b'<' => {
+                while i < n && data[i] != b'>' {
+                    i += 1;
+                }
+                i += 1;
+                token(&mut count)?;
+            }
+            b'>' if data.get(i + 1) == Some(&b'>') => {
+                i += 2;
+                depth = depth.saturating_sub(1);
+            }
+            b'[' => {
+                i += 1;
+                depth += 1;
+                token(&mut count)?;
+            }
+            b']' => {
+                i += 1;
+                depth = depth.saturating_sub(1);
+            }
+            b'/' => {
+                i += 1;
+                while i < n && !is_space(data[i]) && !is_delim(data[i]) {
+                    i += 1;
+                }
+                token(&mut count)?;
+            }
+            _ if is_delim(b) => i += 1,
+            _ => {
+                let start = i;
+                while i < n && !is_space(data[i]) && !is_delim(data[i]) {
+                    i += 1;
+                }
+                let word = &data[start..i];
+                let operand = depth > 0
+                    || matches!(word[0], b'0'..=b'9' | b'+' | b'-' | b'.')
+                    || matches!(word, b"true" | b"false" | b"null");
+                if operand {
+                    token(&mut count)?;
+                    continue;
+                }
+                count = 0;
+                if word == b"ID" {
+                    // Inline image data: raw bytes up to the first `EI` between white space.
+                    i += 1;
+                    while i < n {
+                        if data[i..].starts_with(b"EI")
+                            && data[i - 1..i].iter().all(|&c| is_space(c))
+                            && data.get(i + 2).is_none_or(|&c| is_space(c))
+                        {
+                            break;
+                        }
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Shows one string: the placed text, if any, and the text matrix after it.
@@ -1201,6 +1405,71 @@ fn layout_blocks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A one-page PDF (uncompressed streams) whose page draws form `/X` `draws` times; the
+    /// form shows "Logo".
+    fn form_pdf(draws: usize) -> Vec<u8> {
+        let content = "/X Do\n".repeat(draws);
+        let form = "BT /F1 9 Tf 20 20 Td (Logo) Tj ET";
+        let objects = [
+            "<< /Type /Catalog /Pages 2 0 R >>".to_owned(),
+            "<< /Type /Pages /Kids [3 0 R] /Count 1 >>".to_owned(),
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 4 0 R >> /XObject << /X 6 0 R >> >> /Contents 5 0 R >>".to_owned(),
+            "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_owned(),
+            format!("<< /Length {} >>\nstream\n{content}\nendstream", content.len()),
+            format!(
+                "<< /Type /XObject /Subtype /Form /BBox [0 0 612 792] /Length {} >>\nstream\n{form}\nendstream",
+                form.len()
+            ),
+        ];
+        let mut out = String::from("%PDF-1.4\n");
+        let mut offsets = Vec::new();
+        for (i, o) in objects.iter().enumerate() {
+            offsets.push(out.len());
+            out += &format!("{} 0 obj\n{o}\nendobj\n", i + 1);
+        }
+        let xref = out.len();
+        out += "xref\n0 7\n0000000000 65535 f \n";
+        for off in offsets {
+            out += &format!("{off:010} 00000 n \n");
+        }
+        out += &format!("trailer\n<< /Size 7 /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n");
+        out.into_bytes()
+    }
+
+    #[test]
+    fn a_form_drawn_again_is_inflated_once() {
+        let doc = Document::load_mem(&form_pdf(50)).unwrap();
+        let limits = Limits::default();
+        let mut shared = Shared::default();
+        let (_, page) = doc.get_pages().into_iter().next().unwrap();
+        let mut interp = Interp::new(&doc, &limits, &mut shared);
+        interp.page(page).unwrap();
+        assert_eq!(interp.items.len(), 50, "the form is drawn 50 times");
+        // The page's content and the form, once each.
+        assert_eq!(shared.inflated, 2);
+        assert_eq!(shared.content, (50 * 6 + 33 * 50) as u64);
+    }
+
+    #[test]
+    fn oversized_operations_are_found_without_parsing_them() {
+        let ok = b"BT /F1 12 Tf [(a) 1 (b) <00ff>] TJ ET q 1 0 0 1 0 0 cm Q";
+        // The largest operation: `1 0 0 1 0 0 cm` (the `TJ` array counts 5: itself and 4).
+        check_operands(ok, 6).unwrap();
+        assert_eq!(
+            check_operands(ok, 5).unwrap_err().to_string(),
+            "limit exceeded: max_pdf_operands (6 > 5)"
+        );
+        // Strings, comments and inline image data hide nothing and count as they should.
+        check_operands(
+            b"(a [ [ [ ( ) \\) ] ) Tj % [ [ [ [\nBI /W 1 /H 1 ID [[[[[ EI Q",
+            4,
+        )
+        .unwrap();
+        // Every operator starts a new count.
+        check_operands(&b"1 2 3 4 re ".repeat(1000), 4).unwrap();
+        assert!(check_operands(&b"1 ".repeat(10), 9).is_err());
+    }
 
     #[test]
     fn hyphenation_is_joined_only_for_broken_words() {

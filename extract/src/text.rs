@@ -1,7 +1,8 @@
 //! Plain text, Markdown and HTML: paragraphs, `#` headings (the section path) and pipe tables.
 
+use crate::html::html_to_text;
 use crate::limits::Budget;
-use crate::{Anchor, Block, BlockKind, Extracted, Format, Refusal};
+use crate::{Anchor, Block, BlockKind, Extracted, Format, Limits, Refusal};
 
 pub(crate) fn extract_markdown(
     bytes: &[u8],
@@ -20,18 +21,13 @@ pub(crate) fn extract_markdown(
     Ok(out)
 }
 
-pub(crate) fn extract_html(bytes: &[u8], budget: &mut Budget) -> Result<Extracted, Refusal> {
-    let text = html_to_text(bytes)?;
+pub(crate) fn extract_html(
+    bytes: &[u8],
+    limits: &Limits,
+    budget: &mut Budget,
+) -> Result<Extracted, Refusal> {
+    let text = html_to_text(bytes, limits)?;
     extract_markdown(text.as_bytes(), Format::Html, budget)
-}
-
-/// Renders HTML to text with `#` headings (as retrieval's ingest does).
-pub(crate) fn html_to_text(bytes: &[u8]) -> Result<String, Refusal> {
-    html2text::config::plain_no_decorate()
-        .no_table_borders()
-        .string_from_read(bytes, 100_000)
-        .map(|t| t.lines().map(str::trim_end).collect::<Vec<_>>().join("\n"))
-        .map_err(|e| Refusal::malformed(Format::Html, e))
 }
 
 /// Appends the blocks of Markdown-ish `text` under `base` (its section path is the prefix of
@@ -172,7 +168,7 @@ fn heading(line: &str) -> Option<(u8, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Limits, extract};
+    use crate::extract;
 
     #[test]
     fn markdown_headings_tables_and_lists() {

@@ -10,7 +10,7 @@ use calamine::{DataRef, Reader, Xlsx};
 
 use crate::csv::push_table;
 use crate::limits::Budget;
-use crate::xml::Zip;
+use crate::xml::{Ev, Zip, core_title, tag};
 use crate::{Anchor, Block, BlockKind, Extracted, Format, Limits, Refusal};
 
 /// At most this many one-cell rows above a sheet's table are read as its title lines.
@@ -21,17 +21,25 @@ pub(crate) fn extract(
     limits: &Limits,
     budget: &mut Budget,
 ) -> Result<Extracted, Refusal> {
-    // The guards first: entry count, actual decompressed bytes, no DTD, nesting depth. Only then
-    // does calamine read the same parts.
+    // The guards first, over every entry whatever its name (calamine finds worksheets through
+    // the relationships, so a sheet need not be called `*.xml`): actual decompressed bytes
+    // counted, and every part that is XML walked for DTDs, nesting, text size and the number
+    // of shared strings (at most one per cell). Only then does calamine read the same parts.
     let mut zip = Zip::open(bytes, Format::Xlsx, limits)?;
-    let mut title = None;
+    let title = core_title(&mut zip, limits)?;
+    let mut strings: u64 = 0;
     for name in zip.names() {
-        if name.ends_with(".xml") || name.ends_with(".rels") {
-            let xml = zip.read_xml(&name, limits)?;
-            if name == "docProps/core.xml" {
-                title = xml.as_deref().and_then(core_title);
+        zip.check_part(&name, limits, |ev| {
+            if let Ev::Start(s) = ev
+                && tag(s) == b"si"
+            {
+                strings += 1;
+                if strings > limits.max_cells {
+                    return Err(Refusal::limit("max_cells", strings, limits.max_cells));
+                }
             }
-        }
+            Ok(())
+        })?;
     }
     let mut wb: Xlsx<_> = calamine::open_workbook_from_rs(Cursor::new(bytes))
         .map_err(|e| Refusal::malformed(Format::Xlsx, e))?;
@@ -47,6 +55,9 @@ pub(crate) fn extract(
         title,
         ..Extracted::default()
     };
+    // The cells' text kept before a sheet's blocks are built: it becomes block text, so it is
+    // held to the same limit while it is read.
+    let mut cell_bytes: u64 = 0;
     for sheet in &sheets {
         let mut rows: BTreeMap<u32, Vec<(u32, String)>> = BTreeMap::new();
         {
@@ -62,6 +73,14 @@ pub(crate) fn extract(
                     continue;
                 }
                 budget.cell()?;
+                cell_bytes += v.len() as u64;
+                if cell_bytes > limits.max_text_bytes {
+                    return Err(Refusal::limit(
+                        "max_text_bytes",
+                        cell_bytes,
+                        limits.max_text_bytes,
+                    ));
+                }
                 let (r, c) = cell.get_position();
                 rows.entry(r).or_default().push((c, v));
             }
@@ -155,16 +174,6 @@ pub(crate) fn extract(
         out.title = sheets.first().cloned();
     }
     Ok(out)
-}
-
-fn core_title(xml: &str) -> Option<String> {
-    let start = xml.find("<dc:title>")? + "<dc:title>".len();
-    let end = xml[start..].find("</dc:title>")? + start;
-    let t = quick_xml::escape::unescape(&xml[start..end])
-        .ok()?
-        .trim()
-        .to_owned();
-    (!t.is_empty()).then_some(t)
 }
 
 /// A cell's display text: numbers without float noise, dates as ISO dates.

@@ -1,8 +1,13 @@
 //! The guards every OOXML file passes: a zip reader that counts entries and decompressed bytes
-//! (declared sizes can lie, so actual bytes are counted), and an XML walker that refuses any
-//! DTD (no entity is ever expanded: billion laughs has nothing to expand) and deep nesting.
+//! (declared sizes can lie, so actual bytes are counted while they are inflated), and an XML
+//! walker that refuses any DTD (no entity is ever expanded: billion laughs has nothing to
+//! expand) and deep nesting.
+//!
+//! Parts are never inflated into memory whole: [`Zip::walk_xml`] parses an entry as it is
+//! inflated, so what a part costs is one XML event (at most `max_text_bytes`) and what the
+//! extractor keeps of it, not its decompressed size.
 
-use std::io::{Cursor, Read};
+use std::io::{BufRead, BufReader, Cursor, Read};
 
 use quick_xml::Reader;
 use quick_xml::events::{BytesStart, Event};
@@ -21,6 +26,66 @@ pub(crate) struct Zip<'a> {
     budget_name: &'static str,
     file_len: u64,
     max_ratio: u32,
+}
+
+/// An entry's bytes as they are inflated, counted against what is left of the container's
+/// budget and, while XML is parsed, against the size of one event. It stops (an I/O error the
+/// caller turns into the refusal, [`Capped::tripped`]) at the first read past either.
+struct Capped<R> {
+    inner: R,
+    /// Bytes of this entry consumed so far.
+    read: u64,
+    /// What is left of the container's budget when the entry was opened.
+    left: u64,
+    /// `read` when the current XML event began.
+    event_start: u64,
+    /// Largest XML event (`u64::MAX` when the entry is not parsed).
+    max_event: u64,
+}
+
+/// Which cap a [`Capped`] reader hit.
+enum Trip {
+    Container,
+    Event(u64),
+}
+
+impl<R: BufRead> Capped<R> {
+    fn tripped(&self) -> Option<Trip> {
+        if self.read > self.left {
+            Some(Trip::Container)
+        } else if self.read - self.event_start > self.max_event {
+            Some(Trip::Event(self.read - self.event_start))
+        } else {
+            None
+        }
+    }
+}
+
+impl<R: BufRead> Read for Capped<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = {
+            let buf = self.fill_buf()?;
+            let n = buf.len().min(out.len());
+            out[..n].copy_from_slice(&buf[..n]);
+            n
+        };
+        self.consume(n);
+        Ok(n)
+    }
+}
+
+impl<R: BufRead> BufRead for Capped<R> {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        if self.tripped().is_some() {
+            return Err(std::io::Error::other("decompression cap reached"));
+        }
+        self.inner.fill_buf()
+    }
+
+    fn consume(&mut self, n: usize) {
+        self.read += n as u64;
+        self.inner.consume(n);
+    }
 }
 
 impl<'a> Zip<'a> {
@@ -76,9 +141,30 @@ impl<'a> Zip<'a> {
             .collect()
     }
 
-    /// Reads entry `name`, if present, counting its actual decompressed size.
-    pub(crate) fn read(&mut self, name: &str) -> Result<Option<Vec<u8>>, Refusal> {
+    /// The refusal for a container that inflated past its budget.
+    fn over_budget(&self) -> Refusal {
+        if self.budget_name == "max_zip_ratio" {
+            Refusal::limit(
+                "max_zip_ratio",
+                self.used / self.file_len.max(1),
+                self.max_ratio,
+            )
+        } else {
+            Refusal::limit("max_zip_bytes", self.used, self.budget)
+        }
+    }
+
+    /// Runs `read` over entry `name` as it is inflated (`None`: no such entry), counting its
+    /// actual decompressed bytes against the container's budget; `max_event` caps one XML
+    /// event (see [`Capped`]).
+    fn with_entry<T>(
+        &mut self,
+        name: &str,
+        max_event: u64,
+        read: impl FnOnce(&mut Capped<BufReader<&mut dyn Read>>) -> Result<T, Refusal>,
+    ) -> Result<Option<T>, Refusal> {
         let format = self.format;
+        let left = self.budget.saturating_sub(self.used);
         let mut entry = match self.archive.by_name(name) {
             Ok(e) => e,
             Err(zip::result::ZipError::FileNotFound) => return Ok(None),
@@ -90,39 +176,68 @@ impl<'a> Zip<'a> {
         if entry.encrypted() {
             return Err(Refusal::Encrypted);
         }
-        let left = self.budget.saturating_sub(self.used);
-        let mut out = Vec::with_capacity(entry.size().min(left).min(1 << 24) as usize);
-        (&mut entry)
-            .take(left + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| Refusal::malformed(format, format!("zip entry {name}: {e}")))?;
-        self.used += out.len() as u64;
-        if self.used > self.budget {
-            return Err(if self.budget_name == "max_zip_ratio" {
-                Refusal::limit(
-                    "max_zip_ratio",
-                    self.used / self.file_len.max(1),
-                    self.max_ratio,
-                )
-            } else {
-                Refusal::limit("max_zip_bytes", self.used, self.budget)
-            });
+        let mut capped = Capped {
+            inner: BufReader::with_capacity(64 << 10, &mut entry as &mut dyn Read),
+            read: 0,
+            left,
+            event_start: 0,
+            max_event,
+        };
+        let r = read(&mut capped);
+        let (read_bytes, trip) = (capped.read, capped.tripped());
+        drop(capped);
+        drop(entry);
+        self.used += read_bytes;
+        match trip {
+            Some(Trip::Container) => Err(self.over_budget()),
+            Some(Trip::Event(n)) => Err(Refusal::limit("max_text_bytes", n, max_event)),
+            None => r.map(Some),
         }
-        Ok(Some(out))
     }
 
-    /// Reads an XML entry as UTF-8, checked by [`check_xml`].
-    pub(crate) fn read_xml(
+    /// Inflates entry `name` once, counting its bytes: walked as XML (see [`Zip::walk_xml`])
+    /// when it starts, after a byte order mark and white space, with `<`; otherwise (an image,
+    /// a binary blob) only counted.
+    pub(crate) fn check_part(
         &mut self,
         name: &str,
         limits: &Limits,
-    ) -> Result<Option<String>, Refusal> {
-        let Some(bytes) = self.read(name)? else {
-            return Ok(None);
-        };
-        let text = xml_text(bytes, self.format, name)?;
-        check_xml(&text, self.format, limits)?;
-        Ok(Some(text))
+        f: impl FnMut(Ev<'_, '_>) -> Result<(), Refusal>,
+    ) -> Result<(), Refusal> {
+        let format = self.format;
+        let io = |e: std::io::Error| Refusal::malformed(format, format!("zip entry {name}: {e}"));
+        self.with_entry(name, limits.max_text_bytes, |r| {
+            let head = r.fill_buf().map_err(io)?;
+            let head = head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head);
+            let xml = head
+                .iter()
+                .find(|b| !b.is_ascii_whitespace())
+                .is_none_or(|&b| b == b'<');
+            if xml {
+                walk_events(r, format, limits, f)
+            } else {
+                r.max_event = u64::MAX;
+                std::io::copy(r, &mut std::io::sink())
+                    .map(|_| ())
+                    .map_err(io)
+            }
+        })
+        .map(|_| ())
+    }
+
+    /// Walks XML entry `name` as it is inflated (see [`walk`]); false when there is no such
+    /// entry. One event may be at most `max_text_bytes` long.
+    pub(crate) fn walk_xml(
+        &mut self,
+        name: &str,
+        limits: &Limits,
+        f: impl FnMut(Ev<'_, '_>) -> Result<(), Refusal>,
+    ) -> Result<bool, Refusal> {
+        let format = self.format;
+        self.with_entry(name, limits.max_text_bytes, |r| {
+            walk_events(r, format, limits, f)
+        })
+        .map(|o| o.is_some())
     }
 }
 
@@ -145,24 +260,6 @@ fn not_a_package(format: Format, bytes: &[u8]) -> Refusal {
     Refusal::malformed(format, "not a zip container")
 }
 
-fn xml_text(bytes: Vec<u8>, format: Format, name: &str) -> Result<String, Refusal> {
-    let bytes = match bytes.strip_prefix(b"\xef\xbb\xbf") {
-        Some(rest) => rest.to_vec(),
-        None => bytes,
-    };
-    String::from_utf8(bytes).map_err(|e| {
-        Refusal::malformed(
-            format,
-            format!("{name}: not UTF-8 at byte {}", e.utf8_error().valid_up_to()),
-        )
-    })
-}
-
-/// Refuses a DTD anywhere and element nesting deeper than `max_xml_depth`.
-pub(crate) fn check_xml(xml: &str, format: Format, limits: &Limits) -> Result<(), Refusal> {
-    walk(xml, format, limits, |_| Ok(()))
-}
-
 /// The events of one XML part that extractors use.
 pub(crate) enum Ev<'a, 'x> {
     Start(&'a BytesStart<'x>),
@@ -171,23 +268,52 @@ pub(crate) enum Ev<'a, 'x> {
     Text(&'a str),
 }
 
-/// Walks `xml`, calling `f` per event, with text entity references resolved (only the five
-/// predefined entities and character references; a DTD is refused, so there are no others).
-pub(crate) fn walk<'x>(
-    xml: &'x str,
+/// A source [`walk_events`] reads: an inflating zip entry (whose event cap is reset per event)
+/// or bytes in memory.
+trait Source: BufRead {
+    /// Called after each event.
+    fn event_done(&mut self) {}
+}
+
+impl<R: BufRead> Source for Capped<R> {
+    fn event_done(&mut self) {
+        self.event_start = self.read;
+    }
+}
+
+/// Walks XML from `source`, calling `f` per event, with text entity references resolved (only
+/// the five predefined entities and character references; a DTD is refused, so there are no
+/// others). Refuses element nesting deeper than `max_xml_depth` and more than `max_text_bytes`
+/// of text in the part.
+fn walk_events<S: Source>(
+    source: &mut S,
     format: Format,
     limits: &Limits,
-    mut f: impl FnMut(Ev<'_, 'x>) -> Result<(), Refusal>,
+    mut f: impl FnMut(Ev<'_, '_>) -> Result<(), Refusal>,
 ) -> Result<(), Refusal> {
-    let mut reader = Reader::from_str(xml);
+    let mut reader = Reader::from_reader(source);
     reader.config_mut().check_end_names = true;
     let mut depth: u32 = 0;
+    let mut text: u64 = 0;
+    let mut buf = Vec::new();
     let bad = |e: quick_xml::Error, pos: u64| {
         Refusal::malformed(format, format!("XML error at byte {pos}: {e}"))
     };
+    let mut count_text = |n: usize| {
+        text += n as u64;
+        if text > limits.max_text_bytes {
+            return Err(Refusal::limit(
+                "max_text_bytes",
+                text,
+                limits.max_text_bytes,
+            ));
+        }
+        Ok(())
+    };
     loop {
+        buf.clear();
         let ev = reader
-            .read_event()
+            .read_event_into(&mut buf)
             .map_err(|e| bad(e, reader.buffer_position()))?;
         match ev {
             Event::DocType(_) => {
@@ -210,10 +336,12 @@ pub(crate) fn walk<'x>(
             }
             Event::Text(ref t) => {
                 let s = t.xml10_content();
+                count_text(s.len())?;
                 f(Ev::Text(&s))?;
             }
             Event::CData(ref c) => {
                 let s = c.xml10_content();
+                count_text(s.len())?;
                 f(Ev::Text(&s))?;
             }
             Event::GeneralRef(ref r) => {
@@ -230,14 +358,33 @@ pub(crate) fn walk<'x>(
                     Err(_) => None,
                 };
                 if let Some(s) = s {
+                    count_text(s.len())?;
                     f(Ev::Text(&s))?;
                 }
             }
             Event::Eof => break,
             Event::Comment(_) | Event::Decl(_) | Event::PI(_) => {}
         }
+        reader.get_mut().event_done();
     }
     Ok(())
+}
+
+/// `docProps/core.xml`'s `dc:title`.
+pub(crate) fn core_title(zip: &mut Zip<'_>, limits: &Limits) -> Result<Option<String>, Refusal> {
+    let mut in_title = false;
+    let mut title = String::new();
+    zip.walk_xml("docProps/core.xml", limits, |ev| {
+        match ev {
+            Ev::Start(s) if tag(s) == b"title" => in_title = true,
+            Ev::End(n) if local(n) == b"title" => in_title = false,
+            Ev::Text(t) if in_title => title.push_str(t),
+            _ => {}
+        }
+        Ok(())
+    })?;
+    let t = title.trim();
+    Ok((!t.is_empty()).then(|| t.to_owned()))
 }
 
 /// The local part of a qualified name (`w:p` → `p`).

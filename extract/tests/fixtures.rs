@@ -6,6 +6,8 @@ use std::path::Path;
 
 use airlock_extract::{Block, BlockKind, Extracted, Format, Limits, Refusal, extract};
 
+mod generated;
+
 fn read(name: &str) -> Vec<u8> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")

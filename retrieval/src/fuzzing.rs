@@ -41,6 +41,10 @@ pub fn ingest_html(data: &[u8]) {
             }
             Err(Error::EmptyDocument { .. }) => {}
             Err(Error::InvalidJsonl { line: 0, .. }) if format == SourceFormat::Html => {}
+            Err(Error::Extraction {
+                code: "limit_exceeded",
+                ..
+            }) if format == SourceFormat::Html => {}
             Err(Error::DocumentTooLarge { .. }) => assert!(data.len() > MAX_BYTES),
             Err(e) => panic!("unexpected refusal of a document: {e:?}"),
         }

@@ -184,7 +184,7 @@ pub fn parse_document_with(
     })?;
     let text = match format {
         SourceFormat::Text | SourceFormat::Markdown | SourceFormat::Extracted(_) => raw.to_owned(),
-        SourceFormat::Html => html_to_text(doc_id, raw)?,
+        SourceFormat::Html => html_to_text(doc_id, raw, limits)?,
     };
     if text.trim().is_empty() {
         return Err(Error::EmptyDocument {
@@ -277,19 +277,21 @@ fn extracted_document(
 }
 
 /// Renders HTML to plain text with `#` headings and blank lines between blocks; scripts, styles
-/// and markup are dropped, entities decoded, links reduced to their text.
-fn html_to_text(doc_id: &str, html: &str) -> Result<String> {
-    // A very wide line keeps paragraphs on one line (html2text wraps at `width`).
-    // `plain_no_decorate`: no Markdown emphasis or link markers, but headings keep `#` prefixes.
-    html2text::config::plain_no_decorate()
-        .no_table_borders()
-        .string_from_read(html.as_bytes(), 100_000)
-        .map(|t| t.lines().map(str::trim_end).collect::<Vec<_>>().join("\n"))
-        .map_err(|e| Error::InvalidJsonl {
+/// and markup are dropped, entities decoded, links reduced to their text. Nesting deeper than
+/// `max_html_depth` is refused before the HTML parser runs (`airlock_extract::html_to_text`).
+fn html_to_text(doc_id: &str, html: &str, limits: &ExtractLimits) -> Result<String> {
+    airlock_extract::html_to_text(html.as_bytes(), limits).map_err(|r| match r {
+        r @ airlock_extract::Refusal::LimitExceeded { .. } => Error::Extraction {
+            doc_id: doc_id.to_owned(),
+            reason: r.to_string(),
+            code: r.code(),
+        },
+        r => Error::InvalidJsonl {
             source_name: doc_id.to_owned(),
             line: 0,
-            reason: format!("HTML could not be rendered: {e}"),
-        })
+            reason: format!("HTML could not be rendered: {r}"),
+        },
+    })
 }
 
 fn first_heading(text: &str) -> Option<String> {
