@@ -691,6 +691,38 @@ mod tests {
     }
 
     #[test]
+    fn an_external_identity_never_takes_a_local_account() {
+        let (_dir, acl) = acl();
+        acl.add_user(
+            "t",
+            "op",
+            &NewUser {
+                local: true,
+                roles: vec![crate::Role::Admin],
+                ..NewUser::default()
+            },
+        )
+        .unwrap();
+        let before = acl.user("op").unwrap();
+        assert!(matches!(
+            acl.sync_directory_user("t", "op", &["g".into()]),
+            Err(Error::LocalAccount { user_id }) if user_id == "op"
+        ));
+        assert!(matches!(
+            acl.sync_directory_user("t", "op", &[]),
+            Err(Error::LocalAccount { .. })
+        ));
+        let list = [
+            ("op".to_string(), vec!["g".to_string()]),
+            ("a".to_string(), vec!["g".to_string()]),
+        ];
+        let c = acl.sync_directory("t", &list).unwrap();
+        assert_eq!((c.users_added, c.memberships_changed), (1, 1));
+        assert_eq!(acl.user("op").unwrap(), before);
+        assert_eq!(acl.user("a").unwrap().groups, ["g"]);
+    }
+
+    #[test]
     fn sessions_a_change_ends_are_audited_with_it() {
         use crate::{AuditKind, AuditQuery};
         let (_dir, acl) = acl();
