@@ -96,6 +96,17 @@ pub enum Error {
         /// The admin the change would remove or demote.
         user_id: String,
     },
+    /// A directory or OIDC sign-in resolved to the id of a local account (an operator created
+    /// with `airlock user add`): an external identity never takes a local account's roles or
+    /// groups. Nothing was changed.
+    #[error(
+        "{user_id:?} is a local account: a directory or OIDC identity cannot sign in as it; \
+         nothing was changed"
+    )]
+    LocalAccount {
+        /// The local account's id.
+        user_id: String,
+    },
     /// The IAM snapshot has malformed lines; nothing was applied.
     #[error("IAM snapshot rejected, nothing applied: {}", list_lines(.errors, *.total))]
     Snapshot {
@@ -173,6 +184,7 @@ impl Error {
             | Error::UserExists { .. }
             | Error::UnknownRole { .. }
             | Error::LastAdmin { .. }
+            | Error::LocalAccount { .. }
             | Error::Snapshot { .. }
             | Error::EmptySnapshot => true,
             Error::SnapshotRead { .. }

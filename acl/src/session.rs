@@ -534,6 +534,8 @@ impl Acl {
     /// are not listed keep their groups. Document grants are not touched. Only users whose
     /// groups changed are recomputed. An empty list is refused ([`Error::EmptySnapshot`]): a
     /// directory that returns nobody is a misconfiguration more often than an empty bank.
+    /// A listed user whose id is a local account's is left out: the directory never changes a
+    /// local account's groups.
     pub fn sync_directory<'a>(
         &self,
         actor: impl Into<Actor<'a>>,
@@ -573,7 +575,8 @@ impl Acl {
 
     /// One user's directory membership, at sign-in: creates the user (not local) or replaces
     /// their groups when they differ. Nothing is written when nothing changed. Returns whether
-    /// anything changed.
+    /// anything changed. A local account's id is refused ([`Error::LocalAccount`]): an external
+    /// identity never takes a local operator's roles or groups.
     pub fn sync_directory_user<'a>(
         &self,
         actor: impl Into<Actor<'a>>,
@@ -585,6 +588,11 @@ impl Acl {
         groups.iter().try_for_each(|g| check_id(IdKind::Group, g))?;
         let want: BTreeSet<&str> = groups.iter().map(String::as_str).collect();
         if let Some(u) = self.user(user_id) {
+            if u.local {
+                return Err(Error::LocalAccount {
+                    user_id: user_id.to_owned(),
+                });
+            }
             let have: BTreeSet<&str> = u.groups.iter().map(String::as_str).collect();
             if have == want {
                 return Ok(false);
@@ -614,6 +622,13 @@ fn apply_directory(
     full: bool,
 ) -> Result<SyncCounts, Error> {
     let mut counts = SyncCounts::default();
+    // A local account is never an external identity: one sign-in is refused, a full sync leaves
+    // local accounts as they are (checked under the writer lock, in the model being changed).
+    let is_local = |u: &str| m.users.get(u).is_some_and(|r| r.local);
+    if !full && let Some((u, _)) = users.iter().find(|(u, _)| is_local(u)) {
+        return Err(Error::LocalAccount { user_id: u.clone() });
+    }
+    let users: Vec<&(String, Vec<String>)> = users.iter().filter(|(u, _)| !is_local(u)).collect();
     let listed = users
         .iter()
         .map(|(u, gs)| (u.as_str(), gs.iter().map(String::as_str)));
@@ -729,6 +744,38 @@ mod tests {
             acl.sync_directory("t", &[]),
             Err(Error::EmptySnapshot)
         ));
+    }
+
+    #[test]
+    fn an_external_identity_never_takes_a_local_account() {
+        let (_dir, acl) = acl();
+        acl.add_user(
+            "t",
+            "op",
+            &NewUser {
+                local: true,
+                roles: vec![crate::Role::Admin],
+                ..NewUser::default()
+            },
+        )
+        .unwrap();
+        let before = acl.user("op").unwrap();
+        assert!(matches!(
+            acl.sync_directory_user("t", "op", &["g".into()]),
+            Err(Error::LocalAccount { user_id }) if user_id == "op"
+        ));
+        assert!(matches!(
+            acl.sync_directory_user("t", "op", &[]),
+            Err(Error::LocalAccount { .. })
+        ));
+        let list = [
+            ("op".to_string(), vec!["g".to_string()]),
+            ("a".to_string(), vec!["g".to_string()]),
+        ];
+        let c = acl.sync_directory("t", &list).unwrap();
+        assert_eq!((c.users_added, c.memberships_changed), (1, 1));
+        assert_eq!(acl.user("op").unwrap(), before);
+        assert_eq!(acl.user("a").unwrap().groups, ["g"]);
     }
 
     #[test]

@@ -388,6 +388,10 @@ impl From<airlock_acl::Error> for ApiError {
         match e {
             E::UnknownUser { .. } => ApiError::NotFound(e.to_string()),
             E::LastAdmin { .. } => ApiError::Conflict(e.to_string()),
+            E::LocalAccount { .. } => ApiError::Forbidden(
+                "this identity has the id of a local account: a directory or OIDC sign-in cannot \
+                 use it",
+            ),
             E::InvalidId { .. }
             | E::UserExists { .. }
             | E::UnknownRole { .. }

@@ -46,6 +46,9 @@ fn d_address_failures() -> u32 {
 fn d_window() -> u64 {
     300
 }
+fn d_page() -> u32 {
+    500
+}
 
 /// `[ldap]`: the directory users sign in against (docs/OPERATIONS.md, "Directory sign-in").
 #[derive(Clone, Deserialize)]
@@ -100,6 +103,10 @@ pub struct LdapConfig {
     /// `airlock serve` syncs the memberships from the directory this often [default: never].
     #[serde(default)]
     pub sync_interval_secs: Option<u64>,
+    /// Entries per page of a sync's searches (paged results control, RFC 2696) [default: 500;
+    /// at most the directory's own page limit, 1,000 for AD's `MaxPageSize`].
+    #[serde(default = "d_page")]
+    pub sync_page_size: u32,
     /// Failed sign-ins per username within the window before further attempts are refused
     /// (429) [default: 5].
     #[serde(default = "d_user_failures")]
@@ -219,10 +226,14 @@ impl LdapConfig {
                 u64::from(self.max_failures_per_address),
             ),
             ("ldap.max_nesting_depth", u64::from(self.max_nesting_depth)),
+            ("ldap.sync_page_size", u64::from(self.sync_page_size)),
         ] {
             if v == 0 {
                 return Err(invalid(field, "must be at least 1"));
             }
+        }
+        if self.sync_page_size > 10_000 {
+            return Err(invalid("ldap.sync_page_size", "must be at most 10000"));
         }
         if self.sync_interval_secs.is_some_and(|s| s < 60) {
             return Err(invalid("ldap.sync_interval_secs", "must be at least 60"));
@@ -263,6 +274,20 @@ impl LdapConfig {
         };
         (!host.is_empty()).then(|| (host.to_owned(), port))
     }
+}
+
+/// The one form of a typed username the limits count and the directory is asked for:
+/// surrounding whitespace trimmed, NFKC (full-width `ｂｏｂ` is `bob`), case-folded, and runs of
+/// inner whitespace as one space. Directories match usernames this loosely (LDAP's caseIgnore
+/// matching prepares strings the same way), so every variant that would reach one account is
+/// one name here.
+pub fn canonical_username(typed: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    let nfkc: String = typed.nfkc().collect();
+    nfkc.to_lowercase()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn url_host(url: &str) -> Option<&str> {
@@ -448,6 +473,65 @@ impl Directory {
             .map(String::as_str)
     }
 
+    /// The entry's user id: exactly one value of `user_id_attr` (none, or several, is refused:
+    /// an entry with two ids would sign in as whichever comes first).
+    fn user_id_of(&self, entry: &SearchEntry) -> Result<String, DirectoryError> {
+        let values: Vec<&String> = entry
+            .attrs
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(&self.cfg.user_id_attr))
+            .flat_map(|(_, v)| v)
+            .collect();
+        match values.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(DirectoryError::BadEntry(format!(
+                "{} has no {}",
+                entry.dn, self.cfg.user_id_attr
+            ))),
+            many => Err(DirectoryError::BadEntry(format!(
+                "{} has {} values of {} (one user id is required)",
+                entry.dn,
+                many.len(),
+                self.cfg.user_id_attr
+            ))),
+        }
+    }
+
+    /// A subtree search in pages of `sync_page_size` (RFC 2696), so a directory's size limit
+    /// (AD: 1,000 entries per search) does not cut a sync short.
+    async fn search_paged(
+        &self,
+        ldap: &mut Ldap,
+        filter: &str,
+        attrs: Vec<&str>,
+    ) -> Result<Vec<SearchEntry>, DirectoryError> {
+        use ldap3::adapters::{Adapter, EntriesOnly, PagedResults};
+        let page = i32::try_from(self.cfg.sync_page_size).unwrap_or(i32::MAX);
+        let adapters: Vec<Box<dyn Adapter<_, _>>> = vec![
+            Box::new(EntriesOnly::new()),
+            Box::new(PagedResults::new(page)),
+        ];
+        let mut stream = ldap
+            .with_timeout(self.op_timeout())
+            .streaming_search_with(adapters, &self.cfg.user_base, Scope::Subtree, filter, attrs)
+            .await
+            .map_err(|e| unavailable("paged search", e))?;
+        let mut out = Vec::new();
+        while let Some(e) = stream
+            .next()
+            .await
+            .map_err(|e| unavailable("paged search", e))?
+        {
+            out.push(SearchEntry::construct(e));
+        }
+        stream
+            .finish()
+            .await
+            .success()
+            .map_err(|e| unavailable("paged search", e))?;
+        Ok(out)
+    }
+
     /// The groups of the entry `dn` (nested ones followed when configured), sorted.
     async fn groups_of(&self, ldap: &mut Ldap, dn: &str) -> Result<Vec<String>, DirectoryError> {
         let mut names = BTreeSet::new();
@@ -584,11 +668,7 @@ impl Directory {
         ldap: &mut Ldap,
         entry: &SearchEntry,
     ) -> Result<DirectoryUser, DirectoryError> {
-        let user_id = Self::attr(entry, &self.cfg.user_id_attr)
-            .ok_or_else(|| {
-                DirectoryError::BadEntry(format!("{} has no {}", entry.dn, self.cfg.user_id_attr))
-            })?
-            .to_owned();
+        let user_id = self.user_id_of(entry)?;
         let groups = self.groups_of(ldap, &entry.dn).await?;
         Ok(DirectoryUser {
             user_id,
@@ -597,7 +677,8 @@ impl Directory {
         })
     }
 
-    /// Every enabled user with their groups, for a membership sync.
+    /// Every enabled user with their groups, for a membership sync (searched in pages). An
+    /// entry without exactly one user id is left out (logged): it cannot sign in either.
     pub async fn all_users(&self) -> Result<Vec<DirectoryUser>, DirectoryError> {
         let mut ldap = self.connect().await?;
         let filter = self
@@ -606,17 +687,10 @@ impl Directory {
             .clone()
             .unwrap_or_else(|| self.cfg.user_filter.replace("{username}", "*"));
         let attrs = vec![self.cfg.user_id_attr.as_str()];
-        let entries = self
-            .search(&mut ldap, &self.cfg.user_base, &filter, attrs)
-            .await?;
+        let entries = self.search_paged(&mut ldap, &filter, attrs).await?;
         let disabled: HashSet<String> = match &self.cfg.disabled_filter {
             Some(d) => self
-                .search(
-                    &mut ldap,
-                    &self.cfg.user_base,
-                    &format!("(&{filter}{d})"),
-                    vec!["1.1"],
-                )
+                .search_paged(&mut ldap, &format!("(&{filter}{d})"), vec!["1.1"])
                 .await?
                 .into_iter()
                 .map(|e| e.dn.to_ascii_lowercase())
@@ -626,6 +700,10 @@ impl Directory {
         let mut out = Vec::with_capacity(entries.len());
         for e in entries {
             if disabled.contains(&e.dn.to_ascii_lowercase()) {
+                continue;
+            }
+            if let Err(DirectoryError::BadEntry(why)) = self.user_id_of(&e) {
+                tracing::warn!(entry = %e.dn, "directory sync leaves out an entry: {why}");
                 continue;
             }
             out.push(self.describe(&mut ldap, &e).await?);
@@ -701,6 +779,24 @@ mod tests {
         assert_eq!(e("ldaps://dc1.bank:x"), None);
         assert_eq!(e("ldaps://dc1.bank:0"), None);
         assert_eq!(e("ldaps://:636"), None);
+    }
+
+    #[test]
+    fn usernames_have_one_canonical_form() {
+        for v in [
+            "bob",
+            " bob",
+            "bob ",
+            "BOB",
+            "ｂｏｂ",
+            "Ｂｏｂ",
+            "\u{3000}bob\t",
+        ] {
+            assert_eq!(canonical_username(v), "bob", "{v:?}");
+        }
+        assert_eq!(canonical_username(" Anna  Maria "), "anna maria");
+        assert_eq!(canonical_username("\u{3000} "), "");
+        assert_ne!(canonical_username("b o b"), "bob");
     }
 
     #[test]

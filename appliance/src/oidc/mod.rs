@@ -15,7 +15,8 @@
 pub mod http;
 pub mod jwt;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -39,8 +40,11 @@ pub const CALLBACK_PATH: &str = "/v1/auth/oidc/callback";
 pub const PRE_LOGIN_COOKIE: &str = "airlock_oidc";
 /// How long a started sign-in may take at the identity provider.
 pub const PRE_LOGIN_TTL: Duration = Duration::from_secs(600);
-/// Sign-ins in progress kept at most (expired ones are dropped first).
+/// Sign-ins in progress kept at most (expired ones are dropped first, then the oldest).
 pub const MAX_PENDING: usize = 10_000;
+/// Sign-ins in progress kept per client address (an IPv6 client by its /64): a new one
+/// forgets that address's oldest, so one client cannot crowd out the others.
+pub const MAX_PENDING_PER_CLIENT: usize = 32;
 /// Allowed clock difference with the identity provider.
 pub const CLOCK_SKEW_SECS: i64 = 60;
 /// At most one JWKS re-fetch for an unknown `kid` per this interval.
@@ -206,9 +210,6 @@ pub enum OidcError {
     /// The provider cannot be reached or failed (5xx, bad discovery).
     #[error("the identity provider is unavailable: {0}")]
     Unavailable(String),
-    /// Too many sign-ins in progress.
-    #[error("too many sign-ins in progress")]
-    Busy,
 }
 
 fn refused(why: impl Into<String>) -> OidcError {
@@ -236,6 +237,65 @@ struct Pending {
     nonce: String,
     verifier: String,
     started: Instant,
+}
+
+/// Whom a pre-login entry counts against: the client address, an IPv6 one by its /64 (`None`:
+/// the address is unknown, one bucket).
+type ClientKey = Option<IpAddr>;
+
+fn client_key(ip: Option<IpAddr>) -> ClientKey {
+    ip.map(|ip| match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(bits.into())
+        }
+    })
+}
+
+/// The sign-ins in progress, and per client the keys of theirs in start order.
+#[derive(Default)]
+struct PendingTable {
+    entries: HashMap<[u8; 32], Pending>,
+    by_client: HashMap<ClientKey, VecDeque<[u8; 32]>>,
+}
+
+impl PendingTable {
+    /// Makes room for one more entry of `client`: drops that client's used and expired keys
+    /// and its oldest entries over [`MAX_PENDING_PER_CLIENT`]; when the table is full, the
+    /// expired entries, then the oldest one.
+    fn make_room(&mut self, client: ClientKey) {
+        let PendingTable { entries, by_client } = self;
+        let live = |entries: &HashMap<[u8; 32], Pending>, k: &[u8; 32]| {
+            entries
+                .get(k)
+                .is_some_and(|p| p.started.elapsed() < PRE_LOGIN_TTL)
+        };
+        let queue = by_client.entry(client).or_default();
+        queue.retain(|k| live(entries, k));
+        while queue.len() >= MAX_PENDING_PER_CLIENT {
+            if let Some(old) = queue.pop_front() {
+                entries.remove(&old);
+            }
+        }
+        if entries.len() >= MAX_PENDING {
+            entries.retain(|_, p| p.started.elapsed() < PRE_LOGIN_TTL);
+            if entries.len() >= MAX_PENDING
+                && let Some(oldest) = entries
+                    .iter()
+                    .min_by_key(|(_, p)| p.started)
+                    .map(|(k, _)| *k)
+            {
+                entries.remove(&oldest);
+            }
+        }
+        if by_client.len() > MAX_PENDING {
+            by_client.retain(|_, q| {
+                q.retain(|k| live(entries, k));
+                !q.is_empty()
+            });
+        }
+    }
 }
 
 /// A verified sign-in.
@@ -267,7 +327,7 @@ pub struct Oidc {
     tls: Option<Arc<rustls::ClientConfig>>,
     jwks: RwLock<Vec<Jwk>>,
     last_refetch: Mutex<Option<Instant>>,
-    pending: Mutex<HashMap<[u8; 32], Pending>>,
+    pending: Mutex<PendingTable>,
 }
 
 impl std::fmt::Debug for Oidc {
@@ -353,7 +413,7 @@ impl Oidc {
             tls,
             jwks: RwLock::new(jwks),
             last_refetch: Mutex::new(None),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(PendingTable::default()),
         })
     }
 
@@ -391,25 +451,25 @@ impl Oidc {
 
     /// Sign-ins in progress (for tests and metrics).
     pub fn pending_len(&self) -> usize {
-        self.pending.lock().len()
+        self.pending.lock().entries.len()
     }
 
-    /// Starts a sign-in: the pre-login cookie's secret and the authorization URL to redirect
-    /// the browser to (state, nonce and the PKCE challenge in it; the verifier stays here).
-    pub fn begin(&self) -> Result<(String, String), OidcError> {
+    /// Starts a sign-in from `client` (its address, when known): the pre-login cookie's secret
+    /// and the authorization URL to redirect the browser to (state, nonce and the PKCE challenge
+    /// in it; the verifier stays here). Never refused for room: the client's oldest entry
+    /// over [`MAX_PENDING_PER_CLIENT`], or the table's oldest over [`MAX_PENDING`], is forgotten.
+    pub fn begin(&self, client: Option<IpAddr>) -> Result<(String, String), OidcError> {
         let (secret, state, nonce, verifier) =
             (random_b64(), random_b64(), random_b64(), random_b64());
         let challenge = URL_SAFE_NO_PAD.encode(Sha256::digest(verifier.as_bytes()));
         {
+            let client = client_key(client);
+            let key = cookie_key(&secret);
             let mut p = self.pending.lock();
-            if p.len() >= MAX_PENDING {
-                p.retain(|_, v| v.started.elapsed() < PRE_LOGIN_TTL);
-                if p.len() >= MAX_PENDING {
-                    return Err(OidcError::Busy);
-                }
-            }
-            p.insert(
-                cookie_key(&secret),
+            p.make_room(client);
+            p.by_client.entry(client).or_default().push_back(key);
+            p.entries.insert(
+                key,
                 Pending {
                     state: state.clone(),
                     nonce: nonce.clone(),
@@ -449,7 +509,7 @@ impl Oidc {
         params: &CallbackParams,
     ) -> Result<SignedIn, OidcError> {
         let pending = cookie
-            .and_then(|c| self.pending.lock().remove(&cookie_key(c)))
+            .and_then(|c| self.pending.lock().entries.remove(&cookie_key(c)))
             .ok_or_else(|| {
                 refused("no sign-in in progress in this browser (missing, used or unknown pre-login cookie)")
             })?;

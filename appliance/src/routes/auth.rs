@@ -95,15 +95,25 @@ fn check_login(b: &LoginBody) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Writes a sign-in audit entry; a failure is logged, not answered (the refusal it records
-/// stands either way).
+/// Writes a sign-in audit entry (actor `ldap-login`); a failure is logged, not answered (the
+/// refusal it records stands either way).
 async fn audit(acl: &std::sync::Arc<airlock_acl::Acl>, request_id: &str, event: Owned) -> bool {
+    audit_as(acl, LOGIN_ACTOR, request_id, event).await
+}
+
+/// [`audit`] with another actor (`oidc-login` for OIDC sign-ins).
+pub(crate) async fn audit_as(
+    acl: &std::sync::Arc<airlock_acl::Acl>,
+    actor: &'static str,
+    request_id: &str,
+    event: Owned,
+) -> bool {
     let acl = acl.clone();
     let request_id = request_id.to_owned();
     let done = blocking(move || {
         Ok(acl.audit_sign_in(
             airlock_acl::Actor {
-                user_id: LOGIN_ACTOR,
+                user_id: actor,
                 request_id: Some(&request_id),
             },
             &event.borrowed(),
@@ -120,12 +130,42 @@ async fn audit(acl: &std::sync::Arc<airlock_acl::Acl>, request_id: &str, event: 
 }
 
 /// An owned [`airlock_acl::SignIn`] (it crosses into a blocking task).
-struct Owned {
-    method: &'static str,
-    outcome: &'static str,
-    user_id: Option<String>,
-    username: Option<String>,
-    client: String,
+pub(crate) struct Owned {
+    pub(crate) method: &'static str,
+    pub(crate) outcome: &'static str,
+    pub(crate) user_id: Option<String>,
+    pub(crate) username: Option<String>,
+    pub(crate) client: String,
+}
+
+/// Gives an external identity (directory or OIDC) its memberships and a session, as `actor`.
+/// `Ok(Err(_))`: the identity is refused (a local account's id), nothing was changed.
+pub(crate) async fn open_external_session(
+    acl: &std::sync::Arc<airlock_acl::Acl>,
+    actor: &'static str,
+    request_id: &str,
+    user_id: &str,
+    groups: &[String],
+    absolute: std::time::Duration,
+) -> Result<Result<airlock_acl::NewSession, airlock_acl::Error>, ApiError> {
+    let acl = acl.clone();
+    let (uid, groups, rid) = (user_id.to_owned(), groups.to_vec(), request_id.to_owned());
+    blocking(move || {
+        let synced = acl.sync_directory_user(
+            airlock_acl::Actor {
+                user_id: actor,
+                request_id: Some(&rid),
+            },
+            &uid,
+            &groups,
+        );
+        match synced {
+            Ok(_) => Ok(Ok(acl.create_session(&uid, absolute)?)),
+            Err(e @ airlock_acl::Error::LocalAccount { .. }) => Ok(Err(e)),
+            Err(e) => Err(e.into()),
+        }
+    })
+    .await
 }
 
 impl Owned {
@@ -157,26 +197,32 @@ pub async fn login(
     };
     let services = state.services()?;
     check_login(&body)?;
+    // One name per account for the limits and the directory: `bob`, ` bob`, `BOB` and `ｂｏｂ`
+    // are the same attempt (the directory would match them all to bob).
+    let username = crate::ldap::canonical_username(&body.username);
+    if username.is_empty() {
+        return Err(ApiError::InvalidRequest(
+            "`username` must not be empty".into(),
+        ));
+    }
     let address = peer.map_or_else(|| "unknown".to_string(), |c| c.0.0.ip().to_string());
     let event = |outcome, user_id: Option<String>| Owned {
         method: "ldap",
         outcome,
-        username: user_id.is_none().then(|| body.username.clone()),
+        username: user_id.is_none().then(|| username.clone()),
         user_id,
         client: address.clone(),
     };
     let limits = (cfg.max_failures_per_user, cfg.max_failures_per_address);
     let window = std::time::Duration::from_secs(cfg.failure_window_secs);
     let limiter = state.logins();
-    if let Err(r) = limiter.check(&body.username, &address, limits, window) {
+    if let Err(r) = limiter.check(&username, &address, limits, window) {
         audit(&services.acl, &request_id, event("rate_limited", None)).await;
         return Err(ApiError::LoginRateLimited {
             retry_after: r.retry_after,
         });
     }
-    let outcome = Directory::new(cfg)
-        .login(&body.username, &body.password)
-        .await;
+    let outcome = Directory::new(cfg).login(&username, &body.password).await;
     let user = match outcome {
         Ok(u) => u,
         Err(e) => {
@@ -184,7 +230,7 @@ pub async fn login(
                 e,
                 DirectoryError::InvalidCredentials(_) | DirectoryError::Disabled(_)
             ) {
-                limiter.failed(&body.username, &address);
+                limiter.failed(&username, &address);
             }
             tracing::info!(request_id = %request_id, error = %e, "directory sign-in refused");
             // Unknown user and wrong password differ only here (the same audit write for both:
@@ -204,30 +250,36 @@ pub async fn login(
                     event("directory_unavailable", None),
                     ApiError::DirectoryUnavailable(cause),
                 ),
-                DirectoryError::BadEntry(cause) => {
-                    (event("bad_entry", None), ApiError::internal(cause))
-                }
+                // The account's own entry is unusable (no user id, or several): refused.
+                DirectoryError::BadEntry(_) => (
+                    event("bad_entry", None),
+                    ApiError::Forbidden(
+                        "the directory entry of this account does not have exactly one user id",
+                    ),
+                ),
             };
             audit(&services.acl, &request_id, what).await;
             return Err(err);
         }
     };
     let absolute = state.config().sessions().absolute();
-    let acl = services.acl.clone();
-    let (uid, groups) = (user.user_id.clone(), user.groups.clone());
-    let rid = request_id.clone();
-    let s = blocking(move || {
-        acl.sync_directory_user(
-            airlock_acl::Actor {
-                user_id: LOGIN_ACTOR,
-                request_id: Some(&rid),
-            },
-            &uid,
-            &groups,
-        )?;
-        Ok(acl.create_session(&uid, absolute)?)
-    })
-    .await?;
+    let s = match open_external_session(
+        &services.acl,
+        LOGIN_ACTOR,
+        &request_id,
+        &user.user_id,
+        &user.groups,
+        absolute,
+    )
+    .await?
+    {
+        Ok(s) => s,
+        Err(e) => {
+            let what = event("local_account", Some(user.user_id.clone()));
+            audit(&services.acl, &request_id, what).await;
+            return Err(e.into());
+        }
+    };
     // A sign-in the audit log does not show is not handed out.
     if !audit(
         &services.acl,

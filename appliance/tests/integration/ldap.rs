@@ -649,3 +649,143 @@ fn acl_sync_ldap_cli_imports_memberships() {
         "disabled users are not imported"
     );
 }
+
+/// Issue 42 M1: `"bob "`, `" bob"`, `BOB` and full-width `ｂｏｂ` reach the same directory
+/// account, so they count against the same per-user limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn username_variants_count_against_one_account() {
+    let Some(s) = Slapd::start() else { return };
+    let extra =
+        "max_failures_per_user = 2\nmax_failures_per_address = 100\nfailure_window_secs = 600\n";
+    let t = app(&s, true, extra, SessionConfig::default());
+    // Every spelling signs in as bob.
+    for variant in ["bob ", " bob", "ｂｏｂ", "BOB"] {
+        let r = login_from(&t, variant, "bob-pw", "10.1.0.1").await;
+        assert_eq!(r.status, StatusCode::OK, "{variant:?}: {}", r.text);
+        assert_eq!(r.json["user"], "bob", "{variant:?}");
+    }
+    // Two failures, each under another spelling, from other addresses.
+    for (variant, from) in [(" bob", "10.1.0.2"), ("ｂｏｂ ", "10.1.0.3")] {
+        assert_eq!(
+            login_from(&t, variant, "wrong", from).await.json,
+            bad_credentials()
+        );
+    }
+    // Now every spelling is limited, even with the right password.
+    for variant in [
+        "bob",
+        "bob ",
+        " bob",
+        "ｂｏｂ",
+        "BOB",
+        "Ｂｏｂ",
+        "bob\u{3000}",
+    ] {
+        let r = login_from(&t, variant, "bob-pw", "10.1.0.4").await;
+        r.assert_problem(
+            429,
+            "login-rate-limited",
+            "too many failed sign-ins; retry later",
+        );
+    }
+    // Another account is not affected; a name that is only whitespace is refused up front.
+    let r = login_from(&t, "alice", "alice-pw", "10.1.0.4").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let r = login_from(&t, "\u{3000}", "x", "10.1.0.4").await;
+    r.assert_problem(400, "invalid-request", "`username` must not be empty");
+}
+
+/// Issue 42 M2 (directory side): the directory user `admin` never takes the local admin's
+/// roles or groups, at sign-in or in a sync; an entry with two user ids signs in as neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_identities_never_take_a_local_account() {
+    let Some(s) = Slapd::start() else { return };
+    let t = app(&s, false, "", SessionConfig::default());
+    s.modify(&format!(
+        "dn: {}\nchangetype: add\nobjectClass: inetOrgPerson\nuid: admin\ncn: admin\nsn: admin\n\
+         userPassword: admin-pw\n\n\
+         dn: {}\nchangetype: add\nobjectClass: inetOrgPerson\nuid: mallory\nuid: alice\n\
+         cn: mallory\nsn: mallory\nuserPassword: mallory-pw\n\n\
+         dn: cn=risk,ou=groups,{BASE}\nchangetype: modify\nadd: member\nmember: {}\n",
+        user_dn("admin"),
+        user_dn("mallory"),
+        user_dn("admin"),
+    ));
+    let acl = t.state.services().unwrap().acl.clone();
+    let before = acl.user("admin").unwrap();
+    assert!(before.local && before.groups.is_empty());
+    let sessions = || -> i64 {
+        rusqlite::Connection::open(t._dir.path().join("airlock.db"))
+            .unwrap()
+            .query_row("SELECT count(*) FROM acl_sessions", [], |r| r.get(0))
+            .unwrap()
+    };
+    // The right directory password for `admin`: refused, nothing changed.
+    let r = login(&t, "admin", "admin-pw").await;
+    r.assert_problem(
+        403,
+        "forbidden",
+        "this identity has the id of a local account: a directory or OIDC sign-in cannot use it",
+    );
+    assert!(r.headers.get(header::SET_COOKIE).is_none());
+    assert_eq!(acl.user("admin").unwrap(), before);
+    assert_eq!(sessions(), 0);
+    // Two uid values: refused, whichever comes first.
+    let r = login(&t, "mallory", "mallory-pw").await;
+    r.assert_problem(
+        403,
+        "forbidden",
+        "the directory entry of this account does not have exactly one user id",
+    );
+    assert_eq!(sessions(), 0);
+    assert!(acl.user("mallory").is_none());
+    // A sync leaves the local admin and the two-id entry out.
+    let r = t
+        .call(Method::POST, "/v1/acl/sync/ldap", Some(&t.admin), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["users_added"], 3, "alice, bob, carol: {}", r.text);
+    assert_eq!(acl.user("admin").unwrap(), before);
+    assert!(acl.user("mallory").is_none());
+    assert_eq!(acl.user("alice").unwrap().groups, ["analysts"]);
+    // The local admin still administers.
+    let r = t
+        .call(Method::POST, "/v1/acl/sync/ldap", Some(&t.admin), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+}
+
+/// Issue 42 M6: a directory whose size limit is smaller than its user list (AD: 1,000) is
+/// synced in pages; a disabled user still loses their session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn directory_sync_pages_past_the_directorys_size_limit() {
+    let Some(s) = Slapd::start_with_size_limit(2) else {
+        return;
+    };
+    let t = app(&s, false, "sync_page_size = 2\n", SessionConfig::default());
+    let r = t
+        .call(Method::POST, "/v1/acl/sync/ldap", Some(&t.admin), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["users_added"], 3, "{}", r.text);
+    let login_r = login(&t, "bob", "bob-pw").await;
+    assert_eq!(login_r.status, StatusCode::OK, "{}", login_r.text);
+    let cookie = cookie_of(&login_r);
+    s.modify(&format!(
+        "dn: {}\nchangetype: modify\nadd: employeeType\nemployeeType: disabled\n",
+        user_dn("bob")
+    ));
+    let r = t
+        .call(Method::POST, "/v1/acl/sync/ldap", Some(&t.admin), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["users_removed"], 1, "{}", r.text);
+    with_cookie(&t, Method::GET, "/v1/conversations", &cookie, None, None)
+        .await
+        .assert_problem(401, "unauthorized", "a valid bearer token is required");
+    // A page size of 0 or past 10,000 is refused at start-up.
+    for bad in ["sync_page_size = 0\n", "sync_page_size = 10001\n"] {
+        let e = ldap_config(&s, false, bad).validate().unwrap_err();
+        assert_eq!(e.0, "ldap.sync_page_size", "{bad}");
+    }
+}

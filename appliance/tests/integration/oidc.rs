@@ -111,6 +111,8 @@ fn spawn(
         "accounts": {
             "alice": {"preferred_username": "alice", "name": "Alice", "groups": ["analysts"]},
             "bob": {"preferred_username": "bob", "name": "Bob", "groups": ["risk", "staff"]},
+            // The id of the test app's local admin (`sub` is the account id).
+            "admin": {"preferred_username": "admin", "name": "Mallory", "groups": ["risk"]},
         },
     });
     let path = dir.join("provider.json");
@@ -968,4 +970,156 @@ fn the_daemon_connects_only_to_the_oidc_provider() {
         );
     }
     eprintln!("{} connects, all to 127.0.0.1:{}", inet.len(), p.port);
+}
+
+/// The `sign_in` audit entries (oldest first).
+async fn oidc_sign_ins(t: &TestApp) -> Vec<Value> {
+    let r = t
+        .call(
+            Method::GET,
+            "/v1/audit?kind=sign_in&limit=1000",
+            Some(&t.admin),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let mut e = r.json["entries"].as_array().unwrap().clone();
+    e.sort_by_key(|e| e["seq"].as_i64());
+    e
+}
+
+/// Issue 42 M2 (OIDC side): an OIDC account whose id is the local admin's is refused and
+/// changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oidc_identities_never_take_a_local_account() {
+    if !provider_available("oidc_identities_never_take_a_local_account") {
+        return;
+    }
+    let client = Client::new("airlock", SECRET, CALLBACK);
+    let p = Provider::start(0, &["k1"], std::slice::from_ref(&client));
+    let t = app_for(&p, &client).await;
+    let acl = t.state.services().unwrap().acl.clone();
+    let before = acl.user("admin").unwrap();
+    assert!(before.local && before.groups.is_empty());
+
+    // The provider's `admin` (sub = admin): refused, no session, the local admin unchanged.
+    let r = sign_in(&t, "admin").await;
+    r.assert_problem(
+        403,
+        "forbidden",
+        "this identity has the id of a local account: a directory or OIDC sign-in cannot use it",
+    );
+    assert_eq!(sessions(&t), 0);
+    assert_eq!(acl.user("admin").unwrap(), before);
+    let e = oidc_sign_ins(&t).await;
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert_eq!(
+        (&e[0]["user_id"], &e[0]["detail"]["outcome"]),
+        (&json!("admin"), &json!("local_account"))
+    );
+    // The admin token still administers; another account still signs in.
+    let r = t
+        .call(Method::GET, "/v1/audit?limit=1", Some(&t.admin), None)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    session_of(&sign_in(&t, "bob").await);
+    assert_eq!(acl.user("bob").unwrap().groups, ["risk", "staff"]);
+}
+
+/// Issue 42 M7: every OIDC callback writes one `sign_in` entry with the fields a directory
+/// sign-in has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oidc_sign_ins_are_audited() {
+    if !provider_available("oidc_sign_ins_are_audited") {
+        return;
+    }
+    let client = Client::new("airlock", SECRET, CALLBACK);
+    let p = Provider::start(0, &["k1"], std::slice::from_ref(&client));
+    let t = app_for(&p, &client).await;
+    // A success and a refusal (no pre-login cookie).
+    session_of(&sign_in(&t, "alice").await);
+    let (authorize, _) = begin(&t).await;
+    let redirect = Browser::new().sign_in(&authorize, "bob", CALLBACK);
+    refused(
+        &callback(&t, &redirect, None).await,
+        "no sign-in in progress",
+    );
+
+    let e = oidc_sign_ins(&t).await;
+    let shape: Vec<(Value, Value, Value, Value, Value)> = e
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].clone(),
+                e["user_id"].clone(),
+                e["detail"]["method"].clone(),
+                e["detail"]["outcome"].clone(),
+                e["detail"]["client"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (
+                json!("oidc-login"),
+                json!("alice"),
+                json!("oidc"),
+                json!("success"),
+                json!("unknown")
+            ),
+            (
+                json!("oidc-login"),
+                Value::Null,
+                json!("oidc"),
+                json!("refused"),
+                json!("unknown")
+            ),
+        ],
+        "{e:?}"
+    );
+    for e in &e {
+        assert!(
+            e["request_id"].as_str().is_some_and(|r| !r.is_empty()),
+            "{e}"
+        );
+    }
+}
+
+/// Issue 42 M5: 10,000 anonymous `GET /v1/auth/oidc/login` from one address keep at most
+/// `MAX_PENDING_PER_CLIENT` entries, and a real sign-in from elsewhere still works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_started_sign_ins_does_not_lock_others_out() {
+    if !provider_available("a_flood_of_started_sign_ins_does_not_lock_others_out") {
+        return;
+    }
+    let client = Client::new("airlock", SECRET, CALLBACK);
+    let p = Provider::start(0, &["k1"], std::slice::from_ref(&client));
+    let t = app_for(&p, &client).await;
+    let from = |ip: &str, i: u32| {
+        let mut req = Request::get("/v1/auth/oidc/login")
+            .body(Body::empty())
+            .unwrap();
+        let addr: std::net::SocketAddr = format!("{ip}:{}", 1024 + i % 60000).parse().unwrap();
+        req.extensions_mut()
+            .insert(axum::extract::ConnectInfo(addr));
+        req
+    };
+    for i in 0..10_000 {
+        let r = t.send(from("203.0.113.7", i)).await;
+        assert_eq!(r.status, StatusCode::FOUND, "request {i}: {}", r.text);
+    }
+    let oidc = t.state.oidc().unwrap().clone();
+    assert_eq!(oidc.pending_len(), airlock::oidc::MAX_PENDING_PER_CLIENT);
+    // An IPv6 client is one client per /64.
+    for i in 0..100 {
+        let ip = format!("[2001:db8:1:2::{:x}]", i + 1);
+        assert_eq!(t.send(from(&ip, i)).await.status, StatusCode::FOUND);
+    }
+    assert_eq!(
+        oidc.pending_len(),
+        2 * airlock::oidc::MAX_PENDING_PER_CLIENT
+    );
+    // A real sign-in (another client) goes through.
+    session_of(&sign_in(&t, "alice").await);
 }

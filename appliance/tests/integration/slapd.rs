@@ -121,7 +121,7 @@ fn data_ldif() -> String {
     s
 }
 
-fn config_ldif(d: &Path) -> String {
+fn config_ldif(d: &Path, db_extra: &str) -> String {
     let d = d.display();
     format!(
         "dn: cn=config\nobjectClass: olcGlobal\ncn: config\nolcPidFile: {d}/slapd.pid\n\
@@ -141,7 +141,7 @@ dn: olcDatabase={{1}}mdb,cn=config\nobjectClass: olcDatabaseConfig\nobjectClass:
 olcDatabase: {{1}}mdb\nolcSuffix: {BASE}\nolcRootDN: {ROOT_DN}\nolcRootPW: {ROOT_PW}\n\
 olcDbDirectory: {d}/db\n\
 olcAccess: {{0}}to attrs=userPassword by self write by anonymous auth by * none\n\
-olcAccess: {{1}}to * by dn.exact=\"{SERVICE_DN}\" read by self read by * none\n"
+olcAccess: {{1}}to * by dn.exact=\"{SERVICE_DN}\" read by self read by * none\n{db_extra}"
     )
 }
 
@@ -211,6 +211,20 @@ impl Slapd {
     /// Starts slapd, or returns `None` after a loud skip message when it is not installed and
     /// `AIRLOCK_REQUIRE_SLAPD` is not `1`.
     pub fn start() -> Option<Slapd> {
+        Self::start_with("")
+    }
+
+    /// [`Slapd::start`] with a search size limit for everyone but the root DN (AD's
+    /// `MaxPageSize` in small): a search matching more than `limit` entries fails with
+    /// `sizeLimitExceeded` unless it is paged (RFC 2696) in pages of at most `limit`.
+    pub fn start_with_size_limit(limit: u32) -> Option<Slapd> {
+        Self::start_with(&format!(
+            "olcLimits: * size.soft={limit} size.hard={limit} size.pr={limit} \
+             size.prtotal=unlimited\n"
+        ))
+    }
+
+    fn start_with(db_extra: &str) -> Option<Slapd> {
         let (Some(slapd), Some(slapadd)) = (find("slapd"), find("slapadd")) else {
             if std::env::var("AIRLOCK_REQUIRE_SLAPD").as_deref() == Ok("1") {
                 panic!("AIRLOCK_REQUIRE_SLAPD=1 but slapd/slapadd are not installed (slapd)");
@@ -226,7 +240,7 @@ impl Slapd {
         std::fs::create_dir_all(d.join("slapd.d")).unwrap();
         std::fs::create_dir_all(d.join("db")).unwrap();
         make_certs(d);
-        std::fs::write(d.join("config.ldif"), config_ldif(d)).unwrap();
+        std::fs::write(d.join("config.ldif"), config_ldif(d, db_extra)).unwrap();
         std::fs::write(d.join("data.ldif"), data_ldif()).unwrap();
         let secret = d.join("bind.secret");
         std::fs::write(&secret, format!("{SERVICE_PW}\n")).unwrap();
