@@ -290,6 +290,33 @@ pub fn canonical_username(typed: &str) -> String {
         .join(" ")
 }
 
+/// Whether `c` is invisible to a directory's matching: RFC 4518 §2.2 maps soft hyphens,
+/// joiners, variation selectors, format characters and the like to nothing, so `b\u{200B}ob`
+/// would reach bob's entry under another name. Usernames holding one are refused.
+pub fn is_ignorable_in_usernames(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{034F}'
+            | '\u{061C}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{17B4}'..='\u{17B5}'
+            | '\u{1806}'
+            | '\u{180B}'..='\u{180F}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FE00}'..='\u{FE0F}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF0}'..='\u{FFFC}'
+            | '\u{1BCA0}'..='\u{1BCA3}'
+            | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}'
+    )
+}
+
 fn url_host(url: &str) -> Option<&str> {
     let rest = url.split_once("://")?.1;
     let host = rest.split(['/', '?']).next()?;
@@ -797,6 +824,14 @@ mod tests {
         assert_eq!(canonical_username(" Anna  Maria "), "anna maria");
         assert_eq!(canonical_username("\u{3000} "), "");
         assert_ne!(canonical_username("b o b"), "bob");
+        for c in ['\u{00AD}', '\u{200B}', '\u{2060}', '\u{FE0F}', '\u{FEFF}'] {
+            assert!(is_ignorable_in_usernames(c), "{c:?}");
+        }
+        assert!(
+            "bob ｂｏｂ é"
+                .chars()
+                .all(|c| !is_ignorable_in_usernames(c))
+        );
     }
 
     #[test]

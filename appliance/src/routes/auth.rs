@@ -85,6 +85,16 @@ fn check_login(b: &LoginBody) -> Result<(), ApiError> {
     if b.username.len() > 256 || b.username.chars().any(char::is_control) {
         return bad("`username` must be at most 256 bytes without control characters");
     }
+    if b.username
+        .chars()
+        .any(crate::ldap::is_ignorable_in_usernames)
+    {
+        // The directory would ignore them and match another spelling's account.
+        return bad(
+            "`username` must not contain invisible characters (soft hyphens, zero-width or \
+             format characters, variation selectors)",
+        );
+    }
     if b.password.is_empty() {
         // An empty password is an anonymous bind to many directories: never sent.
         return bad("`password` must not be empty");

@@ -693,6 +693,17 @@ async fn username_variants_count_against_one_account() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let r = login_from(&t, "\u{3000}", "x", "10.1.0.4").await;
     r.assert_problem(400, "invalid-request", "`username` must not be empty");
+    // Characters the directory ignores when matching (RFC 4518 §2.2) would be another name for
+    // bob here: refused before the limits and the directory.
+    for variant in ["b\u{200B}ob", "bob\u{00AD}", "\u{FEFF}bob", "bo\u{2060}b"] {
+        let r = login_from(&t, variant, "bob-pw", "10.1.0.5").await;
+        r.assert_problem(
+            400,
+            "invalid-request",
+            "`username` must not contain invisible characters (soft hyphens, zero-width or \
+             format characters, variation selectors)",
+        );
+    }
 }
 
 /// Issue 42 M2 (directory side): the directory user `admin` never takes the local admin's
