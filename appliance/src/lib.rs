@@ -17,6 +17,7 @@ pub mod config;
 pub mod conversations;
 pub mod error;
 pub mod extract;
+pub mod extraction;
 pub mod feedback;
 #[doc(hidden)]
 pub mod fuzzing;

@@ -11,6 +11,7 @@ mod documents;
 mod e2e;
 mod eval;
 mod export;
+mod extraction;
 mod feedback;
 mod focus;
 mod http;
