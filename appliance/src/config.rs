@@ -361,11 +361,12 @@ pub struct Config {
     #[arg(skip)]
     pub oidc: Option<crate::oidc::OidcConfig>,
 
-    /// `[extract]`: the limits every extracted file (PDF, Office, e-mail, CSV) is read under,
-    /// in the API and in `airlock ingest`; absent fields keep their defaults
-    /// (docs/EXTRACTION.md "Limits"); TOML only.
+    /// `[extract]`: the limits every extracted file (PDF, Office, e-mail, CSV, HTML) is read
+    /// under, and the budget of the worker process it is read in (memory, CPU, deadline,
+    /// workers at once), in the API and in `airlock ingest`; absent fields keep their defaults
+    /// (docs/OPERATIONS.md "Extraction limits"); TOML only.
     #[arg(skip)]
-    pub extract: Option<airlock_retrieval::ingest::ExtractLimits>,
+    pub extract: Option<crate::extraction::ExtractConfig>,
 
     /// `[sessions]`: sign-in session lifetimes; TOML only.
     #[arg(skip)]
@@ -739,6 +740,9 @@ impl Config {
                 format!("{field} must be positive (a zero limit refuses every file)"),
             ));
         }
+        self.extract_budget()
+            .check()
+            .map_err(|(field, why)| invalid("extract", format!("{field} {why}")))?;
         if self.ladder_step_down.as_ref().is_some_and(|v| v.len() != 5) {
             return Err(invalid(
                 "ladder_step_down",
@@ -906,7 +910,20 @@ impl Config {
 
     /// The extraction limits (`[extract]`, defaults when absent).
     pub fn extract_limits(&self) -> airlock_retrieval::ingest::ExtractLimits {
-        self.extract.clone().unwrap_or_default()
+        self.extract.clone().unwrap_or_default().limits
+    }
+
+    /// The extraction workers' budget (`[extract]`, defaults when absent).
+    pub fn extract_budget(&self) -> crate::extraction::ExtractBudget {
+        self.extract.clone().unwrap_or_default().budget
+    }
+
+    /// The extractor of files from outside: budgeted worker processes running this binary.
+    pub fn extractor(&self) -> crate::extraction::Extractor {
+        crate::extraction::Extractor::Child(crate::extraction::ChildExtractor::new(
+            crate::extraction::ChildProgram::this_binary(self.require_sandbox()),
+            self.extract_budget(),
+        ))
     }
 
     /// The `[sessions]` lifetimes (defaults when absent).
@@ -1241,6 +1258,27 @@ mod tests {
         assert!(e.contains("max_pages must be positive"), "{e}");
         let no_attachments = Config::from_toml("[extract]\nmax_attachments = 0\n", p).unwrap();
         no_attachments.validate().unwrap();
+        // The worker's budget sits in the same table.
+        let c = Config::from_toml("[extract]\nmax_pages = 3\ndeadline_secs = 9\n", p).unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            (
+                c.extract_limits().max_pages,
+                c.extract_budget().deadline_secs
+            ),
+            (3, 9)
+        );
+        assert_eq!(
+            Config::default().extract_budget(),
+            crate::extraction::ExtractBudget::default()
+        );
+        assert!(Config::from_toml("[extract]\ndeadline_sec = 1\n", p).is_err());
+        let e = Config::from_toml("[extract]\nmax_concurrent = 0\n", p)
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_concurrent must be between 1 and 64"), "{e}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod csrf;
 pub mod data_lock;
 pub mod error;
 pub mod extract;
+pub mod extraction;
 pub mod feedback;
 #[doc(hidden)]
 pub mod fuzzing;

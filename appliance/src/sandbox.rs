@@ -101,6 +101,15 @@ pub fn lock_down_allowing(
     imp::lock_down(writable, connect_ports, require)
 }
 
+/// The extraction worker's lockdown (`airlock extract --child`, see `crate::extraction`): no
+/// file system access at all (read, write, execute), no TCP connect or bind. It has its file on
+/// stdin and answers on stdout, so it needs nothing else. Applied by the worker itself, while it
+/// is single-threaded, before it reads a byte; it also inherits the daemon's own lockdown.
+/// With `require`, anything less than full enforcement is an error (the worker exits).
+pub fn lock_down_worker(require: bool) -> Result<SandboxReport, SandboxError> {
+    imp::lock_down_worker(require)
+}
+
 /// Entries of the data directory the daemon reads but never writes: the pinned keyring and the
 /// install store.
 pub const READ_ONLY: [&str; 2] = ["keys", "bundles"];
@@ -255,14 +264,69 @@ mod imp {
     use std::path::Path;
 
     use landlock::{
-        ABI, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, NetPort, PathBeneath,
-        PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+        ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, LandlockStatus, NetPort,
+        PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
     };
 
     use super::{SandboxError, SandboxReport};
 
     fn ll(e: impl std::fmt::Display) -> SandboxError {
         SandboxError::Landlock(e.to_string())
+    }
+
+    pub(super) fn lock_down_worker(require: bool) -> Result<SandboxReport, SandboxError> {
+        let abi = ABI::V4;
+        let level = if require {
+            CompatLevel::HardRequirement
+        } else {
+            CompatLevel::BestEffort
+        };
+        let status = Ruleset::default()
+            .set_compatibility(level)
+            .handle_access(AccessFs::from_all(abi))
+            .map_err(ll)?
+            .handle_access(AccessNet::ConnectTcp | AccessNet::BindTcp)
+            .map_err(ll)?
+            .create()
+            .map_err(ll)?
+            .restrict_self()
+            .map_err(ll)?;
+        finish(status, Vec::new(), require)
+    }
+
+    /// The report of an applied ruleset; with `require`, an error unless fully enforced.
+    fn finish(
+        status: landlock::RestrictionStatus,
+        writable: Vec<std::path::PathBuf>,
+        require: bool,
+    ) -> Result<SandboxReport, SandboxError> {
+        let (fs, net, detail) = match status.landlock {
+            LandlockStatus::Available { effective_abi, .. } => {
+                let net = !matches!(effective_abi, ABI::V1 | ABI::V2 | ABI::V3);
+                let enforced = status.ruleset != RulesetStatus::NotEnforced;
+                (
+                    enforced,
+                    enforced && net,
+                    format!("available, ABI {effective_abi:?}, {:?}", status.ruleset),
+                )
+            }
+            LandlockStatus::NotEnabled => (false, false, "not enabled in this kernel".into()),
+            LandlockStatus::NotImplemented => (false, false, "not built into this kernel".into()),
+        };
+        let report = SandboxReport {
+            tcp_connect_denied: net,
+            writes_confined: fs,
+            writable,
+            detail,
+        };
+        if require && !report.fully_enforced() {
+            return Err(SandboxError::NotEnforced {
+                tcp_connect_denied: report.tcp_connect_denied,
+                writes_confined: report.writes_confined,
+                detail: report.detail,
+            });
+        }
+        Ok(report)
     }
 
     pub(super) fn lock_down(
@@ -305,33 +369,11 @@ mod imp {
                 .map_err(ll)?;
         }
         let status = created.restrict_self().map_err(ll)?;
-        let (fs, net, detail) = match status.landlock {
-            LandlockStatus::Available { effective_abi, .. } => {
-                let net = !matches!(effective_abi, ABI::V1 | ABI::V2 | ABI::V3);
-                let enforced = status.ruleset != RulesetStatus::NotEnforced;
-                (
-                    enforced,
-                    enforced && net,
-                    format!("available, ABI {effective_abi:?}, {:?}", status.ruleset),
-                )
-            }
-            LandlockStatus::NotEnabled => (false, false, "not enabled in this kernel".into()),
-            LandlockStatus::NotImplemented => (false, false, "not built into this kernel".into()),
-        };
-        let report = SandboxReport {
-            tcp_connect_denied: net,
-            writes_confined: fs,
-            writable: writable.iter().map(|p| p.to_path_buf()).collect(),
-            detail,
-        };
-        if require && !report.fully_enforced() {
-            return Err(SandboxError::NotEnforced {
-                tcp_connect_denied: report.tcp_connect_denied,
-                writes_confined: report.writes_confined,
-                detail: report.detail,
-            });
-        }
-        Ok(report)
+        finish(
+            status,
+            writable.iter().map(|p| p.to_path_buf()).collect(),
+            require,
+        )
     }
 }
 
@@ -340,6 +382,10 @@ mod imp {
     use std::path::Path;
 
     use super::{SandboxError, SandboxReport};
+
+    pub(super) fn lock_down_worker(require: bool) -> Result<SandboxReport, SandboxError> {
+        lock_down(&[], &[], require)
+    }
 
     pub(super) fn lock_down(
         writable: &[&Path],

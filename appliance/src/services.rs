@@ -61,6 +61,9 @@ pub struct Services {
     /// The appliance key, which signs answer receipts (`None`: `GET /v1/receipts/{id}` is
     /// `503 not-ready`).
     pub appliance_key: Option<Arc<airlock_signing::KeyPair>>,
+    /// Where uploaded files are extracted (in-process unless [`Services::with_extractor`]
+    /// attaches budgeted workers; start-up always does).
+    pub extractor: crate::extraction::Extractor,
     bundle_version: String,
     /// `sha256:<hex>` of the installed bundle's signed `manifest.json`.
     bundle_digest: Option<String>,
@@ -91,9 +94,16 @@ impl Services {
             feedback: None,
             remotes: Vec::new(),
             appliance_key: None,
+            extractor: crate::extraction::Extractor::InProcess,
             bundle_version,
             bundle_digest: None,
         }
+    }
+
+    /// Attaches the extractor of uploaded files (`Config::extractor`: budgeted workers).
+    pub fn with_extractor(mut self, extractor: crate::extraction::Extractor) -> Self {
+        self.extractor = extractor;
+        self
     }
 
     /// Attaches the appliance key (receipts are signed with it).

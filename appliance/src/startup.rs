@@ -502,7 +502,8 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     let services = Services::new(acl, retrieval, embedder, cards, generators, version)
         .with_feedback(feedback)
         .with_remotes(remotes)
-        .with_bundle_digest(bundle.manifest_digest.clone());
+        .with_bundle_digest(bundle.manifest_digest.clone())
+        .with_extractor(config.extractor());
     Ok(match key {
         Some(k) => services.with_appliance_key(k),
         None => services,

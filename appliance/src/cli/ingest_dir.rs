@@ -25,6 +25,7 @@ use serde::Serialize;
 
 use super::ingest::{AckFile, IngestArgs, failpoint};
 use crate::config::Config;
+use crate::extraction::{ExtractFailure, Extractor};
 
 /// A batch is written once its files hold this many bytes, whatever `--batch` says, so memory
 /// stays bounded by about this much plus one file.
@@ -149,8 +150,9 @@ struct Refused {
     /// The file, relative to its folder (or as given).
     file: String,
     /// A stable code: the extractor's (`no_text_layer`, `encrypted`, `limit_exceeded`,
-    /// `malformed`, `unsupported`, `empty`) or `unsupported_format`, `too_large`,
-    /// `invalid_utf8`, `invalid_id`, `invalid_jsonl`, `unreadable`, `acl_case_dependent`.
+    /// `malformed`, `unsupported`, `empty`, `extraction_failed`) or `unsupported_format`,
+    /// `too_large`, `invalid_utf8`, `invalid_id`, `invalid_jsonl`, `unreadable`,
+    /// `acl_case_dependent`.
     code: &'static str,
     /// Why, for a person.
     reason: String,
@@ -272,6 +274,8 @@ struct Run<'a> {
     acl: Option<std::sync::Arc<Acl>>,
     limits: ExtractLimits,
     glob_case: GlobCase,
+    /// Budgeted worker processes (`[extract]` of the config, else the defaults).
+    extractor: Extractor,
     ack: Option<AckFile>,
     ack_error: Option<anyhow::Error>,
     batch_no: usize,
@@ -283,18 +287,18 @@ struct Run<'a> {
 }
 
 pub(super) fn run(args: IngestArgs) -> anyhow::Result<bool> {
-    let (limits, glob_case) = match &args.config {
-        Some(path) => {
-            let c = Config {
-                config_file: Some(path.clone()),
-                ..Config::default()
-            }
-            .load()
-            .with_context(|| format!("reading {}", path.display()))?;
-            (c.extract_limits(), c.sidecar_glob_case())
+    let config = match &args.config {
+        Some(path) => Config {
+            config_file: Some(path.clone()),
+            ..Config::default()
         }
-        None => (ExtractLimits::default(), GlobCase::default()),
+        .load()
+        .with_context(|| format!("reading {}", path.display()))?,
+        None => Config::default(),
     };
+    let limits = config.extract_limits();
+    let extractor = config.extractor();
+    let glob_case = config.sidecar_glob_case();
     // Every sidecar is read and checked before anything is written.
     let mut sources = Vec::new();
     for path in &args.paths {
@@ -346,6 +350,7 @@ pub(super) fn run(args: IngestArgs) -> anyhow::Result<bool> {
         acl,
         limits,
         glob_case,
+        extractor,
         ack,
         ack_error: None,
         batch_no: 0,
@@ -463,13 +468,41 @@ impl Run<'_> {
                 return Ok(());
             }
         };
-        let outcome = self.read(file, &doc_id, size, in_folder);
+        // `None`: skipped (already stored with the same SHA-256).
+        let outcome = match self.read(file, &doc_id, size, in_folder) {
+            Ok(Read::Skipped) => Ok(None),
+            Ok(Read::Docs(docs)) => Ok(Some(docs)),
+            Err(e) => Err(e),
+            Ok(Read::Extract {
+                format,
+                bytes,
+                sha256,
+            }) => {
+                let max = self.retrieval.config().max_document_bytes;
+                match self
+                    .extractor
+                    .document(&doc_id, None, &bytes, format, max, &self.limits)
+                {
+                    Ok(mut d) => {
+                        d.original = Some(Original {
+                            sha256,
+                            media_type: format.media_type().to_owned(),
+                            bytes,
+                        });
+                        Ok(Some(vec![Ok(d)]))
+                    }
+                    Err(ExtractFailure::Document(e)) => Err(e),
+                    // No worker: not this file's fault, and the next would fare no better.
+                    Err(e) => return Err(anyhow::Error::new(e).context(doc_id)),
+                }
+            }
+        };
         self.report.bytes += size;
         match outcome {
             Err(e) if e.is_user_error() || matches!(e, Error::Io { .. }) => self.refuse(doc_id, &e),
             Err(e) => return Err(e.into()),
-            Ok(Read::Skipped) => self.report.skipped += 1,
-            Ok(Read::Docs(docs)) => {
+            Ok(None) => self.report.skipped += 1,
+            Ok(Some(docs)) => {
                 for d in docs {
                     match d {
                         Err(e) if e.is_user_error() => self.refuse(doc_id.clone(), &e),
@@ -537,13 +570,11 @@ impl Run<'_> {
         if self.retrieval.original_digest(doc_id)?.as_deref() == Some(sha256.as_str()) {
             return Ok(Read::Skipped);
         }
-        let mut d = ingest::parse_document_with(doc_id, None, &bytes, format, max, &self.limits)?;
-        d.original = Some(Original {
-            sha256,
-            media_type: format.media_type().to_owned(),
+        Ok(Read::Extract {
+            format,
             bytes,
-        });
-        Ok(Read::Docs(vec![Ok(d)]))
+            sha256,
+        })
     }
 
     /// Stores one document and its sidecar grant in one transaction.
@@ -637,6 +668,12 @@ impl Run<'_> {
 enum Read {
     Skipped,
     Docs(Vec<airlock_retrieval::Result<DocumentInput>>),
+    /// A file to extract (its SHA-256 not stored under its id yet).
+    Extract {
+        format: SourceFormat,
+        bytes: Vec<u8>,
+        sha256: String,
+    },
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> Error {

@@ -84,6 +84,9 @@ pub enum Command {
     Backup(backup::BackupArgs),
     /// Restore a data directory from a backup archive (every checksum verified first).
     Restore(backup::RestoreArgs),
+    /// Internal: an extraction worker, started by the daemon and `airlock ingest`.
+    #[command(hide = true)]
+    Extract(crate::extraction::ChildArgs),
 }
 
 /// Parses the command line, runs it and maps the outcome to an exit code.
@@ -197,6 +200,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Receipt(cmd) => receipt::run(cmd),
         Command::Backup(args) => backup::run_backup(args),
         Command::Restore(args) => backup::run_restore(args),
+        Command::Extract(args) => crate::extraction::run_child(args),
     }
 }
 

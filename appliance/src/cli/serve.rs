@@ -220,6 +220,7 @@ async fn serve(
     });
     let failed = std::sync::Arc::new(parking_lot::Mutex::new(None::<anyhow::Error>));
     let failed_w = failed.clone();
+    let stop_state = state.clone();
     let startup_failed = async move {
         match fail_rx.await {
             Ok(e) => e,
@@ -234,6 +235,12 @@ async fn serve(
         }
         if let Some(n) = &notifier {
             n.send("STOPPING=1\nSTATUS=draining");
+        }
+        // Extractions in progress are not waited for: their workers are killed now, so the
+        // uploads answer 503 at once and the drain (and the runtime's own shutdown, which waits
+        // for blocking tasks) never hangs on a file.
+        if let Ok(services) = stop_state.services() {
+            services.extractor.shutdown();
         }
     };
     let drained = server::serve_with(listener, state, tls, stop, grace).await?;

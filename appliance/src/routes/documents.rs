@@ -89,12 +89,12 @@ pub async fn put(
                 bytes,
             } => (
                 file_document(
+                    &services,
                     &doc_id,
                     query.title.as_deref(),
                     media_type,
                     format,
                     bytes.to_vec(),
-                    services.retrieval.config().max_document_bytes,
                     &limits,
                 )?,
                 None,
@@ -158,26 +158,34 @@ pub async fn put(
         .into_response())
 }
 
-/// A raw upload as a document with its original: extracted under `limits` (a refusal is 422
-/// with the extractor's reason; too large is 413).
+/// A raw upload as a document with its original: extracted under `limits` by the services'
+/// extractor (in a budgeted worker: an overrun is the file's `limit_exceeded` refusal), within
+/// the store's `max_document_bytes`. A refusal is 422 with the extractor's reason; too large is
+/// 413; no worker is 500 (cannot start) or 503 (the daemon is stopping).
 fn file_document(
+    services: &Services,
     doc_id: &str,
     title: Option<&str>,
     media_type: String,
     format: airlock_retrieval::SourceFormat,
     bytes: Vec<u8>,
-    max_bytes: usize,
     limits: &airlock_retrieval::ingest::ExtractLimits,
 ) -> Result<DocumentInput, ApiError> {
-    let mut doc = airlock_retrieval::ingest::parse_document_with(
-        doc_id, title, &bytes, format, max_bytes, limits,
-    )
-    .map_err(|e| match e {
-        airlock_retrieval::Error::Extraction { .. }
-        | airlock_retrieval::Error::InvalidUtf8 { .. }
-        | airlock_retrieval::Error::EmptyDocument { .. } => ApiError::Unprocessable(e.to_string()),
-        e => e.into(),
-    })?;
+    use crate::extraction::ExtractFailure as F;
+    let max_bytes = services.retrieval.config().max_document_bytes;
+    let mut doc = services
+        .extractor
+        .document(doc_id, title, &bytes, format, max_bytes, limits)
+        .map_err(|e| match e {
+            F::Document(
+                e @ (airlock_retrieval::Error::Extraction { .. }
+                | airlock_retrieval::Error::InvalidUtf8 { .. }
+                | airlock_retrieval::Error::EmptyDocument { .. }),
+            ) => ApiError::Unprocessable(e.to_string()),
+            F::Document(e) => e.into(),
+            F::Unavailable(why) => ApiError::internal(why),
+            F::Stopping => ApiError::NotReady,
+        })?;
     doc.original = Some(airlock_retrieval::Original::new(media_type, bytes));
     Ok(doc)
 }

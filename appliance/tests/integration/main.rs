@@ -12,6 +12,7 @@ mod documents;
 mod e2e;
 mod eval;
 mod export;
+mod extraction;
 mod feedback;
 mod focus;
 mod http;

@@ -165,6 +165,7 @@ impl TestApp {
     /// installed bundle) in `dir`, with one local admin.
     pub fn from_services(config: Config, services: Services, dir: tempfile::TempDir) -> Self {
         config.validate().expect("valid test config");
+        let services = services.with_extractor(test_extractor(&config));
         let admin = services
             .acl
             .add_user(
@@ -193,7 +194,8 @@ impl TestApp {
         let generator = old.generators[0].clone();
         let config = self.state.config().clone();
         drop(old);
-        let services = open_services(self._dir.path(), generator);
+        let services =
+            open_services(self._dir.path(), generator).with_extractor(test_extractor(&config));
         self.state = AppState::ready(config, services);
     }
 
@@ -327,6 +329,18 @@ impl TestApp {
             json,
         }
     }
+}
+
+/// The daemon's extractor for `config` (budgeted workers), running the `airlock` binary: in a
+/// test process `/proc/self/exe` is the test harness, not `airlock`.
+pub fn test_extractor(config: &Config) -> airlock::extraction::Extractor {
+    airlock::extraction::Extractor::Child(airlock::extraction::ChildExtractor::new(
+        airlock::extraction::ChildProgram {
+            path: env!("CARGO_BIN_EXE_airlock").into(),
+            require_sandbox: false,
+        },
+        config.extract_budget(),
+    ))
 }
 
 /// Opens the stores (ACL, documents and indexes, feedback) in `dir` as the daemon does and
