@@ -5,7 +5,7 @@
 use std::io::{BufReader, BufWriter};
 use std::sync::Mutex;
 
-use airlock_retrieval::ingest::SourceFormat;
+use airlock_retrieval::ingest::{ExtractLimits, SourceFormat};
 
 use super::wire::{self, Answer, Hello, Refused, Request};
 
@@ -57,28 +57,36 @@ pub fn run_child(args: ChildArgs) -> anyhow::Result<bool> {
         sandbox: report.detail,
     };
     wire::write_frame(&mut output, &hello, &[])?;
+    let mut limits = None;
     loop {
-        let (req, bytes): (Request, Vec<u8>) =
+        let (mut req, bytes): (Request, Vec<u8>) =
             match wire::read_frame(&mut input, 1 << 20, MAX_REQUEST_BYTES) {
                 Ok(r) => r,
                 Err(wire::FrameError::Eof) => return Ok(true),
                 Err(e) => return Err(e.into()),
             };
+        if let Some(l) = req.limits.take() {
+            limits = Some(l);
+        }
+        let limits = limits
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("a first request without limits"))?;
         limit_cpu(req.cpu_secs)?;
-        let (answer, text) = extract(&req, &bytes);
+        let (answer, text) = extract(&req, limits, &bytes);
         drop(bytes);
-        wire::write_frame(&mut output, &answer, text.as_bytes())?;
+        wire::write_frame(&mut output, &answer, &text)?;
     }
 }
 
-fn extract(req: &Request, bytes: &[u8]) -> (Answer, String) {
+/// The answer to `req` and the frame's bytes (the text and the regions).
+fn extract(req: &Request, limits: &ExtractLimits, bytes: &[u8]) -> (Answer, Vec<u8>) {
     let Some(format) = SourceFormat::from_media_type(&req.media_type) else {
         return (
             Answer::Refused(Refused::Extraction {
                 reason: format!("unknown format {}", req.media_type),
                 code: "unsupported".into(),
             }),
-            String::new(),
+            Vec::new(),
         );
     };
     let run = std::panic::catch_unwind(|| {
@@ -88,20 +96,22 @@ fn extract(req: &Request, bytes: &[u8]) -> (Answer, String) {
             bytes,
             format,
             req.max_bytes,
-            &req.limits,
+            limits,
         )
     });
     use airlock_retrieval::Error as E;
     let refused = match run {
         Ok(Ok(doc)) => {
-            let (paths, regions) = wire::encode_regions(doc.regions);
+            let text_len = doc.text.len();
+            let mut bytes = doc.text.into_bytes();
+            let regions = wire::encode_regions(doc.regions, &mut bytes);
             return (
                 Answer::Document {
                     title: doc.title,
-                    paths,
+                    text_len,
                     regions,
                 },
-                doc.text,
+                bytes,
             );
         }
         Ok(Err(E::Extraction { reason, code, .. })) => Refused::Extraction {
@@ -127,7 +137,7 @@ fn extract(req: &Request, bytes: &[u8]) -> (Answer, String) {
                 .unwrap_or_default(),
         },
     };
-    (Answer::Refused(refused), String::new())
+    (Answer::Refused(refused), Vec::new())
 }
 
 /// No core dumps; the address space capped at this process's size now plus `max_memory_mib`

@@ -92,6 +92,8 @@ struct Worker {
     stdout: BufReader<ChildStdout>,
     stderr: ChildStderr,
     jobs: u32,
+    /// The limits it holds (sent with an earlier request).
+    limits: Option<ExtractLimits>,
 }
 
 impl Worker {
@@ -218,12 +220,16 @@ impl ChildExtractor {
             st.next_job += 1;
             (st.next_job, st.idle.pop())
         };
+        // A worker keeps the limits of its previous file: sent only when they differ.
+        let same = worker
+            .as_ref()
+            .is_some_and(|w| w.limits.as_ref() == Some(limits));
         let request = Request {
             doc_id: doc_id.to_owned(),
             title: title.map(str::to_owned),
             media_type: format.media_type().to_owned(),
             max_bytes,
-            limits: limits.clone(),
+            limits: (!same).then(|| limits.clone()),
             cpu_secs: inner.budget.max_cpu_secs,
         };
         let (result, keep) = inner.run(job, worker, &request, bytes);
@@ -358,6 +364,9 @@ impl Inner {
         match exchange {
             Some(Exchange::Answered(answer, text)) if !timed_out => {
                 worker.jobs += 1;
+                if let Some(l) = &request.limits {
+                    worker.limits = Some(l.clone());
+                }
                 // Its memory is looked at after a file that may have grown it (a long one, a
                 // large one) and every 64 files: reading /proc costs as much as a small file.
                 let look = elapsed > Duration::from_millis(50)
@@ -425,6 +434,7 @@ impl Inner {
             stdout: BufReader::with_capacity(1 << 16, stdout),
             stderr,
             jobs: 0,
+            limits: None,
         })
     }
 
@@ -558,10 +568,12 @@ fn exchange(worker: &mut Worker, request: &Request, bytes: &[u8]) -> Exchange {
     if let Err(e) = wire::write_frame(&mut worker.stdin, request, bytes) {
         return Exchange::Failed(FrameError::Io(e));
     }
-    // The text is at most `max_bytes`; its regions' anchors are bounded by a multiple of it.
+    // The text is at most `max_bytes`. A region covers at least one byte of it and two of
+    // separator and takes at most 45 bytes; the tables of paths and strings repeat text.
     let max_text = request.max_bytes as u64;
     let max_json = max_text.saturating_mul(4).saturating_add(1 << 20);
-    match wire::read_frame(&mut worker.stdout, max_json, max_text) {
+    let max_bytes = max_text.saturating_mul(16).saturating_add(1 << 20);
+    match wire::read_frame(&mut worker.stdout, max_json, max_bytes) {
         Ok((answer, text)) => Exchange::Answered(answer, text),
         Err(e) => Exchange::Failed(e),
     }
@@ -577,14 +589,20 @@ fn to_document(
     let refusal = match answer {
         Answer::Document {
             title,
-            paths,
+            text_len,
             regions,
         } => {
             let bad = |what: &str| ExtractFailure::Unavailable(format!("the worker sent {what}"));
+            let mut text = text;
+            if text_len > text.len() {
+                return Err(bad("a text shorter than it said"));
+            }
+            let regions = wire::decode_regions(&regions, &text[text_len..])
+                .ok_or_else(|| bad("malformed regions"))?;
+            text.truncate(text_len);
             let text = String::from_utf8(text).map_err(|_| bad("text that is not UTF-8"))?;
             let mut doc = DocumentInput::new(doc_id, title, text);
-            doc.regions = wire::decode_regions(&paths, regions)
-                .ok_or_else(|| bad("a region naming no heading path"))?;
+            doc.regions = regions;
             return Ok(doc);
         }
         Answer::Refused(r) => r,

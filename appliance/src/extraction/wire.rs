@@ -34,100 +34,150 @@ pub struct Request {
     pub media_type: String,
     /// The document store's `max_document_bytes`.
     pub max_bytes: usize,
-    /// The extractor's limits.
-    pub limits: ExtractLimits,
+    /// The extractor's limits; absent: those of the worker's previous request (they rarely
+    /// change, and parsing them is a measurable part of a small file's round trip).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ExtractLimits>,
     /// CPU seconds this file may use.
     pub cpu_secs: u64,
 }
 
-/// A region of the extracted text ([`Region`] on the wire), its heading path an index into
-/// the answer's table of paths (a path is shared by every block under a heading; repeating it
-/// per region would make the answer of a long document several times its text). Short keys,
-/// absent fields left out: a long PDF has thousands of regions.
-#[derive(Debug, Default, Serialize, Deserialize)]
-pub struct WireRegion {
-    /// First byte.
-    #[serde(rename = "s")]
-    pub start: usize,
-    /// One past the last byte.
-    #[serde(rename = "e")]
-    pub end: usize,
-    /// Page.
-    #[serde(rename = "p", default, skip_serializing_if = "Option::is_none")]
-    pub page: Option<u32>,
-    /// Sheet.
-    #[serde(rename = "h", default, skip_serializing_if = "Option::is_none")]
-    pub sheet: Option<String>,
-    /// Row range.
-    #[serde(rename = "r", default, skip_serializing_if = "Option::is_none")]
-    pub rows: Option<(u32, u32)>,
-    /// Slide.
-    #[serde(rename = "l", default, skip_serializing_if = "Option::is_none")]
-    pub slide: Option<u32>,
-    /// Index of the heading path in [`Answer::Document`]'s `paths`.
-    #[serde(rename = "x")]
-    pub path: usize,
-    /// A table's header row.
-    #[serde(rename = "t", default, skip_serializing_if = "Option::is_none")]
-    pub header: Option<String>,
+/// The regions of a document on the wire: the tables of distinct heading paths and of strings
+/// (sheet names, table header rows) go in the answer's JSON, the regions themselves in a compact
+/// binary form after the text (a long PDF has thousands of regions, and a heading path is
+/// shared by every block under its heading: as JSON, one object per region repeating its
+/// path, they cost more than the extraction of a small file). Per region, little-endian: start
+/// and end (`u64`), a flag byte (1 page, 2 sheet, 4 rows, 8 slide, 16 header), the fields
+/// flagged (`u32`; sheet and header as indexes into the strings, rows as two), then the
+/// path's index (`u32`).
+#[derive(Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RegionTables {
+    /// Distinct heading paths.
+    pub paths: Vec<Vec<String>>,
+    /// Distinct sheet names and table header rows.
+    pub strings: Vec<String>,
+    /// How many regions the binary part holds.
+    pub count: usize,
 }
 
-/// The regions of a document on the wire: the table of distinct heading paths and the regions
-/// naming them.
-pub fn encode_regions(regions: Vec<Region>) -> (Vec<Vec<String>>, Vec<WireRegion>) {
-    let mut paths: Vec<Vec<String>> = Vec::new();
-    let mut index: std::collections::HashMap<Vec<String>, usize> = Default::default();
-    let wire = regions
-        .into_iter()
-        .map(|r| {
-            let Anchor {
+const PAGE: u8 = 1;
+const SHEET: u8 = 2;
+const ROWS: u8 = 4;
+const SLIDE: u8 = 8;
+const HEADER: u8 = 16;
+
+/// Encodes `regions` (see [`RegionTables`]), appending the binary part to `out`.
+pub fn encode_regions(regions: Vec<Region>, out: &mut Vec<u8>) -> RegionTables {
+    use std::collections::HashMap;
+    fn intern<K: std::hash::Hash + Eq + Clone>(
+        table: &mut Vec<K>,
+        index: &mut HashMap<K, u32>,
+        k: K,
+    ) -> u32 {
+        if let Some(&i) = index.get(&k) {
+            return i;
+        }
+        table.push(k.clone());
+        let i = (table.len() - 1) as u32;
+        index.insert(k, i);
+        i
+    }
+    let mut t = RegionTables {
+        count: regions.len(),
+        ..RegionTables::default()
+    };
+    let (mut paths, mut strings) = (HashMap::new(), HashMap::new());
+    out.reserve(regions.len() * 24);
+    for r in regions {
+        let a = r.anchor;
+        let flag = |present: bool, f: u8| if present { f } else { 0 };
+        let flags = flag(a.page.is_some(), PAGE)
+            | flag(a.sheet.is_some(), SHEET)
+            | flag(a.rows.is_some(), ROWS)
+            | flag(a.slide.is_some(), SLIDE)
+            | flag(r.table_header.is_some(), HEADER);
+        out.extend_from_slice(&(r.byte_start as u64).to_le_bytes());
+        out.extend_from_slice(&(r.byte_end as u64).to_le_bytes());
+        out.push(flags);
+        let mut put = |v: u32| out.extend_from_slice(&v.to_le_bytes());
+        if let Some(p) = a.page {
+            put(p);
+        }
+        if let Some(s) = a.sheet {
+            put(intern(&mut t.strings, &mut strings, s));
+        }
+        if let Some((x, y)) = a.rows {
+            put(x);
+            put(y);
+        }
+        if let Some(s) = a.slide {
+            put(s);
+        }
+        if let Some(h) = r.table_header {
+            put(intern(&mut t.strings, &mut strings, h));
+        }
+        put(intern(&mut t.paths, &mut paths, a.section));
+    }
+    t
+}
+
+/// The regions of [`encode_regions`] back from the binary part `bytes`; `None` when it is
+/// malformed (short, trailing bytes, an index out of its table).
+pub fn decode_regions(t: &RegionTables, mut bytes: &[u8]) -> Option<Vec<Region>> {
+    fn take<const N: usize>(b: &mut &[u8]) -> Option<[u8; N]> {
+        let (head, rest) = b.split_first_chunk::<N>()?;
+        *b = rest;
+        Some(*head)
+    }
+    let u32_ = |b: &mut &[u8]| take::<4>(b).map(u32::from_le_bytes);
+    let string = |b: &mut &[u8]| t.strings.get(u32_(b)? as usize).cloned();
+    // Each region takes at least 21 bytes: a count beyond that is a lie.
+    let mut out = Vec::with_capacity(t.count.min(bytes.len() / 21));
+    for _ in 0..t.count {
+        let start = usize::try_from(u64::from_le_bytes(take(&mut bytes)?)).ok()?;
+        let end = usize::try_from(u64::from_le_bytes(take(&mut bytes)?)).ok()?;
+        let [flags] = take::<1>(&mut bytes)?;
+        let has = |f: u8| flags & f != 0;
+        let page = if has(PAGE) {
+            Some(u32_(&mut bytes)?)
+        } else {
+            None
+        };
+        let sheet = if has(SHEET) {
+            Some(string(&mut bytes)?)
+        } else {
+            None
+        };
+        let rows = if has(ROWS) {
+            Some((u32_(&mut bytes)?, u32_(&mut bytes)?))
+        } else {
+            None
+        };
+        let slide = if has(SLIDE) {
+            Some(u32_(&mut bytes)?)
+        } else {
+            None
+        };
+        let table_header = if has(HEADER) {
+            Some(string(&mut bytes)?)
+        } else {
+            None
+        };
+        let section = t.paths.get(u32_(&mut bytes)? as usize)?.clone();
+        out.push(Region {
+            byte_start: start,
+            byte_end: end,
+            anchor: Anchor {
                 page,
                 sheet,
                 rows,
                 slide,
                 section,
-            } = r.anchor;
-            let path = match index.get(&section) {
-                Some(&i) => i,
-                None => {
-                    paths.push(section.clone());
-                    index.insert(section, paths.len() - 1);
-                    paths.len() - 1
-                }
-            };
-            WireRegion {
-                start: r.byte_start,
-                end: r.byte_end,
-                page,
-                sheet,
-                rows,
-                slide,
-                path,
-                header: r.table_header,
-            }
-        })
-        .collect();
-    (paths, wire)
-}
-
-/// The regions of [`encode_regions`] back; `None` when one names a path that is not there.
-pub fn decode_regions(paths: &[Vec<String>], wire: Vec<WireRegion>) -> Option<Vec<Region>> {
-    wire.into_iter()
-        .map(|w| {
-            Some(Region {
-                byte_start: w.start,
-                byte_end: w.end,
-                anchor: Anchor {
-                    page: w.page,
-                    sheet: w.sheet,
-                    rows: w.rows,
-                    slide: w.slide,
-                    section: paths.get(w.path)?.clone(),
-                },
-                table_header: w.header,
-            })
-        })
-        .collect()
+            },
+            table_header,
+        });
+    }
+    bytes.is_empty().then_some(out)
 }
 
 /// Why the worker refused a file (`airlock_retrieval::Error`'s per-document variants).
@@ -176,14 +226,15 @@ pub enum Refused {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
-    /// Extracted: the title and the regions of the text.
+    /// Extracted: the title, and the frame's bytes are the text (`text_len` bytes) followed by
+    /// the regions ([`encode_regions`]).
     Document {
         /// The title.
         title: String,
-        /// The distinct heading paths the regions name.
-        paths: Vec<Vec<String>>,
-        /// The regions, in text order.
-        regions: Vec<WireRegion>,
+        /// Bytes of text at the start of the frame's bytes.
+        text_len: usize,
+        /// The regions' tables.
+        regions: RegionTables,
     },
     /// Refused.
     Refused(Refused),
@@ -285,45 +336,55 @@ mod tests {
                 table_header: None,
             },
         ];
-        let (paths, wire) = encode_regions(regions.clone());
-        assert_eq!(paths.len(), 2, "{paths:?}");
+        let mut bytes = b"text".to_vec();
+        let tables = encode_regions(regions.clone(), &mut bytes);
+        assert_eq!(
+            (tables.paths.len(), tables.strings.len()),
+            (2, 2),
+            "{tables:?}"
+        );
         let mut buf = Vec::new();
         let answer = Answer::Document {
             title: "T".into(),
-            paths,
-            regions: wire,
+            text_len: 4,
+            regions: tables,
         };
-        write_frame(&mut buf, &answer, b"text").unwrap();
-        let (a, text): (Answer, _) = read_frame(&mut buf.as_slice(), 1 << 10, 10).unwrap();
-        assert_eq!(text, b"text");
+        write_frame(&mut buf, &answer, &bytes).unwrap();
+        let (a, got): (Answer, _) = read_frame(&mut buf.as_slice(), 1 << 10, 1 << 10).unwrap();
+        assert_eq!(got, bytes);
         let Answer::Document {
-            paths,
-            regions: wire,
+            text_len,
+            regions: t,
             ..
         } = a
         else {
             panic!("{a:?}")
         };
-        assert_eq!(decode_regions(&paths, wire), Some(regions));
-        assert_eq!(
-            decode_regions(&[], vec![WireRegion::default()]),
-            None,
-            "a path that is not in the table"
-        );
+        assert_eq!(&got[..text_len], b"text");
+        assert_eq!(decode_regions(&t, &got[text_len..]), Some(regions));
+        // Truncated, trailing bytes, an index out of its table: refused, not misread.
+        let blob = &got[text_len..];
+        assert_eq!(decode_regions(&t, &blob[..blob.len() - 1]), None);
+        assert_eq!(decode_regions(&t, &[blob, &[0]].concat()), None);
+        let no_paths = RegionTables {
+            paths: Vec::new(),
+            ..t
+        };
+        assert_eq!(decode_regions(&no_paths, blob), None);
         assert!(matches!(
-            read_frame::<Answer>(&mut buf.as_slice(), 8, 10),
+            read_frame::<Answer>(&mut buf.as_slice(), 8, 1 << 10),
             Err(FrameError::TooLong(_))
         ));
         assert!(matches!(
             read_frame::<Answer>(&mut buf.as_slice(), 1 << 10, 3),
-            Err(FrameError::TooLong(4))
+            Err(FrameError::TooLong(_))
         ));
         assert!(matches!(
-            read_frame::<Answer>(&mut &buf[..0], 1 << 10, 10),
+            read_frame::<Answer>(&mut &buf[..0], 1 << 10, 1 << 10),
             Err(FrameError::Eof)
         ));
         assert!(matches!(
-            read_frame::<Answer>(&mut &buf[..6], 1 << 10, 10),
+            read_frame::<Answer>(&mut &buf[..6], 1 << 10, 1 << 10),
             Err(FrameError::Io(_))
         ));
     }
