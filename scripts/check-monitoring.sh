@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks the monitoring kit in packaging/ (docs/OPERATIONS.md "Monitoring"):
+# Checks the monitoring kit in packaging/ (docs/operations/monitoring.md):
 #   - the Prometheus rules with a real promtool (Debian package `prometheus`): `check rules` (syntax,
 #     PromQL) and `test rules` (packaging/prometheus/airlock-rules.test.yml: the alerts fire on the
 #     daemon's series and stay quiet otherwise);

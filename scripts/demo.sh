@@ -17,8 +17,8 @@ SAMPLE="${AIRLOCK_SAMPLE_DATA:-$ROOT/../shared/datasets}"
 CACHE="${AIRLOCK_MODELS_CACHE:-$ROOT/models-cache}"
 
 
-# --rack: also start a local llama.cpp server (llama-cpp-python[server], docs/OPERATIONS.md
-# section 18) serving the demo's SmolLM2 as the bank's "inference rack", offered to clients as
+# --rack: also start a local llama.cpp server (llama-cpp-python[server], docs/operations/rack.md)
+# serving the demo's SmolLM2 as the bank's "inference rack", offered to clients as
 # the model `airlock-rack` (citations, ACL and the ladder unchanged). It stops with this script.
 RACK=0
 ARGS=()
@@ -27,7 +27,7 @@ for a in "$@"; do
 done
 
 # The binary: the `demo` profile (Cargo.toml: release code generation for the per-chunk and
-# per-token crates, half the build time on 2 cores; docs/OPERATIONS.md §2), target/demo/airlock.
+# per-token crates, half the build time on 2 cores; docs/operations/release-bundle.md), target/demo/airlock.
 BIN="$ROOT/target/demo/airlock"
 echo "==> fetching the pinned models (in the background) and building airlock (profile demo)"
 mkdir -p "$CACHE"

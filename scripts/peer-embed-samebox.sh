@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Same-box, back-to-back comparison of our embedder with the peer (sentence-transformers), as in
-# docs/benchmarks/inference-embed.md, section "Same-box peer run (sentence-transformers)".
+# docs/benchmarks/inference-embed.md, "Method", "Same-box runs".
 #
 #   scripts/peer-embed-samebox.sh [setup|throughput|gemm-ab|query|rerank|mklcheck|all]   (default: all)
 #

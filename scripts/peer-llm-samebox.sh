@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Same-box, back-to-back comparison of our generator with the peer (llama.cpp through
-# llama-cpp-python), as in docs/benchmarks/inference-generate.md (top section).
+# llama-cpp-python), as in docs/benchmarks/inference-generate.md ("Method", "Same-box comparison with llama.cpp").
 #
 #   scripts/peer-llm-samebox.sh [setup|single|batched|all]   (default: all)
 #

@@ -20,7 +20,7 @@
 //! - a document scores its best chunk, and every chunk of a document scoring at least
 //!   `ratio × best` is kept, in retrieval order.
 //!
-//! Measured on bank-dev's v1 questions (docs/OPERATIONS.md §10): at ratio 0.9 the prompt keeps
+//! Measured on bank-dev's v1 questions (docs/operations/answer-sources.md): at ratio 0.9 the prompt keeps
 //! 1.9 chunks instead of 5.5, with 0.35 instead of 3.7 documents that are not relevant; the
 //! answer-bearing chunk stays in 148 of the 162 answerable prompts that had it. It is not a
 //! ranking function for `/v1/retrieve` (on Cranfield, ordering by it lowers nDCG@10 from 0.42

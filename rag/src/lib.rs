@@ -76,7 +76,7 @@ impl Meter for NoMeter {
     fn stage(&self, _: &'static str, _: f64) {}
 }
 
-/// How a chat chooses its prompt sources (docs/OPERATIONS.md §10).
+/// How a chat chooses its prompt sources (docs/operations/answer-sources.md).
 #[derive(Debug, Clone, Copy)]
 pub struct Selection {
     /// `min_source_similarity`: chunks whose rescored similarity is below it go.

@@ -156,7 +156,7 @@ pub fn retrieve(
 /// Sleeps until the time since `started` is a whole multiple of `quantum` (at least one). The
 /// search reads the postings of the query's words in every document, so its duration grows with
 /// how many documents the caller cannot read contain them; rounded up to a quantum, a difference
-/// much smaller than the quantum shows only when it crosses a boundary (OPERATIONS.md §13).
+/// much smaller than the quantum shows only when it crosses a boundary (docs/operations/side-channels.md).
 /// Runs on a blocking thread.
 fn wait_for_quantum(started: Instant, quantum: std::time::Duration) {
     if quantum.is_zero() {

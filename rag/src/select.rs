@@ -6,7 +6,7 @@ use airlock_retrieval::{Embed, SearchResult};
 
 use crate::{Count, Meter};
 
-/// How a chat chooses its prompt sources among the retrieved chunks (docs/OPERATIONS.md §10).
+/// How a chat chooses its prompt sources among the retrieved chunks (docs/operations/answer-sources.md).
 #[derive(Clone, Copy)]
 pub(crate) struct SourceSelection<'a> {
     /// `min_source_similarity`.

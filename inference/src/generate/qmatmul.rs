@@ -19,7 +19,7 @@
 //! one scalar chain per output, so eight outputs share each vector step). On the AVX2-only AMD
 //! EPYC (2 vCPUs) they took Qwen2.5-0.5B's prefill of 450 tokens from ~3.9 to ~3.4 CPU-seconds
 //! (Q5_0 is 70% of its multiply-adds) and SmolLM2's (all Q4_1) from ~2.3 to ~1.25 (see
-//! docs/benchmarks/inference-generate.md). An earlier four × two tile that kept the scale
+//! the history of docs/benchmarks/inference-generate.md). An earlier four × two tile that kept the scale
 //! multiply and broadcast in the loop and the accumulators in memory was no faster than four ×
 //! one. ggml's AVX-512 VNNI path (`vpdpbusd`) does the two integer steps in one instruction on
 //! 64 bytes; the `avx512` tier below uses it.
@@ -70,7 +70,7 @@
 //! the unsigned operand of one `vpdpbusd` per block and pair, everything laid out block-major so
 //! one pointer per operand reaches a whole tile (with the attention and buffer changes of the
 //! same pass it took Qwen2.5-0.5B's 450-token prefill on the 2-vCPU AVX-512 EPYC from 2.4–2.7 s
-//! to 2.0–2.6 s in alternating runs; docs/benchmarks/inference-generate.md).
+//! to 2.0–2.6 s in alternating runs; the history of docs/benchmarks/inference-generate.md).
 //! `AIRLOCK_KERNEL_TIER=portable|avx2|avx512` forces a tier ([`KERNEL_TIER_ENV`]); a tier the
 //! CPU lacks is refused at model load.
 //!

@@ -2,7 +2,7 @@
 //! file and reload.
 //!
 //! Until 2026-12-03 the graph was hnsw_rs (forked in `vendor/hnsw_rs`); its layout cost 3.9 KB
-//! per chunk, a 37.5 s reload at 1M and 0.34× hnswlib's build rate (docs/benchmarks/vector.md).
+//! per chunk, a 37.5 s reload at 1M and 0.34× hnswlib's build rate (the history of docs/benchmarks/vector.md, before e5962ea).
 //! An index whose meta still names an hnsw_rs dump is migrated on open: the graph is rebuilt from
 //! the int8 rows once, and the next flush writes a flat dump (see `VectorIndex::open`).
 

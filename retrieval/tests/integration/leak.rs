@@ -7,7 +7,7 @@
 //! best threshold / lookup classifier per observable, trained on half the queries, must not do
 //! better than 0.55 on the other half. Timings are measured and printed, not asserted: they are
 //! wall-clock and shown to admins only (the daemon strips them for other callers, see
-//! docs/OPERATIONS.md).
+//! docs/operations/side-channels.md).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -166,7 +166,7 @@ fn forbidden_documents_never_change_a_users_scores_or_order() {
         );
         // Reindex (dead chunks dropped, new segments): BM25 still the same. (Hybrid: a reindex
         // recalibrates the int8 quantizer from the whole corpus, so `vector` stage scores may
-        // move by a rounding step then; see docs/OPERATIONS.md.)
+        // move by a rounding step then; see docs/operations/side-channels.md.)
         if mode == SearchMode::Bm25 {
             eng.reindex().unwrap();
             let re = eng.search(&req(q, mode), &user).unwrap();

@@ -170,7 +170,7 @@ export async function startDaemon(bin, opts = {}) {
 
   const admin = tokens.admin;
   // The demo's second operator: a change that lets its maker read more (a token for a user with
-  // groups, a grant to oneself) needs a second person's approval (docs/OPERATIONS.md §16).
+  // groups, a grant to oneself) needs a second person's approval (docs/operations/roles.md, "Four eyes on access").
   const approver = tokens.approver;
   async function send(method, p, body, token, extra = {}) {
     const headers = { Authorization: `Bearer ${token}`, ...extra };
