@@ -88,18 +88,22 @@ fn tls_config(ca_file: &std::path::Path) -> Result<Arc<rustls::ClientConfig>, Ad
     Ok(Arc::new(config))
 }
 
-/// SIDs of an entry's binary attribute.
+/// SIDs of an entry's binary attribute. ldap3 files a value under `attrs` when its bytes
+/// happen to be valid UTF-8 (a builtin SID such as S-1-5-32-548 is all ASCII), under
+/// `bin_attrs` otherwise: both are read.
 fn sids(entry: &SearchEntry, attr: &str) -> Result<Vec<Sid>, AdError> {
-    let Some(values) = entry
+    let binary = entry
         .bin_attrs
         .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(attr))
-        .map(|(_, v)| v)
-    else {
-        return Ok(Vec::new());
-    };
-    values
+        .filter(|(k, _)| k.eq_ignore_ascii_case(attr))
+        .flat_map(|(_, v)| v.iter().map(Vec::as_slice));
+    let texts = entry
+        .attrs
         .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case(attr))
+        .flat_map(|(_, v)| v.iter().map(String::as_bytes));
+    binary
+        .chain(texts)
         .map(|v| {
             Sid::from_bytes(v)
                 .map(|(s, _)| s)
