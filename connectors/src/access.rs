@@ -184,7 +184,10 @@ mod tests {
             Ace::deny(dom(1101), 0, 0x2),
             Ace::allow(dom(1202), 0, FILE_GENERIC_READ),
         ]);
-        assert_eq!(names(&effective_readers(&s, None, &d), &d), ["alice", "bob"]);
+        assert_eq!(
+            names(&effective_readers(&s, None, &d), &d),
+            ["alice", "bob"]
+        );
     }
 
     #[test]
@@ -212,7 +215,11 @@ mod tests {
     fn inherit_only_aces_do_not_apply_to_the_object() {
         let d = directory();
         let s = sd(vec![
-            Ace::deny(dom(1101), OBJECT_INHERIT_ACE | INHERIT_ONLY_ACE, FILE_READ_DATA),
+            Ace::deny(
+                dom(1101),
+                OBJECT_INHERIT_ACE | INHERIT_ONLY_ACE,
+                FILE_READ_DATA,
+            ),
             Ace::allow(
                 dom(1103),
                 OBJECT_INHERIT_ACE | CONTAINER_INHERIT_ACE | INHERIT_ONLY_ACE,
@@ -235,7 +242,10 @@ mod tests {
             Ace::allow(dom(1102), 0, GENERIC_ALL),
             Ace::allow(dom(1103), 0, GENERIC_WRITE | GENERIC_EXECUTE | 0x0012_0080),
         ]);
-        assert_eq!(names(&effective_readers(&s, None, &d), &d), ["alice", "bob"]);
+        assert_eq!(
+            names(&effective_readers(&s, None, &d), &d),
+            ["alice", "bob"]
+        );
     }
 
     #[test]
@@ -266,33 +276,48 @@ mod tests {
             );
         }
         // CREATOR OWNER on the object itself matches nobody.
-        let s = sd(vec![Ace::allow(well_known::creator_owner(), 0, FILE_READ_DATA)]);
+        let s = sd(vec![Ace::allow(
+            well_known::creator_owner(),
+            0,
+            FILE_READ_DATA,
+        )]);
         assert!(effective_readers(&s, None, &d).users.is_empty());
     }
 
     #[test]
     fn the_owner_reads_only_through_an_ace() {
         let d = directory();
-        let mut s = sd(vec![Ace::allow(well_known::builtin_administrators(), 0, FILE_ALL_ACCESS)]);
+        let mut s = sd(vec![Ace::allow(
+            well_known::builtin_administrators(),
+            0,
+            FILE_ALL_ACCESS,
+        )]);
         s.owner = Some(dom(1103));
         assert!(effective_readers(&s, None, &d).users.is_empty());
-        s.dacl
-            .as_mut()
-            .unwrap()
-            .aces
-            .push(Ace::allow(well_known::owner_rights(), 0, FILE_READ_DATA));
+        s.dacl.as_mut().unwrap().aces.push(Ace::allow(
+            well_known::owner_rights(),
+            0,
+            FILE_READ_DATA,
+        ));
         assert_eq!(names(&effective_readers(&s, None, &d), &d), ["carol"]);
     }
 
     #[test]
     fn the_share_acl_is_intersected() {
         let d = directory();
-        let file = sd(vec![Ace::allow(well_known::everyone(), 0, FILE_GENERIC_READ)]);
+        let file = sd(vec![Ace::allow(
+            well_known::everyone(),
+            0,
+            FILE_GENERIC_READ,
+        )]);
         let share = sd(vec![
             Ace::deny(dom(1102), 0, GENERIC_ALL),
             Ace::allow(dom(1202), 0, GENERIC_READ),
         ]);
-        assert_eq!(names(&effective_readers(&file, Some(&share), &d), &d), ["alice"]);
+        assert_eq!(
+            names(&effective_readers(&file, Some(&share), &d), &d),
+            ["alice"]
+        );
     }
 
     #[test]

@@ -69,8 +69,7 @@ fn tls_config(ca_file: &std::path::Path) -> Result<Arc<rustls::ClientConfig>, Ad
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
-    let certs =
-        CertificateDer::pem_file_iter(ca_file).map_err(|e| unavailable("CA file", e))?;
+    let certs = CertificateDer::pem_file_iter(ca_file).map_err(|e| unavailable("CA file", e))?;
     for c in certs {
         roots
             .add(c.map_err(|e| unavailable("CA file", e))?)
@@ -137,13 +136,18 @@ impl Ad {
         if let Some(ca) = &cfg.ca_file {
             settings = settings.set_config(tls_config(ca)?);
         } else if cfg.url.starts_with("ldaps:") || cfg.start_tls {
-            return Err(unavailable("TLS", "a CA file is required for ldaps or StartTLS"));
+            return Err(unavailable(
+                "TLS",
+                "a CA file is required for ldaps or StartTLS",
+            ));
         }
-        let (conn, mut ldap) =
-            tokio::time::timeout(cfg.timeout, LdapConnAsync::with_settings(settings, &cfg.url))
-                .await
-                .map_err(|_| unavailable("connecting", "timed out"))?
-                .map_err(|e| unavailable("connecting", e))?;
+        let (conn, mut ldap) = tokio::time::timeout(
+            cfg.timeout,
+            LdapConnAsync::with_settings(settings, &cfg.url),
+        )
+        .await
+        .map_err(|_| unavailable("connecting", "timed out"))?
+        .map_err(|e| unavailable("connecting", e))?;
         ldap3::drive!(conn);
         ldap.with_timeout(cfg.timeout)
             .simple_bind(&cfg.bind_dn, &cfg.bind_password)
@@ -152,7 +156,12 @@ impl Ad {
             .map_err(|e| unavailable("service bind", e))?;
         let (rootdse, _) = ldap
             .with_timeout(cfg.timeout)
-            .search("", Scope::Base, "(objectClass=*)", vec!["defaultNamingContext"])
+            .search(
+                "",
+                Scope::Base,
+                "(objectClass=*)",
+                vec!["defaultNamingContext"],
+            )
             .await
             .and_then(|r| r.success())
             .map_err(|e| unavailable("root DSE", e))?;
@@ -207,7 +216,12 @@ impl Ad {
         let domain_entry = self
             .ldap
             .with_timeout(self.cfg.timeout)
-            .search(&self.base.clone(), Scope::Base, "(objectClass=*)", vec!["objectSid"])
+            .search(
+                &self.base.clone(),
+                Scope::Base,
+                "(objectClass=*)",
+                vec!["objectSid"],
+            )
             .await
             .and_then(|r| r.success())
             .map_err(|e| unavailable("domain SID", e))?

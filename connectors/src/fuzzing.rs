@@ -15,12 +15,9 @@ pub fn security_descriptor(data: &[u8]) {
     // Dropping ACE kinds the encoder does not write can only remove grants and denies of
     // unevaluated kinds; for plain allow/deny DACLs the verdict is the same.
     let plain = sd.dacl.as_ref().is_none_or(|a| {
-        a.aces.iter().all(|e| {
-            matches!(
-                e.kind,
-                crate::sd::AceKind::Allow | crate::sd::AceKind::Deny
-            )
-        })
+        a.aces
+            .iter()
+            .all(|e| matches!(e.kind, crate::sd::AceKind::Allow | crate::sd::AceKind::Deny))
     });
     if plain {
         assert_eq!(
@@ -58,14 +55,23 @@ mod tests {
 
     #[test]
     fn security_descriptor_corpus_and_mutations() {
-        replay::run("connectors_security_descriptor", &seeds(), 3000, security_descriptor);
+        replay::run(
+            "connectors_security_descriptor",
+            &seeds(),
+            3000,
+            security_descriptor,
+        );
     }
 
     #[test]
     #[ignore = "writes fuzz/corpus/connectors_security_descriptor/"]
     fn write_seeds() {
         for (i, s) in seeds().iter().enumerate() {
-            replay::write_seed("connectors_security_descriptor", &format!("seed-{i}.bin"), s);
+            replay::write_seed(
+                "connectors_security_descriptor",
+                &format!("seed-{i}.bin"),
+                s,
+            );
         }
     }
 }

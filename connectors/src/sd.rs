@@ -253,7 +253,9 @@ pub fn parse_acl(data: &[u8]) -> Result<Acl, SdError> {
     let mut aces = Vec::with_capacity(count.min(256));
     let mut at = 8;
     for i in 0..count {
-        let header = acl.get(at..at + 4).ok_or(SdError::Truncated("ACE header"))?;
+        let header = acl
+            .get(at..at + 4)
+            .ok_or(SdError::Truncated("ACE header"))?;
         let ace_size = usize::from(u16::from_le_bytes([header[2], header[3]]));
         if ace_size < 8 || ace_size % 4 != 0 || at + ace_size > acl.len() {
             return Err(SdError::AceSize(i, ace_size));

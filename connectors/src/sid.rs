@@ -140,19 +140,16 @@ impl FromStr for Sid {
     fn from_str(s: &str) -> Result<Sid, SidError> {
         let bad = || SidError::Syntax(s.chars().take(80).collect());
         let mut parts = s.split('-');
-        if !parts.next().is_some_and(|p| p.eq_ignore_ascii_case("S")) || parts.next() != Some("1")
-        {
+        if !parts.next().is_some_and(|p| p.eq_ignore_ascii_case("S")) || parts.next() != Some("1") {
             return Err(bad());
         }
         let auth = parts.next().ok_or_else(bad)?;
-        let authority = if let Some(hex) = auth
-            .strip_prefix("0x")
-            .or_else(|| auth.strip_prefix("0X"))
-        {
-            u64::from_str_radix(hex, 16).map_err(|_| bad())?
-        } else {
-            auth.parse::<u64>().map_err(|_| bad())?
-        };
+        let authority =
+            if let Some(hex) = auth.strip_prefix("0x").or_else(|| auth.strip_prefix("0X")) {
+                u64::from_str_radix(hex, 16).map_err(|_| bad())?
+            } else {
+                auth.parse::<u64>().map_err(|_| bad())?
+            };
         let subs = parts
             .map(|p| p.parse::<u32>().map_err(|_| bad()))
             .collect::<Result<Vec<_>, _>>()?;
@@ -229,7 +226,9 @@ mod tests {
 
     #[test]
     fn text_and_binary_round_trip() {
-        let s: Sid = "S-1-5-21-551613501-3383636027-79599359-1104".parse().unwrap();
+        let s: Sid = "S-1-5-21-551613501-3383636027-79599359-1104"
+            .parse()
+            .unwrap();
         assert_eq!(s.to_string(), "S-1-5-21-551613501-3383636027-79599359-1104");
         assert_eq!(s.rid(), Some(1104));
         let b = s.to_bytes();
@@ -250,7 +249,15 @@ mod tests {
 
     #[test]
     fn bad_sids_are_refused() {
-        for s in ["", "S-1", "S-2-5", "X-1-5", "S-1-5-x", "S-1-5--1", "S-1-5-4294967296"] {
+        for s in [
+            "",
+            "S-1",
+            "S-2-5",
+            "X-1-5",
+            "S-1-5-x",
+            "S-1-5--1",
+            "S-1-5-4294967296",
+        ] {
             assert!(s.parse::<Sid>().is_err(), "{s}");
         }
         let sixteen = format!("S-1-5{}", "-1".repeat(16));

@@ -168,7 +168,9 @@ impl Listing {
             };
             if check_traverse {
                 for parent in ancestors(&f.path) {
-                    let FileAccess::Readers(r) = &access else { break };
+                    let FileAccess::Readers(r) = &access else {
+                        break;
+                    };
                     access = match traversers.get(parent) {
                         Some(Ok(t)) => FileAccess::Readers(r.intersect(t)),
                         Some(Err(why)) => FileAccess::Unreadable(why.clone()),
@@ -390,16 +392,19 @@ impl SmbShare {
     /// The bytes of `path`.
     pub async fn read(&mut self, path: &str) -> Result<Vec<u8>, SmbError> {
         let full = self.full(path);
-        tokio::time::timeout(self.cfg.timeout, self.client.read_file(&mut self.tree, &full))
-            .await
-            .map_err(|_| SmbError::Read {
-                path: path.to_owned(),
-                reason: "timed out".into(),
-            })?
-            .map_err(|e| SmbError::Read {
-                path: path.to_owned(),
-                reason: e.to_string(),
-            })
+        tokio::time::timeout(
+            self.cfg.timeout,
+            self.client.read_file(&mut self.tree, &full),
+        )
+        .await
+        .map_err(|_| SmbError::Read {
+            path: path.to_owned(),
+            reason: "timed out".into(),
+        })?
+        .map_err(|e| SmbError::Read {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })
     }
 
     /// The configuration this share was opened with.

@@ -265,7 +265,11 @@ mod tests {
     #[test]
     fn renames_permission_changes_and_deletions_are_told_apart() {
         let mut listing = Listing::default();
-        for e in [entry("a.txt", 1, 100), entry("b.txt", 2, 100), entry("c.txt", 3, 100)] {
+        for e in [
+            entry("a.txt", 1, 100),
+            entry("b.txt", 2, 100),
+            entry("c.txt", 3, 100),
+        ] {
             listing.entries.insert(e.path.clone(), e);
         }
         let mut decisions = BTreeMap::new();
@@ -274,11 +278,20 @@ mod tests {
         }
         let first = diff(&SourceState::default(), &listing, &decisions, 1);
         assert_eq!(first.changes.len(), 3);
-        assert!(first.changes.iter().all(|c| matches!(c, Change::Upsert { .. })));
+        assert!(
+            first
+                .changes
+                .iter()
+                .all(|c| matches!(c, Change::Upsert { .. }))
+        );
 
         // a renamed, b's readers changed, c deleted, d new, e unreadable.
         let mut listing = Listing::default();
-        for e in [entry("z.txt", 1, 100), entry("b.txt", 2, 100), entry("d.txt", 4, 100)] {
+        for e in [
+            entry("z.txt", 1, 100),
+            entry("b.txt", 2, 100),
+            entry("d.txt", 4, 100),
+        ] {
             listing.entries.insert(e.path.clone(), e);
         }
         let mut unreadable = entry("e.txt", 5, 100);
@@ -289,7 +302,10 @@ mod tests {
         decisions.insert("z.txt".to_owned(), readers(&["S-1-5-21-1-2-3-1101"]));
         decisions.insert("b.txt".to_owned(), readers(&[]));
         decisions.insert("d.txt".to_owned(), readers(&["S-1-5-21-1-2-3-1102"]));
-        decisions.insert("e.txt".to_owned(), FileAccess::Unreadable("ACCESS_DENIED".into()));
+        decisions.insert(
+            "e.txt".to_owned(),
+            FileAccess::Unreadable("ACCESS_DENIED".into()),
+        );
         let second = diff(&first.next, &listing, &decisions, 2);
         assert_eq!(
             second.changes,
@@ -313,7 +329,10 @@ mod tests {
                 Change::Delete { id: "3".into() },
             ]
         );
-        assert_eq!(second.next.errors, [("e.txt".to_owned(), "ACCESS_DENIED".to_owned())]);
+        assert_eq!(
+            second.next.errors,
+            [("e.txt".to_owned(), "ACCESS_DENIED".to_owned())]
+        );
         // Nothing changed: nothing to do.
         let third = diff(&second.next, &listing, &decisions, 3);
         assert!(third.changes.is_empty());

@@ -86,7 +86,12 @@ fn readers_of(d: &Directory, decisions: &BTreeMap<String, FileAccess>, path: &st
     }
 }
 
-fn check_step(dc: &Dc, step: &str, d: &Directory, decisions: &BTreeMap<String, FileAccess>) -> Report {
+fn check_step(
+    dc: &Dc,
+    step: &str,
+    d: &Directory,
+    decisions: &BTreeMap<String, FileAccess>,
+) -> Report {
     let t = Instant::now();
     let report = verify(decisions, d, &mut SmbclientOracle(dc)).expect("verify");
     eprintln!(
@@ -105,7 +110,10 @@ fn check_step(dc: &Dc, step: &str, d: &Directory, decisions: &BTreeMap<String, F
                 detail += &format!("    {}", dc.sddl(&m.path));
             }
         }
-        panic!("step {step:?}: {} mismatches:\n{detail}", report.mismatches.len());
+        panic!(
+            "step {step:?}: {} mismatches:\n{detail}",
+            report.mismatches.len()
+        );
     }
     assert!(report.pairs_checked > 0);
     report
@@ -165,11 +173,16 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
     dc.put("staff.txt", b"staff only, through GENERIC_READ");
     dc.set_sddl(
         "staff.txt",
-        &format!("O:{ba}G:{du}D:P(A;;0x001f01ff;;;{ba})(A;;0x001200a9;;;{svc})(A;;0x80000000;;;{staff})"),
+        &format!(
+            "O:{ba}G:{du}D:P(A;;0x001f01ff;;;{ba})(A;;0x001200a9;;;{svc})(A;;0x80000000;;;{staff})"
+        ),
     );
     // Only its owner may read it: the crawler cannot, and must say so.
     dc.put("carol-only.txt", b"carol's alone");
-    dc.set_sddl("carol-only.txt", &format!("O:{carol}G:{du}D:P(A;;0x001f01ff;;;{carol})"));
+    dc.set_sddl(
+        "carol-only.txt",
+        &format!("O:{carol}G:{du}D:P(A;;0x001f01ff;;;{carol})"),
+    );
     // A folder that breaks inheritance: finance only (and the crawler); its files inherit that.
     dc.smb("mkdir finance");
     dc.set_sddl(
@@ -183,7 +196,9 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
     dc.put("finance/open.txt", b"open file in a closed folder");
     dc.set_sddl(
         "finance/open.txt",
-        &format!("O:{ba}G:{du}D:P(A;;0x001f01ff;;;{ba})(A;;0x001200a9;;;{svc})(A;;0x001200a9;;;S-1-1-0)"),
+        &format!(
+            "O:{ba}G:{du}D:P(A;;0x001f01ff;;;{ba})(A;;0x001200a9;;;{svc})(A;;0x001200a9;;;S-1-1-0)"
+        ),
     );
     // An inherit-only deny for bob on a folder applies to the files made in it, not to itself.
     dc.smb("mkdir shared");
@@ -195,13 +210,34 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
 
     // Step 0: the initial state.
     let (d, decisions) = rt.block_on(sync(&dc));
-    assert_eq!(readers_of(&d, &decisions, "public.txt"), ["alice", "bob", "carol", "dave", "svc-airlock"]);
-    assert_eq!(readers_of(&d, &decisions, "no-alice.txt"), ["bob", "carol", "dave", "svc-airlock"]);
-    assert_eq!(readers_of(&d, &decisions, "staff.txt"), ["bob", "svc-airlock"]);
-    assert_eq!(readers_of(&d, &decisions, "finance/q3.txt"), ["alice", "svc-airlock"]);
-    assert_eq!(readers_of(&d, &decisions, "finance/open.txt"), ["alice", "svc-airlock"]);
-    assert_eq!(readers_of(&d, &decisions, "shared/notes.txt"), ["alice", "carol", "dave", "svc-airlock"]);
-    assert!(matches!(decisions.get("carol-only.txt"), Some(FileAccess::Unreadable(_))));
+    assert_eq!(
+        readers_of(&d, &decisions, "public.txt"),
+        ["alice", "bob", "carol", "dave", "svc-airlock"]
+    );
+    assert_eq!(
+        readers_of(&d, &decisions, "no-alice.txt"),
+        ["bob", "carol", "dave", "svc-airlock"]
+    );
+    assert_eq!(
+        readers_of(&d, &decisions, "staff.txt"),
+        ["bob", "svc-airlock"]
+    );
+    assert_eq!(
+        readers_of(&d, &decisions, "finance/q3.txt"),
+        ["alice", "svc-airlock"]
+    );
+    assert_eq!(
+        readers_of(&d, &decisions, "finance/open.txt"),
+        ["alice", "svc-airlock"]
+    );
+    assert_eq!(
+        readers_of(&d, &decisions, "shared/notes.txt"),
+        ["alice", "carol", "dave", "svc-airlock"]
+    );
+    assert!(matches!(
+        decisions.get("carol-only.txt"),
+        Some(FileAccess::Unreadable(_))
+    ));
     let report = check_step(&dc, "initial", &d, &decisions);
     assert_eq!(report.unreadable.len(), 1, "{:?}", report.unreadable);
 
@@ -221,29 +257,47 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
         ("renamed.txt", MismatchKind::Unlisted),
         ("q4-moved.txt", MismatchKind::Unlisted),
     ] {
-        assert!(kinds.contains(&(p.to_owned(), format!("{k:?}"))), "{p} {k:?} in {kinds:?}");
+        assert!(
+            kinds.contains(&(p.to_owned(), format!("{k:?}"))),
+            "{p} {k:?} in {kinds:?}"
+        );
     }
     let (d, decisions) = rt.block_on(sync(&dc));
-    assert_eq!(readers_of(&d, &decisions, "q4-moved.txt"), ["alice", "svc-airlock"]);
+    assert_eq!(
+        readers_of(&d, &decisions, "q4-moved.txt"),
+        ["alice", "svc-airlock"]
+    );
     check_step(&dc, "moved, renamed, deleted", &d, &decisions);
 
     // Step 2: alice taken out of finance.
     dc.remove_members("finance", &["alice"]);
     let (d, decisions) = rt.block_on(sync(&dc));
-    assert_eq!(readers_of(&d, &decisions, "finance/q3.txt"), ["svc-airlock"]);
+    assert_eq!(
+        readers_of(&d, &decisions, "finance/q3.txt"),
+        ["svc-airlock"]
+    );
     check_step(&dc, "alice out of finance", &d, &decisions);
 
     // Step 3: analysts (dave) nested into finance.
     dc.add_members("finance", &["analysts"]);
     let (d, decisions) = rt.block_on(sync(&dc));
-    assert_eq!(readers_of(&d, &decisions, "finance/q3.txt"), ["dave", "svc-airlock"]);
-    assert_eq!(readers_of(&d, &decisions, "q4-moved.txt"), ["dave", "svc-airlock"]);
+    assert_eq!(
+        readers_of(&d, &decisions, "finance/q3.txt"),
+        ["dave", "svc-airlock"]
+    );
+    assert_eq!(
+        readers_of(&d, &decisions, "q4-moved.txt"),
+        ["dave", "svc-airlock"]
+    );
     check_step(&dc, "analysts nested into finance", &d, &decisions);
 
     // Step 4: a deny ACE added for bob on the renamed public file.
     dc.add_ace("renamed.txt", &format!("ACL:{bob}:DENIED/0x0/0x00000001"));
     let (d, decisions) = rt.block_on(sync(&dc));
-    assert_eq!(readers_of(&d, &decisions, "renamed.txt"), ["alice", "carol", "dave", "svc-airlock"]);
+    assert_eq!(
+        readers_of(&d, &decisions, "renamed.txt"),
+        ["alice", "carol", "dave", "svc-airlock"]
+    );
     check_step(&dc, "deny ACE for bob", &d, &decisions);
 
     // The crawler reads the bytes too.

@@ -32,15 +32,14 @@ fn skip_or_fail(why: &str) -> Option<Dc> {
         panic!("AIRLOCK_REQUIRE_SAMBA=1 but the Samba DC cannot run: {why}");
     }
     eprintln!("\n*** SKIPPED: Samba AD DC tests: {why}");
-    eprintln!("*** (apt-get install samba smbclient winbind krb5-user; run as root; set AIRLOCK_REQUIRE_SAMBA=1 to make this a failure)\n");
+    eprintln!(
+        "*** (apt-get install samba smbclient winbind krb5-user; run as root; set AIRLOCK_REQUIRE_SAMBA=1 to make this a failure)\n"
+    );
     None
 }
 
 fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    out
+    cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
 }
 
 fn check(cmd: &mut Command) -> String {
@@ -122,7 +121,11 @@ impl Dc {
     }
 
     fn admin(&self) -> String {
-        format!("{}\\Administrator%{}", self.get("DOMAIN"), self.get("ADMIN_PASSWORD"))
+        format!(
+            "{}\\Administrator%{}",
+            self.get("DOMAIN"),
+            self.get("ADMIN_PASSWORD")
+        )
     }
 
     /// samba-tool against the DC's own database.
@@ -174,11 +177,12 @@ impl Dc {
 
     /// Runs smbclient commands on the share as Administrator.
     pub fn smb(&self, commands: &str) -> String {
-        check(
-            Command::new("smbclient")
-                .arg(self.get("SHARE"))
-                .args(["-U", &self.admin(), "-c", commands]),
-        )
+        check(Command::new("smbclient").arg(self.get("SHARE")).args([
+            "-U",
+            &self.admin(),
+            "-c",
+            commands,
+        ]))
     }
 
     /// Writes a file on the share (through the server, so it inherits its folder's ACL).
@@ -243,7 +247,11 @@ impl Dc {
                 if e.file_type().unwrap().is_dir() {
                     stack.push(p);
                 } else {
-                    let rel = p.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                    let rel = p
+                        .strip_prefix(&root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned();
                     out.insert(rel);
                 }
             }
