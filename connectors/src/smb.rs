@@ -112,11 +112,17 @@ pub struct Entry {
     pub size: u64,
     /// Last write time (Windows FILETIME ticks).
     pub mtime: u64,
+    /// Change time (FILETIME ticks): moves on content and on metadata changes, the
+    /// security descriptor's included (0 for the crawl root).
+    pub ctime: u64,
     /// The server's file id (FileInternalInformation), stable across renames; `None` when the
     /// file could not be opened.
     pub file_id: Option<u64>,
     /// Its permissions.
     pub access: Access,
+    /// A reparse point (symbolic link, junction, …): listed and reported, never followed,
+    /// never a document.
+    pub is_link: bool,
 }
 
 /// A crawl of the share: every entry by path.
@@ -138,7 +144,12 @@ pub enum FileAccess {
 impl Listing {
     /// The files (not folders).
     pub fn files(&self) -> impl Iterator<Item = &Entry> {
-        self.entries.values().filter(|e| !e.is_dir)
+        self.entries.values().filter(|e| !e.is_dir && !e.is_link)
+    }
+
+    /// The reparse points (links) the crawl saw and did not follow.
+    pub fn links(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.values().filter(|e| e.is_link)
     }
 
     /// Who may read each file, as Windows would decide (see [`crate::access`]): FILE_READ_DATA
@@ -222,7 +233,7 @@ impl SmbShare {
             auto_reconnect: false,
             compression: false,
             dfs_enabled: false,
-            dfs_target_overrides: Default::default(),
+            ..ClientConfig::default()
         };
         let mut client = tokio::time::timeout(cfg.timeout, SmbClient::connect(conf))
             .await
@@ -243,7 +254,7 @@ impl SmbShare {
     /// be listed fails the whole crawl (a partial listing would read as deletions).
     pub async fn list(&mut self) -> Result<Listing, SmbError> {
         let mut listing = Listing::default();
-        let root = self.describe("", true, 0, 0).await;
+        let root = self.describe("", true, 0, 0, 0, false).await;
         listing.entries.insert(String::new(), root);
         let mut folders = vec![String::new()];
         while let Some(dir) = folders.pop() {
@@ -269,10 +280,18 @@ impl SmbShare {
                     return Err(SmbError::TooMany(self.cfg.max_entries));
                 }
                 let path = join(&dir, &e.name);
+                let is_link = e.reparse_tag.is_some();
                 let entry = self
-                    .describe(&path, e.is_directory, e.size, e.modified.0)
+                    .describe(
+                        &path,
+                        e.is_directory,
+                        e.size,
+                        e.modified.0,
+                        e.changed.0,
+                        is_link,
+                    )
                     .await;
-                if e.is_directory {
+                if e.is_directory && !is_link {
                     folders.push(path.clone());
                 }
                 listing.entries.insert(path, entry);
@@ -281,7 +300,15 @@ impl SmbShare {
         Ok(listing)
     }
 
-    async fn describe(&mut self, path: &str, is_dir: bool, size: u64, mtime: u64) -> Entry {
+    async fn describe(
+        &mut self,
+        path: &str,
+        is_dir: bool,
+        size: u64,
+        mtime: u64,
+        ctime: u64,
+        is_link: bool,
+    ) -> Entry {
         let (access, file_id) = match self.security(path).await {
             Ok((sd, id)) => (Access::Sd(sd), Some(id)),
             Err(why) => (Access::Unreadable(why), None),
@@ -291,8 +318,10 @@ impl SmbShare {
             is_dir,
             size,
             mtime,
+            ctime,
             file_id,
             access,
+            is_link,
         }
     }
 

@@ -251,8 +251,10 @@ mod tests {
             is_dir: false,
             size: 10,
             mtime,
+            ctime: mtime,
             file_id: Some(id),
             access: Access::Sd(SecurityDescriptor::with_dacl(None)),
+            is_link: false,
         }
     }
 
