@@ -8,7 +8,7 @@ use std::str::FromStr;
 pub const MAX_SUB_AUTHORITIES: usize = 15;
 
 /// A security identifier.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Sid {
     /// The 48-bit identifier authority (5 = NT AUTHORITY, 1 = World, 3 = Creator).
     authority: u64,
@@ -118,6 +118,12 @@ impl Sid {
             out.extend_from_slice(&s.to_le_bytes());
         }
         out
+    }
+}
+
+impl fmt::Debug for Sid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
     }
 }
 

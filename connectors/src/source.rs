@@ -74,6 +74,23 @@ pub struct SourceState {
     pub errors: Vec<(String, String)>,
 }
 
+impl SourceState {
+    /// What Airlock holds once this state is applied, by path: each item's readers, and the
+    /// items that could not be read as unreadable (given to nobody) — the input of
+    /// [`crate::verify::verify`].
+    pub fn decisions(&self) -> BTreeMap<String, FileAccess> {
+        let mut out: BTreeMap<String, FileAccess> = self
+            .items
+            .values()
+            .map(|i| (i.path.clone(), FileAccess::Readers(i.readers.clone())))
+            .collect();
+        for (path, why) in &self.errors {
+            out.insert(path.clone(), FileAccess::Unreadable(why.clone()));
+        }
+        out
+    }
+}
+
 /// The result of listing a source: the changes and the state to keep once they are applied.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Changes {

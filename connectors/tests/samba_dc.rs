@@ -9,9 +9,10 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use airlock_connectors::ad::{Ad, AdConfig};
+use airlock_connectors::ad::AdConfig;
 use airlock_connectors::directory::{Directory, DirectoryUser};
 use airlock_connectors::smb::{FileAccess, SmbConfig, SmbShare};
+use airlock_connectors::source::{Change, SmbSource, Source, SourceState};
 use airlock_connectors::verify::{MismatchKind, Oracle, Report, verify};
 use support::Dc;
 
@@ -28,23 +29,8 @@ impl Oracle for SmbclientOracle<'_> {
     }
 }
 
-/// One sync: the directory from AD and the share's crawl, turned into decisions.
-async fn sync(dc: &Dc) -> (Directory, BTreeMap<String, FileAccess>) {
-    let t = Instant::now();
-    let mut ad = Ad::connect(AdConfig {
-        url: "ldaps://127.0.0.1:636".into(),
-        start_tls: false,
-        ca_file: Some(dc.get("CA_FILE").into()),
-        bind_dn: format!("svc-airlock@{}", dc.get("REALM").to_lowercase()),
-        bind_password: PW.into(),
-        timeout: Duration::from_secs(20),
-        page_size: 100,
-    })
-    .await
-    .expect("AD connect");
-    let directory = ad.directory().await.expect("AD directory");
-    ad.close().await;
-    let mut share = SmbShare::connect(SmbConfig {
+fn smb_config(dc: &Dc) -> SmbConfig {
+    SmbConfig {
         addr: "127.0.0.1:445".into(),
         share: "docs".into(),
         root: String::new(),
@@ -55,18 +41,71 @@ async fn sync(dc: &Dc) -> (Directory, BTreeMap<String, FileAccess>) {
         check_traverse: true,
         timeout: Duration::from_secs(20),
         max_entries: 10_000,
-    })
-    .await
-    .expect("SMB connect");
-    let listing = share.list().await.expect("SMB listing");
-    let decisions = listing.readers(&directory, None, true);
+    }
+}
+
+fn ad_config(dc: &Dc) -> AdConfig {
+    AdConfig {
+        url: "ldaps://127.0.0.1:636".into(),
+        start_tls: false,
+        ca_file: Some(dc.get("CA_FILE").into()),
+        bind_dn: format!("svc-airlock@{}", dc.get("REALM").to_lowercase()),
+        bind_password: PW.into(),
+        timeout: Duration::from_secs(20),
+        page_size: 100,
+    }
+}
+
+/// One sync through the `Source` trait: the directory from AD (over LDAPS), the share's crawl
+/// diffed against `state`. Returns the directory, the changes, and what Airlock then holds.
+async fn sync(
+    dc: &Dc,
+    state: &SourceState,
+) -> (
+    Directory,
+    Vec<Change>,
+    SourceState,
+    BTreeMap<String, FileAccess>,
+) {
+    let t = Instant::now();
+    let mut source = SmbSource::connect(smb_config(dc), ad_config(dc))
+        .await
+        .expect("SMB connect");
+    let directory = source.principals().await.expect("AD directory");
+    let changes = source.changes(state, &directory).await.expect("SMB crawl");
     eprintln!(
-        "sync: {} users, {} entries in {} ms",
+        "sync: {} users, {} changes, in {} ms",
         directory.users().count(),
-        listing.entries.len(),
+        changes.changes.len(),
         t.elapsed().as_millis()
     );
-    (directory, decisions)
+    let decisions = changes.next.decisions();
+    (directory, changes.changes, changes.next, decisions)
+}
+
+/// The changes as (kind, path-or-id) for assertions.
+fn change_kinds(
+    changes: &[Change],
+    state: &SourceState,
+    old: &SourceState,
+) -> BTreeSet<(&'static str, String)> {
+    let path_of = |id: &str| {
+        state
+            .items
+            .get(id)
+            .or_else(|| old.items.get(id))
+            .map(|i| i.path.clone())
+            .unwrap_or_default()
+    };
+    changes
+        .iter()
+        .map(|c| match c {
+            Change::Upsert { path, .. } => ("upsert", path.clone()),
+            Change::Moved { id, .. } => ("moved", path_of(id)),
+            Change::Permissions { id, .. } => ("permissions", path_of(id)),
+            Change::Delete { id } => ("delete", path_of(id)),
+        })
+        .collect()
 }
 
 fn readers_of(d: &Directory, decisions: &BTreeMap<String, FileAccess>, path: &str) -> Vec<String> {
@@ -208,8 +247,27 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
     );
     dc.put("shared/notes.txt", b"shared notes");
 
-    // Step 0: the initial state.
-    let (d, decisions) = rt.block_on(sync(&dc));
+    // Step 0: the initial state. Every readable file is new; the owner-only one is an error.
+    let (d, changes, state, decisions) = rt.block_on(sync(&dc, &SourceState::default()));
+    assert_eq!(changes.len(), 8, "{changes:?}");
+    assert!(changes.iter().all(|c| matches!(c, Change::Upsert { .. })));
+    assert_eq!(state.errors.len(), 1, "{:?}", state.errors);
+    // The check is not vacuous: without the traverse rule the file readable by Everyone in
+    // the finance-only folder would be given to everyone, and the server's verdict says no.
+    let mut no_traverse = decisions.clone();
+    let entries = rt.block_on(async {
+        let mut share = SmbShare::connect(smb_config(&dc)).await.unwrap();
+        share.list().await.unwrap()
+    });
+    no_traverse.extend(entries.readers(&d, None, false));
+    let leaks = verify(&no_traverse, &d, &mut SmbclientOracle(&dc)).unwrap();
+    assert!(
+        leaks
+            .mismatches
+            .iter()
+            .any(|m| m.path == "finance/open.txt" && m.kind == MismatchKind::Leak),
+        "{leaks:?}"
+    );
     assert_eq!(
         readers_of(&d, &decisions, "public.txt"),
         ["alice", "bob", "carol", "dave", "svc-airlock"]
@@ -262,7 +320,17 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
             "{p} {k:?} in {kinds:?}"
         );
     }
-    let (d, decisions) = rt.block_on(sync(&dc));
+    let old = state;
+    let (d, changes, state, decisions) = rt.block_on(sync(&dc, &old));
+    assert_eq!(
+        change_kinds(&changes, &state, &old),
+        BTreeSet::from([
+            ("moved", "renamed.txt".to_owned()),
+            ("moved", "q4-moved.txt".to_owned()),
+            ("delete", "old.txt".to_owned()),
+        ]),
+        "a rename or move is metadata only, nothing to re-extract: {changes:?}"
+    );
     assert_eq!(
         readers_of(&d, &decisions, "q4-moved.txt"),
         ["alice", "svc-airlock"]
@@ -271,7 +339,17 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
 
     // Step 2: alice taken out of finance.
     dc.remove_members("finance", &["alice"]);
-    let (d, decisions) = rt.block_on(sync(&dc));
+    let old = state;
+    let (d, changes, state, decisions) = rt.block_on(sync(&dc, &old));
+    assert_eq!(
+        change_kinds(&changes, &state, &old),
+        BTreeSet::from([
+            ("permissions", "finance/q3.txt".to_owned()),
+            ("permissions", "finance/open.txt".to_owned()),
+            ("permissions", "q4-moved.txt".to_owned()),
+        ]),
+        "a permission change is an ACL update only: {changes:?}"
+    );
     assert_eq!(
         readers_of(&d, &decisions, "finance/q3.txt"),
         ["svc-airlock"]
@@ -280,7 +358,17 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
 
     // Step 3: analysts (dave) nested into finance.
     dc.add_members("finance", &["analysts"]);
-    let (d, decisions) = rt.block_on(sync(&dc));
+    let old = state;
+    let (d, changes, state, decisions) = rt.block_on(sync(&dc, &old));
+    assert_eq!(
+        change_kinds(&changes, &state, &old),
+        BTreeSet::from([
+            ("permissions", "finance/q3.txt".to_owned()),
+            ("permissions", "finance/open.txt".to_owned()),
+            ("permissions", "q4-moved.txt".to_owned()),
+        ]),
+        "a permission change is an ACL update only: {changes:?}"
+    );
     assert_eq!(
         readers_of(&d, &decisions, "finance/q3.txt"),
         ["dave", "svc-airlock"]
@@ -293,7 +381,13 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
 
     // Step 4: a deny ACE added for bob on the renamed public file.
     dc.add_ace("renamed.txt", &format!("ACL:{bob}:DENIED/0x0/0x00000001"));
-    let (d, decisions) = rt.block_on(sync(&dc));
+    let old = state;
+    let (d, changes, state, decisions) = rt.block_on(sync(&dc, &old));
+    assert_eq!(
+        change_kinds(&changes, &state, &old),
+        BTreeSet::from([("permissions", "renamed.txt".to_owned())]),
+        "a permission change is an ACL update only: {changes:?}"
+    );
     assert_eq!(
         readers_of(&d, &decisions, "renamed.txt"),
         ["alice", "carol", "dave", "svc-airlock"]
@@ -302,20 +396,7 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
 
     // The crawler reads the bytes too.
     let bytes = rt.block_on(async {
-        let mut share = SmbShare::connect(SmbConfig {
-            addr: "127.0.0.1:445".into(),
-            share: "docs".into(),
-            root: String::new(),
-            domain: dc.get("DOMAIN").into(),
-            username: "svc-airlock".into(),
-            password: PW.into(),
-            share_sd: None,
-            check_traverse: true,
-            timeout: Duration::from_secs(20),
-            max_entries: 10_000,
-        })
-        .await
-        .unwrap();
+        let mut share = SmbShare::connect(smb_config(&dc)).await.unwrap();
         share.read("finance/q3.txt").await.unwrap()
     });
     assert_eq!(bytes, b"finance figures");
