@@ -16,6 +16,7 @@ pub mod ad;
 pub mod directory;
 pub mod fuzzing;
 pub mod sd;
+pub mod share_acl;
 pub mod sid;
 pub mod smb;
 pub mod source;

@@ -41,6 +41,10 @@ pub struct SmbConfig {
     pub password: String,
     /// The share's own permissions (`None`: the share has no ACL, which allows everyone).
     pub share_sd: Option<SecurityDescriptor>,
+    /// Read the share's permissions from the server at every sync instead (srvsvc level 502;
+    /// needs an account the server answers that to — on Windows an administrator or operator).
+    /// A refusal fails the sync.
+    pub read_share_acl: bool,
     /// Whether reading a file also needs FILE_TRAVERSE on every folder above it. Windows
     /// grants "bypass traverse checking" to Everyone by default (no); Samba opens files as the
     /// user's Unix uid, so the kernel checks every parent folder (yes). Checking is the safe
@@ -71,6 +75,9 @@ pub enum SmbError {
     /// Connecting, signing in or opening the share failed.
     #[error("cannot reach the share: {0}")]
     Connect(String),
+    /// The share's own permissions could not be read (and were asked for).
+    #[error("reading the share's permissions failed: {0}")]
+    ShareAcl(String),
     /// Listing a folder failed: the crawl is incomplete and must not be applied.
     #[error("listing {path:?} failed: {reason}")]
     List {
@@ -434,6 +441,19 @@ impl SmbShare {
             path: path.to_owned(),
             reason: e.to_string(),
         })
+    }
+
+    /// The share's own security descriptor, read from the server (srvsvc NetrShareGetInfo
+    /// level 502): `Ok(None)` when the share has none (everyone allowed).
+    pub async fn share_security(&mut self) -> Result<Option<SecurityDescriptor>, String> {
+        let share = self.cfg.share.clone();
+        let conn = self.client.connection_mut();
+        tokio::time::timeout(
+            self.cfg.timeout,
+            crate::share_acl::share_security(conn, &share),
+        )
+        .await
+        .map_err(|_| "timed out".to_owned())?
     }
 
     /// The configuration this share was opened with.

@@ -241,9 +241,20 @@ impl Source for SmbSource {
         state: &SourceState,
         directory: &Directory,
     ) -> Result<Changes, SmbSourceError> {
+        let share_sd = if self.share.config().read_share_acl {
+            self.share
+                .share_security()
+                .await
+                .map_err(SmbError::ShareAcl)?
+        } else {
+            self.share.config().share_sd.clone()
+        };
         let listing = self.share.list().await?;
-        let cfg = self.share.config();
-        let decisions = listing.readers(directory, cfg.share_sd.as_ref(), cfg.check_traverse);
+        let decisions = listing.readers(
+            directory,
+            share_sd.as_ref(),
+            self.share.config().check_traverse,
+        );
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())

@@ -59,6 +59,7 @@ text = open(conf).read()
 glob = text.split("[homes]")[0]
 extra = f"""\tlog file = {dc}/log/log.%m
 \tpid directory = {dc}/run
+\tncalrpc dir = {dc}/ncalrpc
 \tdisable netbios = yes
 \tserver services = -nbt -wrepl -dnsupdate -ntp_signd -kcc -drepl
 \trpc server port = 49200

@@ -212,6 +212,17 @@ impl Dc {
         );
     }
 
+    /// Sets the share's own permissions (share_info.tdb, through sharesec on the DC).
+    pub fn set_share_sddl(&self, sddl: &str) {
+        check(Command::new("sharesec").args([
+            "docs",
+            "-s",
+            self.get("SMB_CONF"),
+            "--setsddl",
+            sddl,
+        ]));
+    }
+
     /// The SDDL of a file (for failure messages).
     pub fn sddl(&self, path: &str) -> String {
         check(
