@@ -127,6 +127,11 @@ impl Directory {
         }
     }
 
+    /// Whether `sid` is a user or group of this directory.
+    pub fn knows(&self, sid: &Sid) -> bool {
+        self.users.contains_key(sid) || self.groups.contains_key(sid)
+    }
+
     /// The users, by SID.
     pub fn users(&self) -> impl Iterator<Item = &DirectoryUser> {
         self.users.values()

@@ -7,7 +7,7 @@
 //! CLOSE. A file whose descriptor the service account cannot read is reported as
 //! [`Access::Unreadable`] — never given readers by guess.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use smb2::client::connection::CompoundOp;
@@ -23,6 +23,7 @@ use smb2::{ClientConfig, SmbClient, Tree};
 use crate::access::{FILE_TRAVERSE, Readers, effective_readers, users_granted};
 use crate::directory::Directory;
 use crate::sd::{self, SecurityDescriptor};
+use crate::sid::Sid;
 
 /// Where and as whom to crawl.
 #[derive(Clone)]
@@ -152,6 +153,24 @@ impl Listing {
     /// The files (not folders).
     pub fn files(&self) -> impl Iterator<Item = &Entry> {
         self.entries.values().filter(|e| !e.is_dir && !e.is_link)
+    }
+
+    /// SIDs the descriptors name that the directory does not know: domain-style SIDs
+    /// (S-1-5-21-…) that are neither a user nor a group of `directory` (another domain, a
+    /// deleted account, a server's local account). They grant nobody anything; reported.
+    pub fn unknown_sids(&self, directory: &Directory) -> BTreeSet<Sid> {
+        let mut out = BTreeSet::new();
+        for e in self.entries.values() {
+            let Access::Sd(sd) = &e.access else { continue };
+            let aces = sd.dacl.iter().flat_map(|a| a.aces.iter());
+            for sid in aces.filter_map(|a| a.sid.as_ref()) {
+                let domainish = sid.authority() == 5 && sid.sub_authorities().first() == Some(&21);
+                if domainish && !directory.knows(sid) {
+                    out.insert(sid.clone());
+                }
+            }
+        }
+        out
     }
 
     /// The reparse points (links) the crawl saw and did not follow.
@@ -425,22 +444,47 @@ impl SmbShare {
         Ok((sd, id))
     }
 
-    /// The bytes of `path`.
-    pub async fn read(&mut self, path: &str) -> Result<Vec<u8>, SmbError> {
+    /// The bytes of `path`, with at most `max_bytes` of them, read only while the file stays the
+    /// same: its size and change time are taken before and after the read, and a file that
+    /// changed meanwhile is read once more, then refused (never half-stored). Links are refused.
+    pub async fn read(&mut self, path: &str, max_bytes: u64) -> Result<Vec<u8>, SmbError> {
         let full = self.full(path);
-        tokio::time::timeout(
-            self.cfg.timeout,
-            self.client.read_file(&mut self.tree, &full),
-        )
-        .await
-        .map_err(|_| SmbError::Read {
+        let err = |reason: String| SmbError::Read {
             path: path.to_owned(),
-            reason: "timed out".into(),
-        })?
-        .map_err(|e| SmbError::Read {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })
+            reason,
+        };
+        for _attempt in 0..2 {
+            let before = self.stat(&full).await.map_err(err)?;
+            if before.reparse_tag.is_some() || before.is_directory {
+                return Err(err("not a regular file (link or folder)".into()));
+            }
+            if before.size > max_bytes {
+                return Err(err(format!("{} bytes (limit {max_bytes})", before.size)));
+            }
+            let bytes = tokio::time::timeout(
+                self.cfg.timeout,
+                self.client.read_file(&mut self.tree, &full),
+            )
+            .await
+            .map_err(|_| err("timed out".into()))?
+            .map_err(|e| err(e.to_string()))?;
+            let after = self.stat(&full).await.map_err(err)?;
+            if after.size == before.size
+                && after.changed == before.changed
+                && after.modified == before.modified
+                && bytes.len() as u64 == after.size
+            {
+                return Ok(bytes);
+            }
+        }
+        Err(err("the file kept changing while it was read".into()))
+    }
+
+    async fn stat(&mut self, full: &str) -> Result<smb2::FileInfo, String> {
+        tokio::time::timeout(self.cfg.timeout, self.client.stat(&mut self.tree, full))
+            .await
+            .map_err(|_| "stat timed out".to_owned())?
+            .map_err(|e| e.to_string())
     }
 
     /// The share's own security descriptor, read from the server (srvsvc NetrShareGetInfo

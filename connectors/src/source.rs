@@ -72,6 +72,10 @@ pub struct SourceState {
     pub last_success: Option<u64>,
     /// Items the last sync could not handle (path, reason): reported, given to nobody.
     pub errors: Vec<(String, String)>,
+    /// Principals the source's permissions name that the directory does not know (they grant
+    /// nobody anything): reported.
+    #[serde(default)]
+    pub unknown_principals: Vec<String>,
 }
 
 impl SourceState {
@@ -200,6 +204,8 @@ pub struct SmbSource {
     pub share: SmbShare,
     /// The directory.
     pub ad: crate::ad::AdConfig,
+    /// The largest file fetched (the daemon's `[extract]` limit); larger ones are refused.
+    pub max_bytes: u64,
 }
 
 /// Why an SMB sync failed.
@@ -222,6 +228,7 @@ impl SmbSource {
         Ok(SmbSource {
             share: SmbShare::connect(smb).await?,
             ad,
+            max_bytes: 64 * 1024 * 1024,
         })
     }
 }
@@ -255,15 +262,19 @@ impl Source for SmbSource {
             share_sd.as_ref(),
             self.share.config().check_traverse,
         );
+        let unknown = listing.unknown_sids(directory);
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        Ok(diff(state, &listing, &decisions, now))
+        let mut changes = diff(state, &listing, &decisions, now);
+        changes.next.unknown_principals = unknown.iter().map(ToString::to_string).collect();
+        Ok(changes)
     }
 
     async fn fetch(&mut self, path: &str) -> Result<Vec<u8>, SmbSourceError> {
-        Ok(self.share.read(path).await?)
+        let max = self.max_bytes;
+        Ok(self.share.read(path, max).await?)
     }
 }
 

@@ -254,9 +254,17 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
     );
     dc.put("shared/notes.txt", b"shared notes");
 
+    // A principal from another domain (unknown to this directory): grants nobody, reported.
+    dc.put("foreign.txt", b"for someone elsewhere");
+    dc.set_sddl(
+        "foreign.txt",
+        &format!("O:{ba}G:{du}D:P(A;;0x001f01ff;;;{ba})(A;;0x001200a9;;;{svc})(A;;0x001200a9;;;S-1-5-21-1-2-3-4444)"),
+    );
+
     // Step 0: the initial state. Every readable file is new; the owner-only one is an error.
     let (d, changes, state, decisions) = rt.block_on(sync(&dc, &SourceState::default(), None));
-    assert_eq!(changes.len(), 8, "{changes:?}");
+    assert_eq!(changes.len(), 9, "{changes:?}");
+    assert_eq!(state.unknown_principals, ["S-1-5-21-1-2-3-4444"]);
     assert!(changes.iter().all(|c| matches!(c, Change::Upsert { .. })));
     assert_eq!(state.errors.len(), 1, "{:?}", state.errors);
     // The check is not vacuous: without the traverse rule the file readable by Everyone in
@@ -434,8 +442,17 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
     // The crawler reads the bytes too.
     let bytes = rt.block_on(async {
         let mut share = SmbShare::connect(smb_config(&dc, None)).await.unwrap();
-        share.read("finance/q3.txt").await.unwrap()
+        share.read("finance/q3.txt", 1 << 20).await.unwrap()
     });
     assert_eq!(bytes, b"finance figures");
+    // Over the size limit: refused before reading.
+    let refused = rt.block_on(async {
+        let mut share = SmbShare::connect(smb_config(&dc, None)).await.unwrap();
+        share.read("finance/q3.txt", 4).await
+    });
+    assert!(
+        matches!(&refused, Err(e) if e.to_string().contains("limit 4")),
+        "{refused:?}"
+    );
     let _ = (finance, staff);
 }
