@@ -98,6 +98,20 @@ impl Readers {
             users: self.users.intersection(&other.users).cloned().collect(),
         }
     }
+    /// The readers' sign-in names (sAMAccountName) in `directory`, sorted: the user ids a
+    /// document grant names when the daemon's `[ldap]` sign-in uses `user_id_attr =
+    /// "sAMAccountName"` against the same domain (canonicalise them as sign-in does). A SID
+    /// the directory no longer has is left out (it cannot sign in).
+    pub fn user_names(&self, directory: &Directory) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .users
+            .iter()
+            .filter_map(|s| directory.user(s).map(|u| u.name.clone()))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Whether `user` is among the readers.
     pub fn contains(&self, user: &Sid) -> bool {
         self.users.contains(user)
@@ -179,6 +193,7 @@ mod tests {
             Ace::allow(dom(1202), 0, FILE_GENERIC_READ),
         ]);
         assert_eq!(names(&effective_readers(&s, None, &d), &d), ["bob"]);
+        assert_eq!(effective_readers(&s, None, &d).user_names(&d), ["bob"]);
         // A deny of another right (write) does not refuse reading.
         let s = sd(vec![
             Ace::deny(dom(1101), 0, 0x2),

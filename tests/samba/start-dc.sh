@@ -62,8 +62,8 @@ extra = f"""\tlog file = {dc}/log/log.%m
 \tncalrpc dir = {dc}/ncalrpc
 \tdisable netbios = yes
 \tserver services = -nbt -wrepl -dnsupdate -ntp_signd -kcc -drepl
-\trpc server port = 49200
-\trpc server dynamic port range = 49152-49252
+\trpc server port = 31000
+\trpc server dynamic port range = 31001-31100
 \tldap server require strong auth = no
 \ttls enabled = yes
 \ttls keyfile = {dc}/tls/key.pem
