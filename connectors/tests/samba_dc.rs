@@ -215,7 +215,8 @@ fn samba_share_permissions_match_the_servers_verdict_after_every_step() {
         "no-alice.txt",
         &format!("O:{ba}G:{du}D:P(D;;0x00000001;;;{alice})(A;;0x001f01ff;;;{ba})(A;;0x001200a9;;;{svc})(A;;0x001200a9;;;{du})"),
     );
-    // GENERIC_READ for staff only.
+    // GENERIC_READ for staff only (Samba stores it mapped, as FILE_GENERIC_READ 0x120089; the
+    // mapping of unmapped generic bits is unit-tested in access.rs).
     dc.put("staff.txt", b"staff only, through GENERIC_READ");
     dc.set_sddl(
         "staff.txt",
