@@ -510,6 +510,80 @@ impl SmbShare {
 mod tests {
     use super::*;
 
+    use crate::access::{FILE_GENERIC_READ, FILE_TRAVERSE};
+    use crate::directory::DirectoryUser;
+    use crate::sd::Ace;
+    use crate::sid::well_known;
+
+    fn entry(path: &str, is_dir: bool, access: Access) -> Entry {
+        Entry {
+            path: path.into(),
+            is_dir,
+            size: 1,
+            mtime: 1,
+            ctime: 1,
+            file_id: Some(1),
+            access,
+            is_link: false,
+        }
+    }
+
+    #[test]
+    fn traverse_unreadable_folders_and_unknown_sids() {
+        let dom: Sid = "S-1-5-21-7-8-9".parse().unwrap();
+        let (alice, bob) = (dom.with_rid(1101).unwrap(), dom.with_rid(1102).unwrap());
+        let mut d = Directory::new(dom.clone());
+        d.add_user(DirectoryUser::new(alice.clone(), "alice", vec![]));
+        d.add_user(DirectoryUser::new(bob.clone(), "bob", vec![]));
+        d.expand();
+        let everyone = SecurityDescriptor::with_dacl(Some(vec![Ace::allow(
+            well_known::everyone(),
+            0,
+            FILE_GENERIC_READ,
+        )]));
+        let only_alice = SecurityDescriptor::with_dacl(Some(vec![Ace::allow(
+            alice.clone(),
+            0,
+            FILE_TRAVERSE | FILE_GENERIC_READ,
+        )]));
+        let foreign = SecurityDescriptor::with_dacl(Some(vec![Ace::allow(
+            "S-1-5-21-1-1-1-500".parse().unwrap(),
+            0,
+            FILE_GENERIC_READ,
+        )]));
+        let mut l = Listing::default();
+        for e in [
+            entry("", true, Access::Sd(SecurityDescriptor::with_dacl(None))),
+            entry("a", true, Access::Sd(only_alice)),
+            entry("a/f.txt", false, Access::Sd(everyone.clone())),
+            entry("b", true, Access::Unreadable("ACCESS_DENIED".into())),
+            entry("b/g.txt", false, Access::Sd(everyone.clone())),
+            entry("x.txt", false, Access::Sd(foreign)),
+        ] {
+            l.entries.insert(e.path.clone(), e);
+        }
+        let with = l.readers(&d, None, true);
+        assert_eq!(
+            with["a/f.txt"],
+            FileAccess::Readers(Readers {
+                users: [alice.clone()].into()
+            })
+        );
+        assert!(matches!(&with["b/g.txt"], FileAccess::Unreadable(w) if w.contains("\"b\"")));
+        assert_eq!(with["x.txt"], FileAccess::Readers(Readers::default()));
+        let without = l.readers(&d, None, false);
+        assert_eq!(
+            without["a/f.txt"],
+            FileAccess::Readers(Readers {
+                users: [alice, bob].into()
+            })
+        );
+        assert_eq!(
+            l.unknown_sids(&d),
+            ["S-1-5-21-1-1-1-500".parse().unwrap()].into()
+        );
+    }
+
     #[test]
     fn ancestors_run_from_the_root_down() {
         assert_eq!(ancestors("a.txt").collect::<Vec<_>>(), [""]);
