@@ -24,7 +24,7 @@ fi
 # instrument the C code (zstd, SQLite) that cc builds anyway.
 export RUSTC_BOOTSTRAP=1
 flags=(--sanitizer none)
-targets=${AIRLOCK_FUZZ_TARGETS:-"bundle_verify bundle_payload bundle_manifest keyring_json acl_snapshot golden_jsonl eval_export ingest_html ingest_jsonl ingest_sidecar vector_graph_dump extract_pdf extract_docx extract_xlsx extract_pptx extract_eml extract_csv"}
+targets=${AIRLOCK_FUZZ_TARGETS:-"bundle_verify bundle_payload bundle_manifest keyring_json acl_snapshot golden_jsonl eval_export ingest_html ingest_jsonl ingest_sidecar vector_graph_dump extract_pdf extract_docx extract_xlsx extract_pptx extract_eml extract_csv connectors_security_descriptor"}
 if [ "${AIRLOCK_FUZZ_APPLIANCE:-0}" = 1 ]; then
   flags+=(--features appliance)
   for t in chat_body rack_stream rack_metrics answer_receipt backup_archive console_report; do
