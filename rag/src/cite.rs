@@ -66,7 +66,10 @@ pub struct Cited {
 pub fn cited(answer: &str, question: &str, sources: &[&str]) -> Cited {
     let markers = markers(answer, sources.len());
     if !markers.is_empty() {
-        if asked::answers_another_kind(&strip_markers(answer), question) {
+        let marked: Vec<&str> = markers.iter().map(|&n| sources[n - 1]).collect();
+        if asked::answers_another_kind(&strip_markers(answer), question)
+            && quoting(answer, question, &marked).is_none()
+        {
             return Cited {
                 sources: Vec::new(),
                 by: CitedBy::Unsupported,
@@ -77,20 +80,50 @@ pub fn cited(answer: &str, question: &str, sources: &[&str]) -> Cited {
             by: CitedBy::Markers,
         };
     }
-    let (sources, has_content) = support(answer, question, sources);
-    if has_content && asked::answers_another_kind(answer, question) {
+    let (mut picked, has_content) = support(answer, question, sources);
+    let quoted = quoting(answer, question, sources);
+    if has_content && asked::answers_another_kind(answer, question) && quoted.is_none() {
         // Not the kind of value asked for: whatever source holds it, it does not answer.
         return Cited {
             sources: Vec::new(),
             by: CitedBy::Unsupported,
         };
     }
-    let by = if sources.is_empty() && (has_content || restates(answer, question)) {
+    if picked.is_empty() {
+        // Too few words for the cover's thresholds ("unlimited."), but a source holds them all.
+        picked.extend(quoted);
+    }
+    let by = if picked.is_empty() && (has_content || restates(answer, question)) {
         CitedBy::Unsupported
     } else {
         CitedBy::Support
     };
-    Cited { sources, by }
+    Cited {
+        sources: picked,
+        by,
+    }
+}
+
+/// The first of `sources` (1-based) that holds every content word of `answer` (its words beyond
+/// the question's and generic answer vocabulary, figures and dates written one way): the answer
+/// quotes that source, and a quote is never withheld, whatever kind of value the question seems
+/// to ask for (an option, a command, a keyword default are kinds [`asked`] does not know).
+/// `None` when the answer has no content words of its own.
+fn quoting(answer: &str, question: &str, sources: &[&str]) -> Option<usize> {
+    let question: HashSet<String> = words(&comparable(question)).collect();
+    let content: HashSet<String> = words(&comparable(&strip_markers(answer)))
+        .filter(|w| !question.contains(w) && !is_noise(w))
+        .collect();
+    if content.is_empty() {
+        return None;
+    }
+    sources
+        .iter()
+        .position(|s| {
+            let held: HashSet<String> = words(&comparable(s)).collect();
+            content.iter().all(|w| held.contains(w))
+        })
+        .map(|i| i + 1)
 }
 
 /// Question words an answer must repeat, with nothing of its own, to be a restatement.
@@ -931,6 +964,23 @@ mod name_tests {
     }
 
     #[test]
+    fn a_keyword_default_quoted_from_its_source_is_supported() {
+        // Real-manual questions ask for kinds of value the asked-kind rule does not know: a
+        // keyword default, an option, a command. "value" reads as a figure question.
+        let q = "What value does sshd use for PermitRootLogin when the config does not set it?";
+        let src = "PermitRootLogin: Specifies whether root can log in using ssh(1). The argument \
+                   must be yes, prohibit-password, forced-commands-only, or no. The default is \
+                   prohibit-password.";
+        for answer in ["prohibit-password [1]", "prohibit-password", "Unlimited."] {
+            let c = cited(answer, q, &[src, "Unlimited sessions are allowed."]);
+            assert_ne!(c.by, CitedBy::Unsupported, "{answer}: {c:?}");
+            assert!(!c.sources.is_empty(), "{answer}: {c:?}");
+        }
+        // A value no source holds stays unsupported.
+        assert_eq!(cited("permit-always", q, &[src]).by, CitedBy::Unsupported);
+    }
+
+    #[test]
     fn a_name_of_several_words_must_be_written_as_one_phrase() {
         let q = "Quick question: How much cash can a till hold at the Bradwell Station Road \
                  branch during opening hours?";
@@ -958,17 +1008,41 @@ mod name_tests {
     }
 
     #[test]
-    fn a_supported_value_of_another_kind_than_asked_is_unsupported() {
+    fn a_value_of_another_kind_than_asked_is_unsupported_unless_a_source_holds_it() {
         let q = "By what time do JPY payments from Singapore have to be released?";
         let src = "JPY payments from Singapore: the payments calendar was updated on 6 May 2026. \
                    The Singapore desk reviews JPY limits quarterly.";
-        // A date the source holds, for a question asking for a time of day, with or without a
+        // A date no source holds, for a question asking for a time of day, with or without a
         // marker: it does not answer, and cites nothing.
-        for answer in ["By 6 May 2026.", "By 6 May 2026 [1]."] {
+        for answer in ["By 7 May 2026.", "By 7 May 2026 [1]."] {
             let c = cited(answer, q, &[src]);
             assert_eq!(c.by, CitedBy::Unsupported, "{answer}");
             assert!(c.sources.is_empty(), "{answer}");
         }
+        // The same kind of answer quoting a source is never withheld (issue 46: withholding
+        // never fires when a cited source holds the answer's span): the user can check it
+        // against the source, and the kind detector does not know every kind of value.
+        assert_eq!(
+            cited("By 6 May 2026 [1].", q, &[src]),
+            Cited {
+                sources: vec![1],
+                by: CitedBy::Markers
+            }
+        );
+        assert_eq!(
+            cited("By 6 May 2026.", q, &["Other text about limits.", src]),
+            Cited {
+                sources: vec![2],
+                by: CitedBy::Support
+            }
+        );
+        // A marker naming a source that does not hold it: the quote is not from the cited
+        // source, and the asked-kind rule stands.
+        let other = "JPY limits are reviewed quarterly by the Singapore desk.";
+        assert_eq!(
+            cited("By 6 May 2026 [1].", q, &[other, src]).by,
+            CitedBy::Unsupported
+        );
         // The asked kind, supported: cited as before.
         let with_time = "JPY payments from Singapore must be released by 14:30 SGT.";
         assert_eq!(
