@@ -199,6 +199,14 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_SOURCE_FOCUS")]
     pub source_focus: Option<f32>,
 
+    /// Source focus sets a document aside only when it is a near-copy of a document it keeps:
+    /// the share of content words their retrieved chunks have in common (Jaccard) is at least
+    /// this. Focus exists for near-copies (the same letter for two branches); a page of a
+    /// manual that merely scores lower is not one, and stays a source. 0: focus may set aside
+    /// any document (docs/operations/answer-sources.md) [default: 0].
+    #[arg(long, env = "AIRLOCK_SOURCE_FOCUS_NEAR_COPY")]
+    pub source_focus_near_copy: Option<f32>,
+
     /// Add a semantic judgement to source focus at the full-pipeline rung: each candidate
     /// sentence is embedded and its cosine with the question added to the lexical score, so a
     /// source saying the same thing in other words is kept (costs ~0.5 CPU-s per chat on 2
@@ -426,6 +434,7 @@ impl fmt::Debug for Config {
             .field("top_k", &self.top_k)
             .field("min_source_similarity", &self.min_source_similarity)
             .field("source_focus", &self.source_focus)
+            .field("source_focus_near_copy", &self.source_focus_near_copy)
             .field("semantic_focus", &self.semantic_focus)
             .field("facet_retrieval", &self.facet_retrieval)
             .field("follow_up_query", &self.follow_up_query)
@@ -558,6 +567,7 @@ impl Config {
             top_k: self.top_k.or(lower.top_k),
             min_source_similarity: self.min_source_similarity.or(lower.min_source_similarity),
             source_focus: self.source_focus.or(lower.source_focus),
+            source_focus_near_copy: self.source_focus_near_copy.or(lower.source_focus_near_copy),
             semantic_focus: self.semantic_focus.or(lower.semantic_focus),
             facet_retrieval: self.facet_retrieval.or(lower.facet_retrieval),
             follow_up_query: self.follow_up_query.or(lower.follow_up_query),
@@ -696,6 +706,12 @@ impl Config {
             return Err(invalid(
                 "source_focus",
                 "must be a share between 0 and 1 (0 keeps every source)",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.source_focus_near_copy()) {
+            return Err(invalid(
+                "source_focus_near_copy",
+                "must be a share between 0 and 1 (0: focus may set aside any document)",
             ));
         }
         if !(1..=8192).contains(&self.max_tokens()) {
@@ -1020,6 +1036,11 @@ impl Config {
     /// The source-focus ratio of chat prompts (see the field).
     pub fn source_focus(&self) -> f32 {
         self.source_focus.unwrap_or(0.9)
+    }
+
+    /// The word overlap from which focus may set a document aside (see the field).
+    pub fn source_focus_near_copy(&self) -> f32 {
+        self.source_focus_near_copy.unwrap_or(0.0)
     }
 
     /// Whether source focus adds the embedder's judgement at rung 0 (see the field).
@@ -1566,6 +1587,14 @@ engine_batch_max_wait_steps = 0
             },
             Config {
                 source_focus: Some(f32::NAN),
+                ..Config::default()
+            },
+            Config {
+                source_focus_near_copy: Some(1.5),
+                ..Config::default()
+            },
+            Config {
+                source_focus_near_copy: Some(f32::NAN),
                 ..Config::default()
             },
             Config {

@@ -591,6 +591,30 @@ impl Client {
         })
     }
 
+    /// The chunks a chat answer to `query` would place in its prompt (`POST /v1/retrieve` with
+    /// `prompt_sources`: the chat's source selection, the chat's `top_k`), as `token`.
+    pub fn prompt_sources(
+        &self,
+        token: &str,
+        history: &[Turn],
+        query: &str,
+        mode: &str,
+    ) -> Result<RetrieveResponse, ApiError> {
+        let path = "/v1/retrieve";
+        let mut body = if history.is_empty() {
+            json!({"query": query, "mode": mode})
+        } else {
+            json!({"messages": messages(history, query), "mode": mode})
+        };
+        body["prompt_sources"] = json!(true);
+        let v = self.send_json("POST", path, token, &body)?;
+        serde_json::from_value(v).map_err(|e| ApiError::Transport {
+            method: "POST",
+            path: path.into(),
+            message: format!("unexpected retrieve body: {e}"),
+        })
+    }
+
     /// `POST /v1/chat/completions` (non-streaming, greedy) as `token`.
     pub fn chat(
         &self,

@@ -144,6 +144,11 @@ pub struct Report {
     /// --plain-baseline`): the same retrieval and model, a plain top-k prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plain_baseline: Option<Box<Report>>,
+    /// Only the prompt sources were scored (`airlock eval run --sources-only`): no answers;
+    /// citation recall is an answering document among the prompt sources, abstention no
+    /// prompt source. Not release evidence: the gate misses the answer metrics.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sources_only: bool,
 }
 
 impl Report {
@@ -186,6 +191,7 @@ impl Report {
             latency_ms,
             cases,
             plain_baseline: None,
+            sources_only: false,
         }
     }
 
@@ -263,6 +269,14 @@ impl Report {
             self.overall.leaking_cases,
             self.overall.failed_cases
         );
+        if self.sources_only {
+            s.push_str(
+                "**Prompt sources only** (`--sources-only`, no answers): citation recall is an \
+                 answering document among the chunks the chat would place in its prompt, \
+                 abstention is no such chunk (the answer path then abstains without \
+                 generating).\n\n",
+            );
+        }
         let _ = writeln!(s, "| group | cases | leaks | {} |", HEADLINE.join(" | "));
         let _ = writeln!(s, "|---|---|---|{}", "---|".repeat(HEADLINE.len()));
         let mut row = |name: &str, sm: &Summary| {

@@ -120,6 +120,10 @@ pub struct Observation {
     /// known: the invented-value check reads them.
     #[serde(default)]
     pub source_texts: Option<Vec<String>>,
+    /// Only the prompt sources were asked for (no answer): answer metrics do not apply,
+    /// abstention is "no prompt source", citations are the prompt sources.
+    #[serde(default)]
+    pub sources_only: bool,
 }
 
 /// One leak of forbidden material.
@@ -265,16 +269,25 @@ pub fn score_case(case: &GoldenCase, obs: &Observation) -> CaseScore {
         recall_10: has_relevant.then(|| recall_at_k(&ranked, &judged, 10)),
         recall_100: None,
         mrr_10: has_relevant.then(|| mrr_at_k(&ranked, &judged, 10)),
-        answer_hit: (answered && !case.answer_contains.is_empty()).then(|| {
-            case.answer_contains
-                .iter()
-                .all(|s| contains_normalized(&obs.answer, s))
-        }),
+        answer_hit: (answered && !obs.sources_only && !case.answer_contains.is_empty()).then(
+            || {
+                case.answer_contains
+                    .iter()
+                    .all(|s| contains_normalized(&obs.answer, s))
+            },
+        ),
         citation_precision: (answered && has_relevant && !cited.is_empty())
             .then(|| relevant_cited as f64 / cited.len() as f64),
         citation_recall: (answered && has_relevant)
             .then(|| relevant_cited as f64 / judged.len() as f64),
-        abstained: (answered && !has_relevant).then(|| obs.refused || is_abstention(&obs.answer)),
+        abstained: (answered && !has_relevant).then(|| {
+            obs.refused
+                || if obs.sources_only {
+                    cited.is_empty()
+                } else {
+                    is_abstention(&obs.answer)
+                }
+        }),
         leaks: leaks(case, obs),
         error: None,
         retrieved: ranked.iter().take(10).map(|d| (*d).to_owned()).collect(),

@@ -65,6 +65,12 @@ pub struct RunOptions {
     pub plain_baseline: bool,
     /// Chunks in the plain baseline's prompt.
     pub plain_top_k: usize,
+    /// Instead of an answer, ask for the chunks the chat would place in its prompt
+    /// ([`Client::prompt_sources`]) and score those: citation recall is then "an answering
+    /// document among the prompt sources" and abstention "no prompt source" (the answer path
+    /// then abstains without generating). No generation: a rule of the source selection is
+    /// measured on a whole set in minutes.
+    pub sources_only: bool,
 }
 
 impl Default for RunOptions {
@@ -84,6 +90,7 @@ impl Default for RunOptions {
             stop: None,
             plain_baseline: false,
             plain_top_k: 5,
+            sources_only: false,
         }
     }
 }
@@ -326,7 +333,15 @@ fn observe(
         obs.titles.push(c.title.clone());
     }
     let mut version = None;
-    if answer {
+    if answer && opts.sources_only {
+        let r = client.prompt_sources(token, history, query, &opts.mode)?;
+        obs.sources_only = true;
+        for c in r.results {
+            obs.cited_doc_ids.push(c.doc_id);
+            obs.snippets.push(c.snippet);
+            obs.titles.push(c.title);
+        }
+    } else if answer {
         let ChatOutcome {
             answer,
             citations,

@@ -85,6 +85,9 @@ pub struct Selection {
     pub check_names: bool,
     /// `source_focus` (0: off).
     pub focus: f32,
+    /// `source_focus_near_copy`: focus sets a document aside only when its retrieved chunks
+    /// share at least this share of content words with a document it keeps (0: any).
+    pub near_copy: f32,
     /// `semantic_focus` (with the embedder; full pipeline only).
     pub semantic: bool,
     /// `facet_retrieval`: a two-subject question is retrieved once per subject.
@@ -360,6 +363,7 @@ impl AnswerPath {
                     floor: sel.floor,
                     check_names: sel.check_names,
                     focus: sel.focus,
+                    near_copy: sel.near_copy,
                     embedder: (sel.semantic && ask.rerank).then_some(self.embedder.as_ref()),
                 },
                 meter,

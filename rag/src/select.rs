@@ -15,6 +15,8 @@ pub(crate) struct SourceSelection<'a> {
     pub(crate) check_names: bool,
     /// `source_focus`.
     pub(crate) focus: f32,
+    /// `source_focus_near_copy`.
+    pub(crate) near_copy: f32,
     /// The embedder for focus's semantic judgement (`semantic_focus`, full pipeline only).
     pub(crate) embedder: Option<&'a dyn Embed>,
 }
@@ -50,8 +52,10 @@ pub(crate) fn keep_prompt_sources(
         }
     }
     if sel.focus > 0.0 && chunks.len() > 1 {
-        let naming = crate::focus::naming_all(query, &focus_candidates(chunks));
+        let candidates = focus_candidates(chunks);
+        let naming = crate::focus::naming_all(query, &candidates);
         if let Some(keep) = naming {
+            let keep = only_near_copies(&candidates, keep, sel.near_copy);
             metrics.count(Count::OutOfFocus, retain_kept(chunks, keep));
         }
     }
@@ -71,6 +75,7 @@ pub(crate) fn keep_prompt_sources(
             }
             None => crate::focus::keep(query, &candidates, sel.focus),
         };
+        let keep = only_near_copies(&candidates, keep, sel.near_copy);
         metrics.count(Count::OutOfFocus, retain_kept(chunks, keep));
     }
 }
@@ -102,6 +107,62 @@ pub(crate) fn interleave(lists: Vec<Vec<SearchResult>>, k: usize) -> Vec<SearchR
     out
 }
 
+/// `keep` with every document restored whose retrieved chunks are not a near-copy of a kept
+/// document's: their content words (with the title's) overlap less than `min_overlap`
+/// (Jaccard). Focus is for near-copies that differ in the detail asked about; a document that
+/// only scored lower is no near-copy and stays a source. `min_overlap` 0 keeps `keep` as it is.
+fn only_near_copies(
+    candidates: &[crate::focus::Candidate<'_>],
+    keep: Vec<bool>,
+    min_overlap: f32,
+) -> Vec<bool> {
+    if min_overlap <= 0.0 || keep.iter().all(|k| *k) {
+        return keep;
+    }
+    // Each document's content words over its retrieved chunks, and whether focus kept it.
+    let mut docs: Vec<(&str, std::collections::HashSet<String>, bool)> = Vec::new();
+    for (c, &k) in candidates.iter().zip(&keep) {
+        let i = match docs.iter().position(|d| d.0 == c.doc_id) {
+            Some(i) => i,
+            None => {
+                docs.push((
+                    c.doc_id,
+                    crate::cite::content_words(c.title).collect(),
+                    false,
+                ));
+                docs.len() - 1
+            }
+        };
+        docs[i].1.extend(crate::cite::content_words(c.text));
+        docs[i].2 |= k;
+    }
+    let overlap = |a: &std::collections::HashSet<String>, b: &std::collections::HashSet<String>| {
+        let common = a.intersection(b).count();
+        let union = a.len() + b.len() - common;
+        if union == 0 {
+            0.0
+        } else {
+            common as f32 / union as f32
+        }
+    };
+    let restored: Vec<&str> = docs
+        .iter()
+        .filter(|(_, words, kept)| {
+            !kept
+                && docs
+                    .iter()
+                    .filter(|d| d.2)
+                    .all(|(_, other, _)| overlap(words, other) < min_overlap)
+        })
+        .map(|d| d.0)
+        .collect();
+    candidates
+        .iter()
+        .zip(keep)
+        .map(|(c, k)| k || restored.contains(&c.doc_id))
+        .collect()
+}
+
 /// Keeps the chunks whose flag in `keep` is set (one per chunk, in order); returns how many went.
 fn retain_kept(chunks: &mut Vec<SearchResult>, keep: Vec<bool>) -> u64 {
     let before = chunks.len();
@@ -126,7 +187,8 @@ fn focus_candidates(chunks: &[SearchResult]) -> Vec<crate::focus::Candidate<'_>>
 mod tests {
     use airlock_retrieval::SearchResult;
 
-    use super::interleave;
+    use super::{interleave, only_near_copies};
+    use crate::focus::Candidate;
 
     fn chunk(id: u32) -> SearchResult {
         SearchResult {
@@ -139,6 +201,32 @@ mod tests {
             score: 0.0,
             stage_scores: Default::default(),
         }
+    }
+
+    #[test]
+    fn focus_sets_aside_only_near_copies_of_a_kept_document() {
+        let c = |doc_id, text| Candidate {
+            doc_id,
+            title: "",
+            text,
+        };
+        let kept = "Tier 1 SME clients booked in Warsaw: outbound wire payments capped at PLN \
+                    400,000 a day, released by the payments desk.";
+        let copy = "Tier 2 SME clients booked in Warsaw: outbound wire payments capped at PLN \
+                    900,000 a day, released by the payments desk.";
+        let other = "To change the proxy APT uses, set Acquire::http::Proxy in a file under \
+                     /etc/apt/apt.conf.d/.";
+        let cands = [c("a", kept), c("b", copy), c("c", other), c("c", other)];
+        let focus = vec![true, false, false, false];
+        // Off: focus's own decision.
+        assert_eq!(only_near_copies(&cands, focus.clone(), 0.0), focus);
+        // The near-copy stays aside, the unrelated page (both its chunks) comes back.
+        assert_eq!(
+            only_near_copies(&cands, focus.clone(), 0.5),
+            [true, false, true, true]
+        );
+        // Nothing set aside: nothing to restore.
+        assert_eq!(only_near_copies(&cands, vec![true; 4], 0.5), [true; 4]);
     }
 
     #[test]

@@ -162,6 +162,13 @@ pub struct RunArgs {
     /// Chunks in the plain baseline's prompt.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=100))]
     pub plain_top_k: u64,
+    /// Instead of answers, score the chunks the chat would place in each answered case's
+    /// prompt (`POST /v1/retrieve` with `prompt_sources`): citation recall is then an answering
+    /// document among them, abstention no such chunk (the answer path abstains without
+    /// generating). No generation: a source-selection rule measured on a whole set in minutes;
+    /// not release evidence (no answer metrics, the gate refuses it).
+    #[arg(long, conflicts_with_all = ["no_answers", "plain_baseline"])]
+    pub sources_only: bool,
     /// How long one request may take before the run fails, in seconds. An answer from the
     /// large model on a 2-core appliance takes minutes (a ~1,400-token prefill at a few tokens
     /// per second, more with --concurrency above 1). An owned daemon's own request timeout is
@@ -362,6 +369,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         stop: Some(interrupted.clone()),
         plain_baseline: a.plain_baseline,
         plain_top_k: a.plain_top_k as usize,
+        sources_only: a.sources_only,
     };
     let golden = runner::is_golden_set(&a.set);
     let set = if golden {
@@ -388,7 +396,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             d.state.admission().set_rung(pinned);
             opts.rung = Some(pinned);
         }
-        let report = match &set {
+        let mut report = match &set {
             Some(set) if i == 0 => {
                 runner::run_golden(&client, set, &mut tokens, &opts, &progress).map_err(stopped)?
             }
@@ -397,6 +405,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             None => runner::run_beir(&client, &a.set, &a.split, &mut tokens, &opts, &progress)
                 .map_err(stopped)?,
         };
+        report.sources_only = a.sources_only;
         // Later rungs reuse the state the first run set up.
         opts.setup = false;
         let dir = match rung {
@@ -786,24 +795,22 @@ fn serve_owned(
 ) -> anyhow::Result<Drained> {
     crate::cli::serve::lock_down(&config)?;
     let services = startup::open(&config)?;
-    let admin = services.acl.add_user(
-        ACTOR,
-        EVAL_ADMIN,
-        &NewUser {
-            groups: vec![],
-            roles: vec![Role::Admin, Role::Operator],
-            local: true,
-        },
-    )?;
-    let approver = services.acl.add_user(
-        ACTOR,
-        EVAL_APPROVER,
-        &NewUser {
-            groups: vec![],
-            roles: vec![Role::Admin],
-            local: true,
-        },
-    )?;
+    // The runner's own two operators; a kept scratch directory given as --from-state already
+    // holds them (from the run that kept it): they get new tokens.
+    let operator = |user: &str, roles: Vec<Role>| match services.acl.user(user) {
+        Some(_) => services.acl.issue_token(ACTOR, user),
+        None => services.acl.add_user(
+            ACTOR,
+            user,
+            &NewUser {
+                groups: vec![],
+                roles,
+                local: true,
+            },
+        ),
+    };
+    let admin = operator(EVAL_ADMIN, vec![Role::Admin, Role::Operator])?;
+    let approver = operator(EVAL_APPROVER, vec![Role::Admin])?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("airlock-eval-http")

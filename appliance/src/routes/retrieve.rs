@@ -34,9 +34,9 @@ pub struct RetrieveRequest {
     /// from it as for a chat, so a follow-up retrieves what the chat would.
     #[serde(default)]
     pub messages: Option<Vec<ChatMessage>>,
-    /// Chunks wanted (default 10).
-    #[serde(default = "default_top_k")]
-    pub top_k: usize,
+    /// Chunks wanted (default 10; with `prompt_sources`, the chat's `top_k`).
+    #[serde(default)]
+    pub top_k: Option<usize>,
     /// `hybrid` (default when the vector index is available, else `bm25`), `bm25` or `vector`.
     #[serde(default)]
     pub mode: Option<SearchMode>,
@@ -47,11 +47,17 @@ pub struct RetrieveRequest {
     /// that place the chunks in a prompt of their own, as the eval's plain baseline does.
     #[serde(default)]
     pub include_text: bool,
+    /// Return the chunks a chat answer to this question would place in its prompt: the
+    /// retrieval with the chat's source selection applied (similarity floor, name check, source
+    /// focus, facets: docs/OPERATIONS.md §10), in prompt order, at most `top_k` (default: the
+    /// chat's). What an operator reads to see why an answer did not use a page, and what the
+    /// eval's `--sources-only` scores. Default false: the retrieval's ranking.
+    #[serde(default)]
+    pub prompt_sources: bool,
 }
 
-fn default_top_k() -> usize {
-    10
-}
+/// `top_k` of a retrieval when the request gives none.
+const DEFAULT_TOP_K: usize = 10;
 fn yes() -> bool {
     true
 }
@@ -131,7 +137,12 @@ pub async fn retrieve(
         (None, false) => vec![(Role::User, req.query.clone())],
         (Some(m), true) => crate::routes::chat::conversation_of(m)?,
     };
-    if !(1..=100).contains(&req.top_k) {
+    let top_k = match (req.top_k, req.prompt_sources) {
+        (Some(k), _) => k,
+        (None, true) => state.config().top_k(),
+        (None, false) => DEFAULT_TOP_K,
+    };
+    if !(1..=100).contains(&top_k) {
         return Err(ApiError::InvalidRequest(
             "`top_k` must be between 1 and 100".into(),
         ));
@@ -141,6 +152,15 @@ pub async fn retrieve(
     let time_quantum = state.config().retrieval_time_quantum_for(caller.admin);
     let follow_ups = state.config().follow_up_query();
     let plan = ticket.plan;
+    let purpose = if req.prompt_sources {
+        Purpose::Chat(crate::routes::chat::selection(state.config()))
+    } else {
+        Purpose::Retrieve
+    };
+    let k = match (req.prompt_sources, plan.max_prompt_chunks) {
+        (true, Some(cap)) => top_k.min(cap),
+        _ => top_k,
+    };
     let services = state.services()?;
     let metrics = state.metrics().clone();
     // `follow_up_query = "rewrite"`: the default generator rewrites a follow-up, as chat does,
@@ -161,12 +181,12 @@ pub async fn retrieve(
             user_id: &caller.user_id,
             request_id: &request_id,
             conversation: &conversation,
-            k: req.top_k,
+            k,
             mode: req.mode.unwrap_or_else(|| services.default_mode()),
             rerank: req.rerank && plan.rerank,
             time_quantum,
             follow_ups,
-            purpose: Purpose::Retrieve,
+            purpose,
         };
         // Every document shown to the caller is audited by the answer path, as for chat.
         Ok(services.answer_path.run(&ask, &metrics)?)

@@ -634,6 +634,46 @@ async fn documents_lifecycle_and_retrieve_respects_acl() {
         );
     }
     assert!(!r.text.contains("OSPREY"));
+    // `prompt_sources`: what a chat would place in its prompt, by the chat's selection.
+    let sources = |q: &'static str| {
+        t.call(
+            Method::POST,
+            "/v1/retrieve",
+            Some(&hr),
+            Some(json!({"query": q, "prompt_sources": true})),
+        )
+    };
+    let r = sources("how long is parental leave").await;
+    let results = r.json["results"].as_array().unwrap();
+    assert!(!results.is_empty(), "{}", r.text);
+    assert!(results.len() <= 6, "the chat's top_k: {}", r.text);
+    assert!(
+        results.iter().all(|h| h["doc_id"] == "doc-hr"),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("OSPREY"));
+    // A name no retrieved source holds: the chat would answer "cannot find" without
+    // generating, so it has no prompt source (the plain retrieval still ranks chunks).
+    let q = "how long is parental leave at Quillfeather Logistics";
+    assert_eq!(
+        sources(q).await.json["results"],
+        json!([]),
+        "name check applied"
+    );
+    let r = t
+        .call(
+            Method::POST,
+            "/v1/retrieve",
+            Some(&hr),
+            Some(json!({"query": q, "top_k": 5})),
+        )
+        .await;
+    assert!(
+        !r.json["results"].as_array().unwrap().is_empty(),
+        "{}",
+        r.text
+    );
 
     // Delete: tombstoned at once, idempotent, never returned again.
     let r = t

@@ -70,6 +70,19 @@ pub(super) struct Prepared {
     pub(super) index_generation: u64,
     pub(super) acl_state_seq: i64,
 }
+/// How a chat chooses its prompt sources, from the configuration (docs/OPERATIONS.md §10):
+/// the chat's and `POST /v1/retrieve` with `prompt_sources`.
+pub(crate) fn selection(config: &crate::config::Config) -> Selection {
+    Selection {
+        floor: config.min_source_similarity(),
+        check_names: config.abstain_on_unmatched_names(),
+        focus: config.source_focus(),
+        near_copy: config.source_focus_near_copy(),
+        semantic: config.semantic_focus(),
+        facets: config.facet_retrieval(),
+    }
+}
+
 /// The citations of the prompt sources, numbered in prompt order, with their anchors.
 /// Each excerpt is cut around the passage that best matches the question (the answer does not
 /// exist yet; a finished answer's passages replace them: [`stream`]).
@@ -172,13 +185,7 @@ pub async fn completions(
     // Retrieval, re-check, source selection, prompt: blocking work on the answer path.
     let metrics = state.metrics().clone();
     let k = plan.max_prompt_chunks.map_or(top_k, |cap| top_k.min(cap));
-    let selection = Selection {
-        floor: state.config().min_source_similarity(),
-        check_names: state.config().abstain_on_unmatched_names(),
-        focus: state.config().source_focus(),
-        semantic: state.config().semantic_focus(),
-        facets: state.config().facet_retrieval(),
-    };
+    let selection = selection(state.config());
     let follow_ups = state.config().follow_up_query();
     // The rewrite runs on the request's model when it is local, else on the default local one
     // (a rack alias's retrieval query is still made on the appliance).
