@@ -15,8 +15,7 @@
 //! when a connection is made, so rotating the secret file needs no restart.
 
 use std::collections::{BTreeSet, HashSet};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ldap3::{Ldap, LdapConnAsync, LdapConnSettings, LdapError, Scope, SearchEntry, ldap_escape};
@@ -324,48 +323,10 @@ fn url_host(url: &str) -> Option<&str> {
 }
 
 /// Reads the bind password: the file must be readable by its owner only.
-pub(crate) fn read_secret(path: &Path) -> Result<String, String> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "{} is readable by group or others (mode {:o}); chmod 600 it",
-            path.display(),
-            meta.mode() & 0o777
-        ));
-    }
-    let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let s = s.trim_end_matches(['\r', '\n']).to_string();
-    if s.is_empty() {
-        return Err(format!("{} is empty", path.display()));
-    }
-    Ok(s)
-}
+pub(crate) use airlock_platform::secrets::read_secret;
 
 /// A rustls client configuration trusting only the certificates in `ca_file`.
-pub(crate) fn tls_config(ca_file: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(ca_file)
-        .map_err(|e| format!("{}: {e}", ca_file.display()))?;
-    for c in certs {
-        let c = c.map_err(|e| format!("{}: {e}", ca_file.display()))?;
-        roots
-            .add(c)
-            .map_err(|e| format!("{}: {e}", ca_file.display()))?;
-    }
-    if roots.is_empty() {
-        return Err(format!("{}: no PEM certificate", ca_file.display()));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
-}
+pub(crate) use airlock_platform::tls::client_config as tls_config;
 
 /// Why a directory operation failed.
 #[derive(Debug, thiserror::Error)]

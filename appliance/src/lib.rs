@@ -17,7 +17,6 @@ pub mod cli;
 pub mod config;
 pub mod conversations;
 pub mod csrf;
-pub mod data_lock;
 pub mod error;
 pub mod extract;
 pub mod extraction;
@@ -30,7 +29,6 @@ pub mod ladder;
 pub mod ldap;
 pub mod metrics;
 pub mod models;
-pub mod notify;
 pub mod oidc;
 pub mod openai;
 pub mod quota;
@@ -40,7 +38,6 @@ pub mod remote;
 pub mod rewrite;
 pub mod roles;
 pub mod routes;
-pub mod sandbox;
 pub mod sbom;
 pub mod server;
 pub mod services;
@@ -49,6 +46,9 @@ pub mod startup;
 pub mod state;
 pub mod tls;
 pub mod upgrade;
+
+// Moved to `airlock-platform` (issue 44); re-exported while callers move.
+pub use airlock_platform::{data_lock, notify, paths, sandbox};
 
 pub use config::Config;
 pub use error::ApiError;
