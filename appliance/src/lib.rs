@@ -12,7 +12,6 @@ pub mod approvals;
 pub mod audit_sink;
 pub mod auth;
 pub mod backup;
-pub mod caller;
 pub mod cli;
 pub mod config;
 pub mod conversations;
@@ -26,7 +25,6 @@ pub mod fuzzing;
 pub mod generator;
 pub mod ingest_queue;
 pub mod ladder;
-pub mod ldap;
 pub mod metrics;
 pub mod models;
 pub mod oidc;
@@ -47,7 +45,8 @@ pub mod state;
 pub mod tls;
 pub mod upgrade;
 
-// Moved to `airlock-platform` (issue 44); re-exported while callers move.
+// Moved to `airlock-platform` and `airlock-identity` (issue 44); re-exported while callers move.
+pub use airlock_identity::{caller, ldap};
 pub use airlock_platform::{data_lock, notify, paths, sandbox};
 
 pub use config::Config;

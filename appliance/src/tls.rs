@@ -22,8 +22,7 @@ pub struct Transport {
 }
 
 /// The refusal of a role-gated route without a verified client certificate (`tls.client_ca`).
-pub const CLIENT_CERT_REQUIRED: &str =
-    "this endpoint needs a client certificate signed by the configured tls.client_ca";
+pub use airlock_identity::roles::CLIENT_CERT_REQUIRED;
 
 /// Whether the request came over HTTPS with a client certificate the handshake verified.
 pub fn client_cert_verified(parts: &axum::http::request::Parts) -> bool {

@@ -24,6 +24,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("airlock-inference", &[]),
     ("hnsw_rs", &[]),
     // Libraries over leaves.
+    ("airlock-identity", &["airlock-acl", "airlock-platform"]),
     ("airlock-bundle", &["airlock-signing"]),
     (
         "airlock-retrieval",
@@ -39,6 +40,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "airlock",
         &[
             "airlock-platform",
+            "airlock-identity",
             "airlock-bundle",
             "airlock-signing",
             "airlock-acl",

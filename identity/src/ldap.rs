@@ -244,7 +244,7 @@ impl LdapConfig {
 impl LdapConfig {
     /// The directory's host and TCP port from `url` (default 636 for `ldaps://`, 389 for
     /// `ldap://`): the one address the daemon dials for sign-ins and syncs, so the egress
-    /// lockdown allows connects to this port (`crate::cli::serve::egress_ports`).
+    /// lockdown allows connects to this port (the appliance's `cli::serve::egress_ports`).
     pub fn endpoint(&self) -> Option<(String, u16)> {
         let authority = url_host(&self.url)?;
         let default = if self.url.starts_with("ldaps://") {
@@ -323,10 +323,22 @@ fn url_host(url: &str) -> Option<&str> {
 }
 
 /// Reads the bind password: the file must be readable by its owner only.
-pub(crate) use airlock_platform::secrets::read_secret;
+pub use airlock_platform::secrets::read_secret;
 
 /// A rustls client configuration trusting only the certificates in `ca_file`.
-pub(crate) use airlock_platform::tls::client_config as tls_config;
+pub use airlock_platform::tls::client_config as tls_config;
+
+/// An error and its sources, `: `-joined.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
 
 /// Why a directory operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -721,7 +733,7 @@ pub fn sync_blocking(
         .block_on(Directory::new(cfg.clone()).all_users())
         .map_err(|e| e.to_string())?;
     acl.sync_directory(actor, &membership_list(users))
-        .map_err(|e| crate::error::error_chain(&e))
+        .map_err(|e| error_chain(&e))
 }
 
 #[cfg(test)]
