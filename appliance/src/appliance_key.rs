@@ -8,6 +8,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use airlock_platform::paths::DataDir;
 use airlock_signing::KeyPair;
 
 /// File name stem in `DATA/keys/`.
@@ -15,12 +16,12 @@ pub const NAME: &str = "appliance";
 
 /// `DATA/keys/appliance.key`.
 pub fn private_path(data: &Path) -> PathBuf {
-    data.join("keys").join(format!("{NAME}.key"))
+    DataDir::new(data).keys().join(format!("{NAME}.key"))
 }
 
 /// `DATA/keys/appliance.pub`.
 pub fn public_path(data: &Path) -> PathBuf {
-    data.join("keys").join(format!("{NAME}.pub"))
+    DataDir::new(data).keys().join(format!("{NAME}.pub"))
 }
 
 /// The appliance key, created when the data directory has none. A crash while it is created
@@ -31,7 +32,7 @@ pub fn ensure(data: &Path) -> anyhow::Result<KeyPair> {
     if private.exists() {
         return load(data);
     }
-    let keys = data.join("keys");
+    let keys = DataDir::new(data).keys();
     let staging = keys.join(".appliance-key.new");
     if staging.exists() {
         fs::remove_dir_all(&staging)?;

@@ -25,7 +25,7 @@ use parking_lot::Mutex;
 use serde::Serialize;
 
 /// The queue's directory beneath the data directory.
-pub const QUEUE_DIR: &str = "ingest-queue";
+pub use airlock_platform::paths::QUEUE_DIR;
 /// How often the worker looks for new jobs when the queue is empty.
 pub const POLL_INTERVAL: Duration = Duration::from_secs(10);
 /// How long the worker waits before retrying a job that failed (not a refused document: a
@@ -132,7 +132,7 @@ pub struct Job {
 
 /// The queue directory of `data`.
 pub fn queue_dir(data: &Path) -> PathBuf {
-    data.join(QUEUE_DIR)
+    airlock_platform::paths::DataDir::new(data).ingest_queue()
 }
 
 /// Checks a job name: 1 to [`MAX_JOB_NAME`] bytes of ASCII letters, digits, `.`, `_`, `-`, not

@@ -135,7 +135,7 @@ pub fn keyring_path(config: &Config) -> PathBuf {
 
 /// The data directory's pinned keyring, `<data>/keys/trusted.json`.
 pub fn pinned_keyring(data: &Path) -> PathBuf {
-    data.join("keys").join("trusted.json")
+    airlock_platform::paths::DataDir::new(data).pinned_keyring()
 }
 
 /// The keyring start-up verifies against: the pinned one whenever it exists (`--keyring` may
@@ -160,12 +160,12 @@ fn trusted_keyring_path(config: &Config) -> Result<PathBuf, StartupError> {
 
 /// The SQLite file shared by the ACL and the document store.
 pub fn db_path(data: &Path) -> PathBuf {
-    data.join("airlock.db")
+    airlock_platform::paths::DataDir::new(data).db()
 }
 
 /// The index root.
 pub fn index_root(data: &Path) -> PathBuf {
-    data.join("index")
+    airlock_platform::paths::DataDir::new(data).index()
 }
 
 /// The verified installed bundle and its model catalogue.

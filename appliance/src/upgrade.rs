@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use airlock_platform::paths::DataDir;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
@@ -54,22 +55,22 @@ pub struct SchemaMarks {
 }
 
 /// Where the release records live: a directory, because the daemon's lockdown lets nothing be
-/// created directly in the data directory (crate::sandbox::daemon_writable creates it).
-pub const RELEASES_DIR: &str = "releases";
+/// created directly in the data directory (`sandbox::daemon_writable` creates it).
+pub use airlock_platform::paths::RELEASES_DIR;
 
 /// `DATA/releases/schema-marks.json`.
 pub fn marks_path(data: &Path) -> PathBuf {
-    data.join(RELEASES_DIR).join("schema-marks.json")
+    DataDir::new(data).releases().join("schema-marks.json")
 }
 
-/// `DATA/airlock.db` (as [`crate::startup::db_path`] names it; this module is a leaf).
+/// `DATA/airlock.db`.
 fn db_path(data: &Path) -> PathBuf {
-    data.join("airlock.db")
+    DataDir::new(data).db()
 }
 
 /// `DATA/releases/embedder.json`.
 pub fn embedder_path(data: &Path) -> PathBuf {
-    data.join(RELEASES_DIR).join("embedder.json")
+    DataDir::new(data).releases().join("embedder.json")
 }
 
 /// Reads the marks (none yet: empty).

@@ -607,8 +607,8 @@ fn prepare_scratch(source: &Path, scratch: &Path) -> anyhow::Result<String> {
 /// Copies the document store (with its write-ahead log) and the indexes of the data directory
 /// `from` into the scratch directory `to`.
 fn copy_state(from: &Path, to: &Path) -> anyhow::Result<()> {
-    let db = from.join("airlock.db");
-    if !db.is_file() || !from.join("index").is_dir() {
+    let layout = airlock_platform::paths::DataDir::new(from);
+    if !layout.db().is_file() || !layout.index().is_dir() {
         bail!(
             "{} holds no document store and indexes (airlock.db and index/)",
             from.display()
@@ -626,14 +626,18 @@ fn copy_state(from: &Path, to: &Path) -> anyhow::Result<()> {
             crate::ingest_queue::queue_dir(from).display()
         );
     }
-    for name in ["airlock.db", "airlock.db-wal", "airlock.db-shm"] {
+    for name in airlock_platform::paths::SQLITE_FILES {
         let src = from.join(name);
         if src.is_file() {
             std::fs::copy(&src, to.join(name))
                 .with_context(|| format!("copying {}", src.display()))?;
         }
     }
-    mirror_tree(&from.join("index"), &to.join("index"), false)
+    mirror_tree(
+        &layout.index(),
+        &airlock_platform::paths::DataDir::new(to).index(),
+        false,
+    )
 }
 
 /// Logs warnings only (the progress bar owns the terminal), unless `AIRLOCK_LOG` says otherwise.

@@ -15,7 +15,7 @@ use super::DataArgs;
 
 /// The pinned keyring of a data directory.
 pub fn pinned_keyring(data: &Path) -> PathBuf {
-    data.join("keys").join("trusted.json")
+    airlock_platform::paths::DataDir::new(data).pinned_keyring()
 }
 
 /// `--keyring FILE`, defaulting to the data directory's pinned keyring.

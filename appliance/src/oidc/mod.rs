@@ -13,7 +13,7 @@
 //! token names an unknown `kid`, at most once per [`JWKS_REFETCH_EVERY`].
 
 pub mod http;
-pub mod jwt;
+pub use airlock_identity::jwt;
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;

@@ -15,8 +15,7 @@
 //! when a connection is made, so rotating the secret file needs no restart.
 
 use std::collections::{BTreeSet, HashSet};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use ldap3::{Ldap, LdapConnAsync, LdapConnSettings, LdapError, Scope, SearchEntry, ldap_escape};
@@ -245,7 +244,7 @@ impl LdapConfig {
 impl LdapConfig {
     /// The directory's host and TCP port from `url` (default 636 for `ldaps://`, 389 for
     /// `ldap://`): the one address the daemon dials for sign-ins and syncs, so the egress
-    /// lockdown allows connects to this port (`crate::cli::serve::egress_ports`).
+    /// lockdown allows connects to this port (the appliance's `cli::serve::egress_ports`).
     pub fn endpoint(&self) -> Option<(String, u16)> {
         let authority = url_host(&self.url)?;
         let default = if self.url.starts_with("ldaps://") {
@@ -324,47 +323,21 @@ fn url_host(url: &str) -> Option<&str> {
 }
 
 /// Reads the bind password: the file must be readable by its owner only.
-pub(crate) fn read_secret(path: &Path) -> Result<String, String> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if meta.mode() & 0o077 != 0 {
-        return Err(format!(
-            "{} is readable by group or others (mode {:o}); chmod 600 it",
-            path.display(),
-            meta.mode() & 0o777
-        ));
-    }
-    let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let s = s.trim_end_matches(['\r', '\n']).to_string();
-    if s.is_empty() {
-        return Err(format!("{} is empty", path.display()));
-    }
-    Ok(s)
-}
+pub use airlock_platform::secrets::read_secret;
 
 /// A rustls client configuration trusting only the certificates in `ca_file`.
-pub(crate) fn tls_config(ca_file: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    let certs = CertificateDer::pem_file_iter(ca_file)
-        .map_err(|e| format!("{}: {e}", ca_file.display()))?;
-    for c in certs {
-        let c = c.map_err(|e| format!("{}: {e}", ca_file.display()))?;
-        roots
-            .add(c)
-            .map_err(|e| format!("{}: {e}", ca_file.display()))?;
+pub use airlock_platform::tls::client_config as tls_config;
+
+/// An error and its sources, `: `-joined.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
     }
-    if roots.is_empty() {
-        return Err(format!("{}: no PEM certificate", ca_file.display()));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
+    s
 }
 
 /// Why a directory operation failed.
@@ -760,7 +733,7 @@ pub fn sync_blocking(
         .block_on(Directory::new(cfg.clone()).all_users())
         .map_err(|e| e.to_string())?;
     acl.sync_directory(actor, &membership_list(users))
-        .map_err(|e| crate::error::error_chain(&e))
+        .map_err(|e| error_chain(&e))
 }
 
 #[cfg(test)]

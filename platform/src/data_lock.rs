@@ -3,7 +3,7 @@
 //! `airlock serve` holds it exclusively for its whole life and writes its process id into it.
 //! Every CLI command that writes what the daemon holds in memory or on its index (users,
 //! tokens, sessions, grants, documents, indexes, conversations) holds it shared while it runs
-//! (`crate::cli::writer` lists them). So while a daemon serves the directory, such a command is
+//! (the appliance's `cli::writer` lists them). So while a daemon serves the directory, such a command is
 //! refused at once, before it opens anything, and told which HTTP route does the same through
 //! the daemon; a daemon does not start while such a command runs or another daemon serves; and
 //! CLI writers may still run side by side with each other, as before.
@@ -15,10 +15,77 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, bail};
+pub use crate::paths::LOCK_FILE;
 
-/// The lock's file name in the data directory.
-pub const LOCK_FILE: &str = "airlock.lock";
+/// Why the lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum DataLockError {
+    /// A daemon's lock refused: another daemon serves the directory or a CLI writer holds it.
+    #[error(
+        "refusing to start: {} a command that writes {} holds {} (one writer per data directory)",
+        holder(.pid),
+        .data.display(),
+        .lock.display()
+    )]
+    Held {
+        /// The data directory.
+        data: PathBuf,
+        /// Its lock file.
+        lock: PathBuf,
+        /// The process id in the lock file (a serving daemon's), if readable.
+        pid: Option<u32>,
+    },
+    /// A CLI writer's lock refused: a daemon serves the directory.
+    #[error(
+        "refused: the daemon{} is serving {}, and only it writes there while it runs; {instead}",
+        pid_note(.pid),
+        .data.display()
+    )]
+    Serving {
+        /// The data directory.
+        data: PathBuf,
+        /// The daemon's process id, if readable.
+        pid: Option<u32>,
+        /// What to do while it serves (the HTTP route).
+        instead: String,
+    },
+    /// The file system refused: `doing` (`creating the data directory`, `opening`, `locking`,
+    /// ...) `path`.
+    #[error("{doing} {}", .path.display())]
+    Io {
+        /// What was being done.
+        doing: &'static str,
+        /// To which path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Who holds the lock against a daemon.
+fn holder(pid: &Option<u32>) -> String {
+    match pid {
+        Some(pid) => format!("another `airlock serve` (pid {pid}) or"),
+        None => "another `airlock serve` or".to_owned(),
+    }
+}
+
+/// ` (pid N)` when the daemon's process id is known.
+fn pid_note(pid: &Option<u32>) -> String {
+    pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+}
+
+fn io<'a>(
+    doing: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> DataLockError + 'a {
+    move |source| DataLockError::Io {
+        doing,
+        path: path.to_path_buf(),
+        source,
+    }
+}
 
 /// A held data-directory lock; dropping it releases the lock.
 #[derive(Debug)]
@@ -28,7 +95,7 @@ pub struct DataLock {
 
 /// The lock file of `data`.
 pub fn path(data: &Path) -> PathBuf {
-    data.join(LOCK_FILE)
+    crate::paths::DataDir::new(data).lock()
 }
 
 /// The process id a serving daemon wrote into the lock file, if readable.
@@ -43,9 +110,8 @@ impl DataLock {
     /// The daemon's lock (`airlock serve`): exclusive, taken before anything is opened; its
     /// process id is written into the file. Refused while another daemon serves `data` or a CLI
     /// command writes to it.
-    pub fn serve(data: &Path) -> anyhow::Result<DataLock> {
-        std::fs::create_dir_all(data)
-            .with_context(|| format!("creating the data directory {}", data.display()))?;
+    pub fn serve(data: &Path) -> Result<DataLock, DataLockError> {
+        std::fs::create_dir_all(data).map_err(io("creating the data directory", data))?;
         let p = path(data);
         let mut file = OpenOptions::new()
             .read(true)
@@ -53,30 +119,25 @@ impl DataLock {
             .create(true)
             .truncate(false)
             .open(&p)
-            .with_context(|| format!("opening {}", p.display()))?;
+            .map_err(io("opening", &p))?;
         match file.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => {
-                let who = match daemon_pid(&mut file) {
-                    Some(pid) => format!("another `airlock serve` (pid {pid}) or"),
-                    None => "another `airlock serve` or".to_owned(),
-                };
-                bail!(
-                    "refusing to start: {who} a command that writes {} holds {} (one writer per \
-                     data directory)",
-                    data.display(),
-                    p.display()
-                );
+                return Err(DataLockError::Held {
+                    data: data.to_path_buf(),
+                    pid: daemon_pid(&mut file),
+                    lock: p,
+                });
             }
             Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("locking {}", p.display()));
+                return Err(io("locking", &p)(e));
             }
         }
         file.set_len(0)
             .and_then(|()| file.seek(SeekFrom::Start(0)).map(|_| ()))
             .and_then(|()| writeln!(file, "{}", std::process::id()))
             .and_then(|()| file.sync_data())
-            .with_context(|| format!("writing {}", p.display()))?;
+            .map_err(io("writing", &p))?;
         Ok(DataLock { _file: Some(file) })
     }
 
@@ -85,7 +146,7 @@ impl DataLock {
     /// that does not exist yet needs no lock (no daemon serves it); `create` makes the lock file
     /// in an existing directory that has none (every writer but `restore`, which must not put
     /// a file into the directory it is about to fill).
-    pub fn write(data: &Path, instead: &str, create: bool) -> anyhow::Result<DataLock> {
+    pub fn write(data: &Path, instead: &str, create: bool) -> Result<DataLock, DataLockError> {
         if !data.is_dir() {
             return Ok(DataLock { _file: None });
         }
@@ -101,25 +162,18 @@ impl DataLock {
                 .create(true)
                 .truncate(false)
                 .open(&p)
-                .with_context(|| format!("creating {}", p.display()))?,
-            Err(e) => return Err(e).with_context(|| format!("opening {}", p.display())),
+                .map_err(io("creating", &p))?,
+            Err(e) => return Err(io("opening", &p)(e)),
         };
         let mut file = file;
         match file.try_lock_shared() {
             Ok(()) => Ok(DataLock { _file: Some(file) }),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let pid = daemon_pid(&mut file)
-                    .map(|p| format!(" (pid {p})"))
-                    .unwrap_or_default();
-                bail!(
-                    "refused: the daemon{pid} is serving {}, and only it writes there while it \
-                     runs; {instead}",
-                    data.display()
-                )
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                Err(e).with_context(|| format!("locking {}", p.display()))
-            }
+            Err(std::fs::TryLockError::WouldBlock) => Err(DataLockError::Serving {
+                data: data.to_path_buf(),
+                pid: daemon_pid(&mut file),
+                instead: instead.to_owned(),
+            }),
+            Err(std::fs::TryLockError::Error(e)) => Err(io("locking", &p)(e)),
         }
     }
 }

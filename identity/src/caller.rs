@@ -1,5 +1,5 @@
 //! Who is asking: the identity every handler and the admission layer work with, resolved by
-//! [`crate::auth`] from a token or the SSO proxy. A leaf module (no imports from the crate).
+//! the appliance's `auth` from a token, a session or the SSO proxy. A leaf module.
 
 use airlock_acl::Role;
 

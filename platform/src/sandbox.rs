@@ -101,7 +101,7 @@ pub fn lock_down_allowing(
     imp::lock_down(writable, connect_ports, require)
 }
 
-/// The extraction worker's lockdown (`airlock extract --child`, see `crate::extraction`): no
+/// The extraction worker's lockdown (`airlock extract --child`, the appliance's `extraction`): no
 /// file system access at all (read, write, execute), no TCP connect or bind. It has its file on
 /// stdin and answers on stdout, so it needs nothing else. Applied by the worker itself, while it
 /// is single-threaded, before it reads a byte; it also inherits the daemon's own lockdown.
@@ -110,12 +110,10 @@ pub fn lock_down_worker(require: bool) -> Result<SandboxReport, SandboxError> {
     imp::lock_down_worker(require)
 }
 
-/// Entries of the data directory the daemon reads but never writes: the pinned keyring and the
-/// install store.
-pub const READ_ONLY: [&str; 2] = ["keys", "bundles"];
+pub use crate::paths::READ_ONLY;
 
-/// SQLite files the daemon writes in the data directory itself (`airlock.db` in WAL mode).
-const SQLITE_FILES: [&str; 3] = ["airlock.db", "airlock.db-wal", "airlock.db-shm"];
+// SQLite files the daemon writes in the data directory itself (`airlock.db` in WAL mode).
+use crate::paths::SQLITE_FILES;
 
 fn path_err(path: &Path) -> impl Fn(std::io::Error) -> SandboxError + '_ {
     move |e| SandboxError::Path {
@@ -135,12 +133,15 @@ fn path_err(path: &Path) -> impl Fn(std::io::Error) -> SandboxError + '_ {
 /// rollback journal for that once) and its `-wal` and `-shm` files are created empty (an empty
 /// WAL is a valid one), leaving SQLite nothing to create later.
 pub fn daemon_writable(data_dir: &Path) -> Result<Vec<PathBuf>, SandboxError> {
-    std::fs::create_dir_all(data_dir.join("index")).map_err(path_err(data_dir))?;
-    std::fs::create_dir_all(data_dir.join("originals")).map_err(path_err(data_dir))?;
-    std::fs::create_dir_all(data_dir.join(crate::upgrade::RELEASES_DIR))
-        .map_err(path_err(data_dir))?;
-    std::fs::create_dir_all(crate::ingest_queue::queue_dir(data_dir))
-        .map_err(path_err(data_dir))?;
+    let layout = crate::paths::DataDir::new(data_dir);
+    for dir in [
+        layout.index(),
+        layout.originals(),
+        layout.releases(),
+        layout.ingest_queue(),
+    ] {
+        std::fs::create_dir_all(dir).map_err(path_err(data_dir))?;
+    }
     let db = data_dir.join(SQLITE_FILES[0]);
     rusqlite::Connection::open(&db)
         .and_then(|c| {

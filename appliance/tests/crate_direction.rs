@@ -1,0 +1,173 @@
+//! The workspace's dependency direction (issue 44, ARCHITECTURE.md "Dependency direction"),
+//! read from `cargo metadata --format-version 1 --no-deps`:
+//!
+//! - every dependency of a workspace crate on another workspace crate (normal, build or dev)
+//!   is an edge of [`ALLOWED`] (a crate may name itself, for its own test features);
+//! - nothing depends on `airlock`, the binary that wires everything together;
+//! - HTTP server and client stacks (axum, hyper and their tower layers) are dependencies of
+//!   [`HTTP_CRATES`] only: the libraries return their own errors and know nothing of HTTP;
+//! - every workspace crate is in [`ALLOWED`], so a new crate has to be placed in the table.
+//!
+//! A new edge is a design decision: add it here and to ARCHITECTURE.md in the same change.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::Command;
+
+/// Each workspace crate and the workspace crates it may depend on.
+const ALLOWED: &[(&str, &[&str])] = &[
+    // Leaves.
+    ("airlock-platform", &[]),
+    ("airlock-signing", &[]),
+    ("airlock-acl", &[]),
+    ("airlock-extract", &[]),
+    ("airlock-text", &[]),
+    ("airlock-inference", &[]),
+    ("hnsw_rs", &[]),
+    // Connectors to the bank's sources (SMB shares, Active Directory): a leaf until the daemon
+    // wires them in through the document + grant path.
+    ("airlock-connectors", &[]),
+    // Libraries over leaves.
+    ("airlock-identity", &["airlock-acl", "airlock-platform"]),
+    ("airlock-bundle", &["airlock-signing"]),
+    (
+        "airlock-retrieval",
+        &["airlock-acl", "airlock-extract", "hnsw_rs"],
+    ),
+    ("airlock-eval", &["airlock-signing", "airlock-text"]),
+    (
+        "airlock-rag",
+        &["airlock-acl", "airlock-retrieval", "airlock-text"],
+    ),
+    // The binary (and, until the server crate exists, the HTTP layer): may use every library.
+    (
+        "airlock",
+        &[
+            "airlock-platform",
+            "airlock-identity",
+            "airlock-bundle",
+            "airlock-signing",
+            "airlock-acl",
+            "airlock-retrieval",
+            "airlock-inference",
+            "airlock-eval",
+            "airlock-rag",
+            "airlock-text",
+            "airlock-extract",
+        ],
+    ),
+];
+
+/// The only crates that may name an HTTP stack.
+const HTTP_CRATES: &[&str] = &["airlock"];
+
+/// Dependencies that are an HTTP server or client stack.
+const HTTP_STACK: &[&str] = &[
+    "axum",
+    "hyper",
+    "hyper-util",
+    "http-body-util",
+    "tower",
+    "tower-http",
+];
+
+/// The binary: nothing may depend on it.
+const BINARY: &str = "airlock";
+
+/// Workspace crate name → (dependency name, kind) of each of its dependencies.
+fn metadata() -> BTreeMap<String, Vec<(String, String)>> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../Cargo.toml");
+    let out = Command::new(cargo)
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+            "--manifest-path",
+            manifest,
+        ])
+        .output()
+        .expect("running cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut crates = BTreeMap::new();
+    for p in doc["packages"].as_array().unwrap() {
+        let deps = p["dependencies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["name"].as_str().unwrap().to_owned(),
+                    d["kind"].as_str().unwrap_or("normal").to_owned(),
+                )
+            })
+            .collect();
+        crates.insert(p["name"].as_str().unwrap().to_owned(), deps);
+    }
+    crates
+}
+
+#[test]
+fn workspace_crates_depend_only_along_the_allowed_edges() {
+    let crates = metadata();
+    let allowed: BTreeMap<&str, BTreeSet<&str>> = ALLOWED
+        .iter()
+        .map(|(c, deps)| (*c, deps.iter().copied().collect()))
+        .collect();
+    let members: BTreeSet<&str> = crates.keys().map(String::as_str).collect();
+    let unplaced: Vec<&&str> = members
+        .iter()
+        .filter(|c| !allowed.contains_key(**c))
+        .collect();
+    assert!(
+        unplaced.is_empty(),
+        "workspace crates missing from ALLOWED (place them in the direction): {unplaced:?}"
+    );
+    let mut wrong = Vec::new();
+    for (name, deps) in &crates {
+        for (dep, kind) in deps {
+            if !members.contains(dep.as_str()) || dep == name {
+                continue;
+            }
+            if dep == BINARY {
+                wrong.push(format!(
+                    "{name} -> {dep} ({kind}): nothing depends on the binary"
+                ));
+            } else if !allowed[name.as_str()].contains(dep.as_str()) {
+                wrong.push(format!("{name} -> {dep} ({kind}): not an allowed edge"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "dependency direction broken:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn only_the_http_crates_know_an_http_stack() {
+    let crates = metadata();
+    let mut wrong = Vec::new();
+    for (name, deps) in &crates {
+        if HTTP_CRATES.contains(&name.as_str()) {
+            continue;
+        }
+        for (dep, kind) in deps {
+            if HTTP_STACK.contains(&dep.as_str()) {
+                wrong.push(format!("{name} -> {dep} ({kind})"));
+            }
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "HTTP stacks outside {HTTP_CRATES:?}:\n{}",
+        wrong.join("\n")
+    );
+}
