@@ -1,4 +1,4 @@
-//! Separation of duties for access (issue 42 M3, docs/OPERATIONS.md §16): the principal that
+//! Separation of duties for access (issue 42 M3, docs/operations/roles.md): the principal that
 //! changes who may read cannot read through its own change without a second person.
 //!
 //! A change **needs approval** when the caller could read more through it:

@@ -1,6 +1,6 @@
 //! The audit log as JSON lines for a SIEM: `airlock audit export` writes the log's entries in a
 //! time range, and the `[audit_sink]` file receives every entry as it is committed. Both write
-//! the same record, one JSON object per line ([`line`]; docs/OPERATIONS.md "Audit export, field
+//! the same record, one JSON object per line ([`line`]; docs/operations/siem.md "Audit export, field
 //! by field"): ids, counts and digests only, never content.
 //!
 //! The sink file is appended to and rotated at `max_bytes`: `path` → `path.1` → … → `path.keep`

@@ -96,7 +96,7 @@ pub struct Config {
     /// Send per-stage timings (`timings_ms`) to non-admin callers too [default: false]. Stage
     /// timings grow with postings of documents the caller cannot read, so they tell a word that
     /// occurs only in forbidden documents from an absent one: on only for scratch instances such
-    /// as the eval runner's own daemon (docs/OPERATIONS.md §13).
+    /// as the eval runner's own daemon (docs/operations/side-channels.md).
     #[arg(long, env = "AIRLOCK_STAGE_TIMINGS_FOR_USERS")]
     pub stage_timings_for_users: Option<bool>,
 
@@ -188,14 +188,14 @@ pub struct Config {
 
     /// When the installed bundle carries the appliance binary (`bundle build --binary`) and the
     /// running binary's SHA-256 differs from the signed one: `refuse` to start, or `warn` and
-    /// start (docs/OPERATIONS.md §4) [default: refuse].
+    /// start (docs/operations/upgrade-and-rollback.md) [default: refuse].
     #[arg(long, env = "AIRLOCK_BINARY_CHECK", value_enum)]
     pub binary_check: Option<BinaryCheck>,
 
     /// Source focus: a chat prompt keeps only the documents whose best sentence matches the
     /// question's distinguishing words at least this share as well as the best document does
     /// (near-copies about another customer segment, person or branch are set aside); 0 keeps
-    /// every source, 1 only the best-matching documents (docs/OPERATIONS.md §10) [default: 0.9].
+    /// every source, 1 only the best-matching documents (docs/operations/answer-sources.md) [default: 0.9].
     #[arg(long, env = "AIRLOCK_SOURCE_FOCUS")]
     pub source_focus: Option<f32>,
 
@@ -372,7 +372,7 @@ pub struct Config {
     /// `[extract]`: the limits every extracted file (PDF, Office, e-mail, CSV, HTML) is read
     /// under, and the budget of the worker process it is read in (memory, CPU, deadline,
     /// workers at once), in the API and in `airlock ingest`; absent fields keep their defaults
-    /// (docs/OPERATIONS.md "Extraction limits"); TOML only.
+    /// (docs/operations/ingest.md, "Extraction limits"); TOML only.
     #[arg(skip)]
     pub extract: Option<crate::extraction::ExtractConfig>,
 
@@ -381,7 +381,7 @@ pub struct Config {
     pub sessions: Option<crate::session::SessionConfig>,
 
     /// `[audit_sink]`: every audit entry appended to a rotated JSON-lines file for a SIEM;
-    /// TOML only (docs/OPERATIONS.md "Audit to the SIEM").
+    /// TOML only (docs/operations/siem.md).
     #[arg(skip)]
     pub audit_sink: Option<crate::audit_sink::AuditSinkConfig>,
 
@@ -395,7 +395,7 @@ pub struct Config {
     pub log_format: Option<String>,
 
     /// Generators on the bank's inference rack (`[[remote_generators]]`, TOML only; see
-    /// docs/OPERATIONS.md "The inference rack").
+    /// docs/operations/rack.md).
     #[arg(skip)]
     pub remote_generators: Vec<crate::remote::RemoteGeneratorConfig>,
 

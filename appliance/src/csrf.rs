@@ -1,5 +1,5 @@
 //! Cross-site request forgery defences, one set for every way a browser can be signed in
-//! (docs/OPERATIONS.md §15 and §17):
+//! (docs/operations/sso-proxy.md and directory-sign-in.md):
 //!
 //! - A state-changing request (any method but `GET`, `HEAD`, `OPTIONS`) that the browser marks
 //!   as sent from another site is refused before authentication, whatever it carries

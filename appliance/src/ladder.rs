@@ -34,7 +34,7 @@ pub const MAX_RUNG: u8 = 5;
 /// user is answered 504.
 pub const DEFAULT_QUEUE_DEADLINE: Duration = Duration::from_secs(120);
 
-/// The controller's tuning (all from configuration; see `docs/OPERATIONS.md`).
+/// The controller's tuning (all from configuration; see `docs/operations/capacity.md`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LadderConfig {
     /// In-flight model-bound requests that count as full load (pressure 1.0).

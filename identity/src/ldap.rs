@@ -49,7 +49,7 @@ fn d_page() -> u32 {
     500
 }
 
-/// `[ldap]`: the directory users sign in against (docs/OPERATIONS.md, "Directory sign-in").
+/// `[ldap]`: the directory users sign in against (docs/operations/directory-sign-in.md).
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LdapConfig {

@@ -1,7 +1,7 @@
 //! `airlock backup` and `airlock restore`: a consistent online copy of a data directory in one
 //! checksummed archive ([`archive`]), and its verified restore.
 //!
-//! Consistency (docs/OPERATIONS.md "Backup and restore"): the document store's indexes are
+//! Consistency (docs/operations/backup-restore.md): the document store's indexes are
 //! derived from SQLite and written by the engine after each commit, all under the index root's
 //! cross-process write lock ([`airlock_retrieval::IndexWriteLock`]). The backup takes that lock,
 //! copies every SQLite database with SQLite's online backup API (a page-exact snapshot, whatever

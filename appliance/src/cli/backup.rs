@@ -1,4 +1,4 @@
-//! `airlock backup` and `airlock restore` (docs/OPERATIONS.md "Backup and restore").
+//! `airlock backup` and `airlock restore` (docs/operations/backup-restore.md).
 
 use std::path::PathBuf;
 

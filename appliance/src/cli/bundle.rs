@@ -30,7 +30,7 @@ pub enum BundleCommand {
     #[command(disable_version_flag = true)]
     Build(BuildArgs),
     /// Stage models for `bundle build`: compile each GGUF generator's tokenizer and chat
-    /// template and write the model catalogue (docs/OPERATIONS.md, "Packaging your own model").
+    /// template and write the model catalogue (docs/operations/release-bundle.md, "Packaging your own model").
     Stage(StageArgs),
     /// Verify a bundle file (signatures, then every entry) without installing it.
     Verify {

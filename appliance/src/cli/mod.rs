@@ -125,7 +125,7 @@ pub fn writer(cmd: &Command) -> Option<(&std::path::Path, &'static str, bool)> {
         Command::Ingest(a) => (
             a.store.data.as_path(),
             "send the documents to `PUT /v1/documents/{doc_id}` (JSON or the raw file), or queue \
-             a JSON Lines corpus in DATA/ingest-queue/ (docs/OPERATIONS.md 7c)",
+             a JSON Lines corpus in DATA/ingest-queue/ (docs/operations/ingest.md)",
             true,
         ),
         Command::Delete(a) => (

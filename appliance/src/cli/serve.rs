@@ -75,7 +75,7 @@ pub(crate) fn discover_oidc(
     Ok(Some(std::sync::Arc::new(oidc)))
 }
 
-/// Every TCP port the daemon dials (the lockdown's allowlist; docs/OPERATIONS.md "What the box
+/// Every TCP port the daemon dials (the lockdown's allowlist; docs/operations/capacity.md "What the box
 /// talks to"): the rack's replicas ([`rack_ports`]), the `[ldap]` directory's, and the OIDC
 /// provider's issuer, token and JWKS endpoints.
 pub(crate) fn egress_ports(config: &Config, oidc: Option<&crate::oidc::Oidc>) -> Vec<u16> {

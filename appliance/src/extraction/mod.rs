@@ -28,7 +28,7 @@ pub use child::{ChildArgs, run_child};
 pub use pool::{ChildExtractor, ChildProgram};
 
 /// The budget of the process every extraction runs in (`[extract]` next to the extractor's
-/// own limits; docs/OPERATIONS.md "Extraction limits").
+/// own limits; docs/operations/ingest.md, "Extraction limits").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ExtractBudget {

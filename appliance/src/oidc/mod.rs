@@ -6,7 +6,7 @@
 //! lock file, 15 of them second versions of crates already linked (digest, sha2, rand,
 //! rand_core, hmac, pkcs8, spki, der, signature, base64, …) plus its own RSA, P-256 and
 //! P-384 implementations, chrono and serde_with. The signature checks here use `ring`, which
-//! rustls already links (docs/OPERATIONS.md "OIDC sign-in").
+//! rustls already links (docs/operations/oidc.md).
 //!
 //! Discovery and the JWKS are fetched when `airlock serve` starts, before the egress lockdown
 //! (the token and JWKS endpoints' ports join its allowlist); the JWKS is fetched again when a
@@ -66,7 +66,7 @@ fn d_timeout() -> u64 {
     10
 }
 
-/// `[oidc]`: the bank's OpenID Provider (docs/OPERATIONS.md, "OIDC sign-in").
+/// `[oidc]`: the bank's OpenID Provider (docs/operations/oidc.md).
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OidcConfig {

@@ -49,7 +49,7 @@ pub struct RetrieveRequest {
     pub include_text: bool,
     /// Return the chunks a chat answer to this question would place in its prompt: the
     /// retrieval with the chat's source selection applied (similarity floor, name check, source
-    /// focus, facets: docs/OPERATIONS.md §10), in prompt order, at most `top_k` (default: the
+    /// focus, facets: docs/operations/answer-sources.md), in prompt order, at most `top_k` (default: the
     /// chat's). What an operator reads to see why an answer did not use a page, and what the
     /// eval's `--sources-only` scores. Default false: the retrieval's ranking.
     #[serde(default)]

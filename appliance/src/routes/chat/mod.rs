@@ -70,7 +70,7 @@ pub(super) struct Prepared {
     pub(super) index_generation: u64,
     pub(super) acl_state_seq: i64,
 }
-/// How a chat chooses its prompt sources, from the configuration (docs/OPERATIONS.md §10):
+/// How a chat chooses its prompt sources, from the configuration (docs/operations/answer-sources.md):
 /// the chat's and `POST /v1/retrieve` with `prompt_sources`.
 pub(crate) fn selection(config: &crate::config::Config) -> Selection {
     Selection {
