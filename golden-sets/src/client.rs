@@ -574,16 +574,18 @@ impl Client {
         mode: &str,
         include_text: bool,
     ) -> Result<RetrieveResponse, ApiError> {
-        let path = "/v1/retrieve";
-        let mut body = if history.is_empty() {
-            json!({"query": query, "top_k": top_k, "mode": mode})
-        } else {
-            json!({"messages": messages(history, query), "top_k": top_k, "mode": mode})
-        };
+        let mut body = retrieve_body(history, query, mode);
+        body["top_k"] = json!(top_k);
         if include_text {
             body["include_text"] = json!(true);
         }
-        let v = self.send_json("POST", path, token, &body)?;
+        self.post_retrieve(token, &body)
+    }
+
+    /// `POST /v1/retrieve` with `body`, its response parsed.
+    fn post_retrieve(&self, token: &str, body: &Value) -> Result<RetrieveResponse, ApiError> {
+        let path = "/v1/retrieve";
+        let v = self.send_json("POST", path, token, body)?;
         serde_json::from_value(v).map_err(|e| ApiError::Transport {
             method: "POST",
             path: path.into(),
@@ -600,19 +602,9 @@ impl Client {
         query: &str,
         mode: &str,
     ) -> Result<RetrieveResponse, ApiError> {
-        let path = "/v1/retrieve";
-        let mut body = if history.is_empty() {
-            json!({"query": query, "mode": mode})
-        } else {
-            json!({"messages": messages(history, query), "mode": mode})
-        };
+        let mut body = retrieve_body(history, query, mode);
         body["prompt_sources"] = json!(true);
-        let v = self.send_json("POST", path, token, &body)?;
-        serde_json::from_value(v).map_err(|e| ApiError::Transport {
-            method: "POST",
-            path: path.into(),
-            message: format!("unexpected retrieve body: {e}"),
-        })
+        self.post_retrieve(token, &body)
     }
 
     /// `POST /v1/chat/completions` (non-streaming, greedy) as `token`.
@@ -724,6 +716,15 @@ fn messages(history: &[Turn], question: &str) -> serde_json::Value {
         .collect();
     out.push(json!({"role": "user", "content": question}));
     serde_json::Value::Array(out)
+}
+
+/// A `POST /v1/retrieve` body for `query` after `history` (a conversation when there is one).
+fn retrieve_body(history: &[Turn], query: &str, mode: &str) -> Value {
+    if history.is_empty() {
+        json!({"query": query, "mode": mode})
+    } else {
+        json!({"messages": messages(history, query), "mode": mode})
+    }
 }
 
 #[cfg(test)]

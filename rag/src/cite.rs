@@ -110,10 +110,7 @@ pub fn cited(answer: &str, question: &str, sources: &[&str]) -> Cited {
 /// to ask for (an option, a command, a keyword default are kinds [`asked`] does not know).
 /// `None` when the answer has no content words of its own.
 fn quoting(answer: &str, question: &str, sources: &[&str]) -> Option<usize> {
-    let question: HashSet<String> = words(&comparable(question)).collect();
-    let content: HashSet<String> = words(&comparable(&strip_markers(answer)))
-        .filter(|w| !question.contains(w) && !is_noise(w))
-        .collect();
+    let content = own_content(answer, question);
     if content.is_empty() {
         return None;
     }
@@ -177,10 +174,7 @@ fn markers(answer: &str, n_sources: usize) -> Vec<usize> {
 /// The greedy cover of the answer's content words (see the module doc), and whether the answer
 /// has content words at all.
 fn support(answer: &str, question: &str, sources: &[&str]) -> (Vec<usize>, bool) {
-    let question: HashSet<String> = words(&comparable(question)).collect();
-    let content: HashSet<String> = words(&comparable(&strip_markers(answer)))
-        .filter(|w| !question.contains(w) && !is_noise(w))
-        .collect();
+    let content = own_content(answer, question);
     if content.is_empty() || sources.is_empty() {
         return (Vec::new(), !content.is_empty());
     }
@@ -238,6 +232,15 @@ fn support(answer: &str, question: &str, sources: &[&str]) -> (Vec<usize>, bool)
     }
     picked.sort_unstable();
     (picked, true)
+}
+
+/// The answer's own content words: its words (markers left out, figures written one way) that
+/// are neither the question's nor stop words or generic answer vocabulary.
+fn own_content(answer: &str, question: &str) -> HashSet<String> {
+    let question: HashSet<String> = words(&comparable(question)).collect();
+    words(&comparable(&strip_markers(answer)))
+        .filter(|w| !question.contains(w) && !is_noise(w))
+        .collect()
 }
 
 /// `answer` without its bracketed source numbers (so "[2]" is not read as the number 2).
