@@ -186,6 +186,12 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_WITHHOLD_UNSUPPORTED_ANSWERS")]
     pub withhold_unsupported_answers: Option<bool>,
 
+    /// Follow an answer that cites a source with that source's own sentence (or table row)
+    /// that best matches the question and the answer, as a `> ` quote with its `[n]`, unless
+    /// the answer already says all of it (docs/operations/answer-sources.md) [default: false].
+    #[arg(long, env = "AIRLOCK_QUOTE_SUPPORTING_PASSAGE")]
+    pub quote_supporting_passage: Option<bool>,
+
     /// When the installed bundle carries the appliance binary (`bundle build --binary`) and the
     /// running binary's SHA-256 differs from the signed one: `refuse` to start, or `warn` and
     /// start (docs/operations/upgrade-and-rollback.md) [default: refuse].
@@ -451,6 +457,7 @@ impl fmt::Debug for Config {
                 "withhold_unsupported_answers",
                 &self.withhold_unsupported_answers,
             )
+            .field("quote_supporting_passage", &self.quote_supporting_passage)
             .field("binary_check", &self.binary_check)
             .field("max_tokens", &self.max_tokens)
             .field("user_requests_per_minute", &self.user_requests_per_minute)
@@ -581,6 +588,9 @@ impl Config {
             withhold_unsupported_answers: self
                 .withhold_unsupported_answers
                 .or(lower.withhold_unsupported_answers),
+            quote_supporting_passage: self
+                .quote_supporting_passage
+                .or(lower.quote_supporting_passage),
             binary_check: self.binary_check.or(lower.binary_check),
             max_tokens: self.max_tokens.or(lower.max_tokens),
             user_requests_per_minute: self
@@ -1080,6 +1090,11 @@ impl Config {
     /// Whether a non-streaming answer no source supports is replaced by "cannot find".
     pub fn withhold_unsupported_answers(&self) -> bool {
         self.withhold_unsupported_answers.unwrap_or(true)
+    }
+
+    /// Whether an answer that cites a source is followed by its supporting quote.
+    pub fn quote_supporting_passage(&self) -> bool {
+        self.quote_supporting_passage.unwrap_or(false)
     }
 
     /// What a running binary other than the bundle's signed one does at start.

@@ -1034,6 +1034,62 @@ fn data_events(raw: &str) -> (Vec<(usize, Value)>, Vec<usize>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_is_followed_by_the_sentence_of_its_source_when_quoting_is_on() {
+    const RISK: &str = "The liquidity buffer must stay above 15 percent of deposits at all times.";
+    // The quote is the cited source's own sentence, after a blank line, with its number; it
+    // never comes from a document the user may not read.
+    let quoted = |content: &str, cited: &Value| {
+        let (_, quote) = content
+            .split_once("\n\n> ")
+            .unwrap_or_else(|| panic!("no quote in {content:?}"));
+        let (sentence, n) = quote.rsplit_once(" [").unwrap();
+        assert_eq!(sentence, RISK, "{content:?}");
+        let n: u64 = n.trim_end_matches(']').parse().unwrap();
+        assert!(cited.as_array().unwrap().contains(&json!(n)), "{cited}");
+    };
+    let t = TestApp::with_config(Config {
+        quote_supporting_passage: Some(true),
+        ..test_config()
+    });
+    let (rita, _) = seed(&t).await;
+    // Cut short, the answer cannot say all the sentence says.
+    let r = ask(&t, &rita, question(json!({"max_tokens": 12}))).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    let content = r.json["choices"][0]["message"]["content"].as_str().unwrap();
+    quoted(content, &r.json["airlock"]["cited"]);
+    // A stream sends the quote as its last text, before the finish event.
+    let s = ask(
+        &t,
+        &rita,
+        question(json!({"max_tokens": 12, "stream": true})),
+    )
+    .await;
+    assert_eq!(s.status, StatusCode::OK, "{}", s.text);
+    let (events, tokens) = data_events(&s.text);
+    let text: String = events
+        .iter()
+        .filter_map(|(_, v)| v["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    let end = events
+        .iter()
+        .find(|(_, v)| v["airlock"]["cited"].is_array())
+        .unwrap();
+    assert!(
+        tokens.iter().all(|&at| at < end.0),
+        "text after the finish event"
+    );
+    assert_eq!(text, content, "the stream says what the answer said");
+    quoted(&text, &end.1["airlock"]["cited"]);
+    // Off (the default): no quote.
+    let t = TestApp::new();
+    let (rita, _) = seed(&t).await;
+    let r = ask(&t, &rita, question(json!({"max_tokens": 12}))).await;
+    let plain = r.json["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(!plain.contains("\n\n> "), "{plain:?}");
+    assert_eq!(plain, content.split_once("\n\n> ").unwrap().0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_answer_no_source_supports_is_withheld() {
     // A question the source cannot answer: a small model states a figure anyway.
     let body = || {

@@ -628,16 +628,26 @@ pub async fn completions(
     // either): set it here, since an unusable client id was replaced by a fresh one.
     let id_header = HeaderValue::from_str(&id).ok();
     let mut resp = if req.stream {
-        sse(generation, id, model_alias, airlock, cite, include_usage)
-            .keep_alive(
-                KeepAlive::new()
-                    .interval(state.config().sse_keep_alive())
-                    .text("keep-alive"),
-            )
-            .into_response()
+        let quote = state.config().quote_supporting_passage();
+        sse(
+            generation,
+            id,
+            model_alias,
+            airlock,
+            cite,
+            include_usage,
+            quote,
+        )
+        .keep_alive(
+            KeepAlive::new()
+                .interval(state.config().sse_keep_alive())
+                .text("keep-alive"),
+        )
+        .into_response()
     } else {
         let withhold = state.config().withhold_unsupported_answers();
-        complete(generation, id, model_alias, airlock, cite, withhold)
+        let quote = state.config().quote_supporting_passage();
+        complete(generation, id, model_alias, airlock, cite, withhold, quote)
             .await?
             .into_response()
     };
