@@ -185,23 +185,14 @@ const TRAIL_LINE_MAX: usize = 160;
 /// first, that the chunk's own text does not already start with: the chapter and section a
 /// chunk from the middle of a section belongs to, or the parents of the heading a chunk starts
 /// with. Only Markdown ATX headings after a blank line count (a `# comment` inside a block of
-/// commands does not), and not one that says the document's `title` again (the title already
-/// leads every chunk's index text and prompt source). Levels are dropped from the outside
-/// until the trail's tokens (`tokens`) fit in `budget`; an empty trail is `None`.
+/// commands does not). Levels are dropped from the outside until the trail's tokens
+/// (`tokens`) fit in `budget`; an empty trail is `None`.
 pub fn heading_trails(
     text: &str,
-    title: &str,
     starts: &[usize],
     budget: usize,
     tokens: &dyn Fn(&str) -> usize,
 ) -> Vec<Option<String>> {
-    let words = |t: &str| {
-        t.split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
-            .to_lowercase()
-    };
-    let title = words(title);
     // Every heading: (byte offset, level, line without its line break).
     let mut heads: Vec<(usize, usize, &str)> = Vec::new();
     let mut prev_blank = true;
@@ -212,9 +203,7 @@ pub fn heading_trails(
         let trimmed = line.trim();
         if prev_blank && is_atx_heading(line) && trimmed.len() <= TRAIL_LINE_MAX {
             let level = trimmed.bytes().take_while(|&b| b == b'#').count();
-            // The title's own heading is in force but not carried (an empty slot).
-            let said = words(trimmed[level..].trim_end_matches('#')) == title;
-            heads.push((start, level, if said { "" } else { trimmed }));
+            heads.push((start, level, trimmed));
         }
         prev_blank = trimmed.is_empty();
     }
@@ -233,12 +222,7 @@ pub fn heading_trails(
             .get(next)
             .filter(|h| text[at..h.0].trim().is_empty())
             .map_or(7, |h| h.1);
-        let mut trail: Vec<&str> = open[..own]
-            .iter()
-            .flatten()
-            .copied()
-            .filter(|h| !h.is_empty())
-            .collect();
+        let mut trail: Vec<&str> = open[..own].iter().flatten().copied().collect();
         while !trail.is_empty() && tokens(&trail.join("\n")) > budget {
             trail.remove(0);
         }
@@ -587,7 +571,6 @@ mod tests {
         let words = |t: &str| t.split_whitespace().count();
         let trails = heading_trails(
             text,
-            "Packages",
             &[
                 0,
                 at("APT is"),
@@ -611,18 +594,9 @@ mod tests {
             ]
         );
         // Over the budget, the outer levels go first.
-        let tight = heading_trails(text, "", &[at("More.")], 3, &words);
+        let tight = heading_trails(text, &[at("More.")], 3, &words);
         assert_eq!(tight, [Some("### 6.2.1. Initialization".into())]);
-        assert_eq!(heading_trails(text, "", &[at("More.")], 1, &words), [None]);
-        // The title's heading is not said again (a page titled as its one section).
-        let titled = heading_trails(
-            text,
-            " 6.2.  APT-get",
-            &[at("APT is"), at("More.")],
-            32,
-            &words,
-        );
-        assert_eq!(titled, [None, Some("### 6.2.1. Initialization".into())]);
+        assert_eq!(heading_trails(text, &[at("More.")], 1, &words), [None]);
         assert!(has_headings(text) && !has_headings("no heading\n#tag\n"));
     }
 

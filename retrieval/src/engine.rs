@@ -732,8 +732,7 @@ impl Retrieval {
             let starts: Vec<usize> = spans.iter().map(|s| s.byte_start).collect();
             let embedder = &self.embedder;
             let tokens = |h: &str| embedder.token_spans(h).map(|t| t.len()).unwrap_or(h.len());
-            let title = store::index_title(&doc.title);
-            let trails = chunker::heading_trails(&doc.text, title, &starts, reserve, &tokens);
+            let trails = chunker::heading_trails(&doc.text, &starts, reserve, &tokens);
             // A table's pieces start with its caption and header row instead.
             let in_table = |s: &chunker::ChunkSpan| {
                 doc.regions.iter().any(|r| {
