@@ -174,68 +174,6 @@ fn is_setext_underline(trimmed: &str) -> bool {
     trimmed.len() >= 3 && (trimmed.bytes().all(|b| b == b'=') || trimmed.bytes().all(|b| b == b'-'))
 }
 
-/// The most tokens a chunk's heading trail may take ([`heading_trails`]): the chunker leaves
-/// this much of a chunk's budget free in a document with headings.
-pub const TRAIL_TOKENS: usize = 32;
-
-/// A heading line longer than this (bytes) is not carried: it is prose that starts with `#`.
-const TRAIL_LINE_MAX: usize = 160;
-
-/// Per chunk start (ascending byte offsets into `text`), the headings in force there, outermost
-/// first, that the chunk's own text does not already start with: the chapter and section a
-/// chunk from the middle of a section belongs to, or the parents of the heading a chunk starts
-/// with. Only Markdown ATX headings after a blank line count (a `# comment` inside a block of
-/// commands does not). Levels are dropped from the outside until the trail's tokens
-/// (`tokens`) fit in `budget`; an empty trail is `None`.
-pub fn heading_trails(
-    text: &str,
-    starts: &[usize],
-    budget: usize,
-    tokens: &dyn Fn(&str) -> usize,
-) -> Vec<Option<String>> {
-    // Every heading: (byte offset, level, line without its line break).
-    let mut heads: Vec<(usize, usize, &str)> = Vec::new();
-    let mut prev_blank = true;
-    let mut offset = 0;
-    for line in text.split_inclusive('\n') {
-        let start = offset;
-        offset += line.len();
-        let trimmed = line.trim();
-        if prev_blank && is_atx_heading(line) && trimmed.len() <= TRAIL_LINE_MAX {
-            let level = trimmed.bytes().take_while(|&b| b == b'#').count();
-            heads.push((start, level, trimmed));
-        }
-        prev_blank = trimmed.is_empty();
-    }
-    let mut out = Vec::with_capacity(starts.len());
-    let mut open: [Option<&str>; 7] = [None; 7];
-    let mut next = 0;
-    for &at in starts {
-        while next < heads.len() && heads[next].0 < at {
-            let (_, level, line) = heads[next];
-            open[level] = Some(line);
-            open[level + 1..].iter_mut().for_each(|h| *h = None);
-            next += 1;
-        }
-        // A chunk that starts with a heading carries that heading's parents only.
-        let own = heads
-            .get(next)
-            .filter(|h| text[at..h.0].trim().is_empty())
-            .map_or(7, |h| h.1);
-        let mut trail: Vec<&str> = open[..own].iter().flatten().copied().collect();
-        while !trail.is_empty() && tokens(&trail.join("\n")) > budget {
-            trail.remove(0);
-        }
-        out.push((!trail.is_empty()).then(|| trail.join("\n")));
-    }
-    out
-}
-
-/// Whether `text` has a heading the trail would carry.
-pub fn has_headings(text: &str) -> bool {
-    text.split_inclusive('\n').any(is_atx_heading)
-}
-
 /// A chunk of an extracted document: its span, the header row put in front of its text when it
 /// continues a split table, and its anchor.
 #[derive(Debug, Clone, PartialEq)]
@@ -561,43 +499,6 @@ mod tests {
             assert!(w[1].token_start <= w[0].token_end, "coverage");
         }
         assert_eq!(c.last().unwrap().token_end, 1000);
-    }
-
-    #[test]
-    fn heading_trails_carry_the_sections_a_chunk_is_in() {
-        let text = "## 6.2. apt-get\n\nAPT is a project.\n\n### 6.2.1. Initialization\n\nRun apt \
-                    update.\n# not a heading: a command comment\nMore.\n\n## 6.3. apt-cache\n\nSearch.\n";
-        let at = |s: &str| text.find(s).unwrap();
-        let words = |t: &str| t.split_whitespace().count();
-        let trails = heading_trails(
-            text,
-            &[
-                0,
-                at("APT is"),
-                at("### 6.2.1"),
-                at("Run apt"),
-                at("More."),
-                at("Search."),
-            ],
-            32,
-            &words,
-        );
-        assert_eq!(
-            trails,
-            [
-                None,
-                Some("## 6.2. apt-get".into()),
-                Some("## 6.2. apt-get".into()),
-                Some("## 6.2. apt-get\n### 6.2.1. Initialization".into()),
-                Some("## 6.2. apt-get\n### 6.2.1. Initialization".into()),
-                Some("## 6.3. apt-cache".into()),
-            ]
-        );
-        // Over the budget, the outer levels go first.
-        let tight = heading_trails(text, &[at("More.")], 3, &words);
-        assert_eq!(tight, [Some("### 6.2.1. Initialization".into())]);
-        assert_eq!(heading_trails(text, &[at("More.")], 1, &words), [None]);
-        assert!(has_headings(text) && !has_headings("no heading\n#tag\n"));
     }
 
     #[test]

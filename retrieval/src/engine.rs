@@ -690,17 +690,8 @@ impl Retrieval {
             .saturating_sub(self.embedder.special_tokens() + title_tokens)
             .max(16);
         let max_tokens = self.config.chunk.target_tokens.min(budget);
-        // A chunk from the middle of a section is led by the headings it is under (its
-        // chapter and section, `chunker::heading_trails`): room is kept for them.
-        let headed = chunker::has_headings(&doc.text);
-        let reserve = if headed {
-            chunker::TRAIL_TOKENS.min(max_tokens / 4)
-        } else {
-            0
-        };
-        let max_tokens = max_tokens - reserve;
         let token_spans = self.embedder.token_spans(&doc.text)?;
-        let (spans, mut extras) = if doc.regions.is_empty() {
+        let (spans, extras) = if doc.regions.is_empty() {
             let spans = chunker::chunk(
                 &doc.text,
                 &token_spans,
@@ -727,25 +718,6 @@ impl Retrieval {
         };
         if spans.is_empty() {
             return Err(Error::EmptyDocument { doc_id: doc.doc_id });
-        }
-        if headed {
-            let starts: Vec<usize> = spans.iter().map(|s| s.byte_start).collect();
-            let embedder = &self.embedder;
-            let tokens = |h: &str| embedder.token_spans(h).map(|t| t.len()).unwrap_or(h.len());
-            let trails = chunker::heading_trails(&doc.text, &starts, reserve, &tokens);
-            // A table's pieces start with its caption and header row instead.
-            let in_table = |s: &chunker::ChunkSpan| {
-                doc.regions.iter().any(|r| {
-                    r.table_header.is_some()
-                        && r.byte_start < s.byte_end
-                        && s.byte_start < r.byte_end
-                })
-            };
-            for ((span, (header, _)), trail) in spans.iter().zip(extras.iter_mut()).zip(trails) {
-                if header.is_none() && !in_table(span) {
-                    *header = trail;
-                }
-            }
         }
         Ok(Ok(Prepared {
             doc,
@@ -1625,13 +1597,12 @@ struct Prepared {
     doc: DocumentInput,
     version: String,
     spans: Vec<chunker::ChunkSpan>,
-    /// Per span: the table header or heading trail to prepend, the anchor (extracted files
-    /// only).
+    /// Per span: the table header to prepend, the anchor (extracted files only).
     extras: Vec<(Option<String>, Option<crate::ingest::Anchor>)>,
 }
 
 /// A chunk's stored text: its slice of the document, led by the table header row when it
-/// continues a split table, or by the headings it is under.
+/// continues a split table.
 fn chunk_text(text: &str, s: &chunker::ChunkSpan, header: Option<&str>) -> String {
     let body = &text[s.byte_start..s.byte_end];
     match header {
