@@ -188,7 +188,7 @@ pub struct Config {
 
     /// Follow an answer that cites a source with that source's own sentence (or table row)
     /// that best matches the question and the answer, as a `> ` quote with its `[n]`, unless
-    /// the answer already says all of it (docs/operations/answer-sources.md) [default: false].
+    /// the answer already says all of it (docs/operations/answer-sources.md) [default: true].
     #[arg(long, env = "AIRLOCK_QUOTE_SUPPORTING_PASSAGE")]
     pub quote_supporting_passage: Option<bool>,
 
@@ -209,7 +209,7 @@ pub struct Config {
     /// the share of content words their retrieved chunks have in common (Jaccard) is at least
     /// this. Focus exists for near-copies (the same letter for two branches); a page of a
     /// manual that merely scores lower is not one, and stays a source. 0: focus may set aside
-    /// any document (docs/operations/answer-sources.md) [default: 0].
+    /// any document (docs/operations/answer-sources.md) [default: 0.2].
     #[arg(long, env = "AIRLOCK_SOURCE_FOCUS_NEAR_COPY")]
     pub source_focus_near_copy: Option<f32>,
 
@@ -1050,7 +1050,7 @@ impl Config {
 
     /// The word overlap from which focus may set a document aside (see the field).
     pub fn source_focus_near_copy(&self) -> f32 {
-        self.source_focus_near_copy.unwrap_or(0.0)
+        self.source_focus_near_copy.unwrap_or(0.2)
     }
 
     /// Whether source focus adds the embedder's judgement at rung 0 (see the field).
@@ -1094,7 +1094,7 @@ impl Config {
 
     /// Whether an answer that cites a source is followed by its supporting quote.
     pub fn quote_supporting_passage(&self) -> bool {
-        self.quote_supporting_passage.unwrap_or(false)
+        self.quote_supporting_passage.unwrap_or(true)
     }
 
     /// What a running binary other than the bundle's signed one does at start.

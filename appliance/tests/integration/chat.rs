@@ -1034,7 +1034,7 @@ fn data_events(raw: &str) -> (Vec<(usize, Value)>, Vec<usize>) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_answer_is_followed_by_the_sentence_of_its_source_when_quoting_is_on() {
+async fn an_answer_is_followed_by_the_sentence_of_its_source() {
     const RISK: &str = "The liquidity buffer must stay above 15 percent of deposits at all times.";
     // The quote is the cited source's own sentence, after a blank line, with its number; it
     // never comes from a document the user may not read.
@@ -1047,10 +1047,8 @@ async fn an_answer_is_followed_by_the_sentence_of_its_source_when_quoting_is_on(
         let n: u64 = n.trim_end_matches(']').parse().unwrap();
         assert!(cited.as_array().unwrap().contains(&json!(n)), "{cited}");
     };
-    let t = TestApp::with_config(Config {
-        quote_supporting_passage: Some(true),
-        ..test_config()
-    });
+    // On by default.
+    let t = TestApp::new();
     let (rita, _) = seed(&t).await;
     // Cut short, the answer cannot say all the sentence says.
     let r = ask(&t, &rita, question(json!({"max_tokens": 12}))).await;
@@ -1080,8 +1078,11 @@ async fn an_answer_is_followed_by_the_sentence_of_its_source_when_quoting_is_on(
     );
     assert_eq!(text, content, "the stream says what the answer said");
     quoted(&text, &end.1["airlock"]["cited"]);
-    // Off (the default): no quote.
-    let t = TestApp::new();
+    // Off: no quote.
+    let t = TestApp::with_config(Config {
+        quote_supporting_passage: Some(false),
+        ..test_config()
+    });
     let (rita, _) = seed(&t).await;
     let r = ask(&t, &rita, question(json!({"max_tokens": 12}))).await;
     let plain = r.json["choices"][0]["message"]["content"].as_str().unwrap();
