@@ -11,13 +11,13 @@ use std::time::Instant;
 
 use airlock_acl::Acl;
 use airlock_bundle::{NoProgress, Store};
+use airlock_evidence::feedback::{FeedbackError, FeedbackStore};
 use airlock_inference::catalogue::{Catalogue, ModelEntry, Role};
 use airlock_inference::{CrossEncoder, Embedder};
 use airlock_retrieval::{Retrieval, RetrievalConfig};
 use airlock_signing::Keyring;
 
 use crate::config::Config;
-use crate::feedback::{FeedbackError, FeedbackStore};
 use crate::generator::Generator;
 use crate::models::{EmbedAdapter, RerankAdapter};
 use crate::services::{ModelCard, Services};
@@ -220,7 +220,7 @@ pub fn verify_bundle(config: &Config) -> Result<VerifiedBundle, StartupError> {
         })?;
     let manifest = installed.dir.join("manifest.json");
     let manifest_digest = std::fs::read(&manifest)
-        .map(|b| crate::receipts::sha256(&b))
+        .map(|b| airlock_evidence::receipts::sha256(&b))
         .map_err(|e| StartupError::Catalogue {
             version: version.clone(),
             reason: format!("reading {}: {e}", manifest.display()),
@@ -473,8 +473,8 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     check_embedder(&data, &bundle)?;
     let acl = open_acl(&data)?;
     if let Some(sink) = &config.audit_sink {
-        crate::audit_sink::attach(&acl, sink)
-            .map_err(|e| StartupError::AuditSink(format!("{e:#}")))?;
+        airlock_evidence::audit_sink::attach(&acl, sink)
+            .map_err(|e| StartupError::AuditSink(crate::error::error_chain(&e)))?;
     }
     let reranker = load_reranker(&bundle)?;
     let retrieval = open_retrieval_with(&data, embedder.clone(), reranker)?;
@@ -484,10 +484,10 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     // Receipts are signed with the appliance key, made by `airlock install`. It is only read
     // here: `keys/` is read-only under the lockdown. Without one, receipts are still recorded
     // (no answer goes without its receipt) but `GET /v1/receipts/{id}` cannot sign them.
-    let key = if crate::appliance_key::private_path(&data).exists() {
+    let key = if airlock_evidence::appliance_key::private_path(&data).exists() {
         Some(
-            crate::appliance_key::load(&data)
-                .map_err(|e| StartupError::ApplianceKey(format!("{e:#}")))?,
+            airlock_evidence::appliance_key::load(&data)
+                .map_err(|e| StartupError::ApplianceKey(crate::error::error_chain(&e)))?,
         )
     } else {
         tracing::warn!(data = %data.display(),

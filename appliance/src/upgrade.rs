@@ -41,7 +41,7 @@ impl SchemaVersions {
         SchemaVersions {
             acl: airlock_acl::SCHEMA_VERSION,
             retrieval: airlock_retrieval::SCHEMA_VERSION,
-            appliance: crate::feedback::SCHEMA_VERSION,
+            appliance: airlock_evidence::feedback::SCHEMA_VERSION,
         }
     }
 }

@@ -506,11 +506,11 @@ pub fn install(args: InstallArgs) -> anyhow::Result<bool> {
         }
     }
     // The box's own identity for what leaves it (eval exports, receipts): made once.
-    let key = crate::appliance_key::ensure(&args.data.data)?;
+    let key = airlock_evidence::appliance_key::ensure(&args.data.data)?;
     println!(
         "appliance key {} ({})",
         key.key_id(),
-        crate::appliance_key::public_path(&args.data.data).display()
+        airlock_evidence::appliance_key::public_path(&args.data.data).display()
     );
     Ok(true)
 }
