@@ -38,7 +38,6 @@ pub mod session;
 pub mod startup;
 pub mod state;
 pub mod tls;
-pub mod upgrade;
 
 // Moved to `airlock-platform` and `airlock-identity` (issue 44); re-exported while callers move.
 // (`airlock-evidence` is named by its callers directly.)

@@ -12,6 +12,7 @@ use std::time::Instant;
 use airlock_acl::Acl;
 use airlock_bundle::{NoProgress, Store};
 use airlock_evidence::feedback::{FeedbackError, FeedbackStore};
+use airlock_evidence::upgrade::SchemaVersions;
 use airlock_inference::catalogue::{Catalogue, ModelEntry, Role};
 use airlock_inference::{CrossEncoder, Embedder};
 use airlock_retrieval::{Retrieval, RetrievalConfig};
@@ -79,7 +80,7 @@ pub enum StartupError {
     /// The appliance key (which signs receipts) cannot be read or created.
     #[error("the appliance key: {0}")]
     ApplianceKey(String),
-    /// The index's embedder or the schema marks ([`crate::upgrade`]).
+    /// The index's embedder or the schema marks ([`airlock_evidence::upgrade`]).
     #[error("refusing to start: {0}")]
     Upgrade(String),
     /// The bundle's model catalogue is invalid or lacks a required model.
@@ -378,7 +379,7 @@ pub fn open_retrieval_with(
 }
 
 /// Refuses an index whose vectors another embedder made, and records the bundle's embedder
-/// for a new index ([`crate::upgrade::check_embedder`]). Call before opening retrieval.
+/// for a new index ([`airlock_evidence::upgrade::check_embedder`]). Call before opening retrieval.
 pub fn check_embedder(data: &Path, bundle: &VerifiedBundle) -> Result<(), StartupError> {
     let Some(entry) = bundle.catalogue.first_with_role(Role::Embedder) else {
         return Ok(()); // load_embedder refuses a catalogue without one
@@ -395,16 +396,26 @@ pub fn check_embedder(data: &Path, bundle: &VerifiedBundle) -> Result<(), Startu
             (f.as_str(), digest)
         })
         .collect();
-    let identity = crate::upgrade::EmbedderIdentity::new(&entry.id, files);
-    crate::upgrade::check_embedder(data, &identity)
-        .map_err(|e| StartupError::Upgrade(format!("{e:#}")))
+    let identity = airlock_evidence::upgrade::EmbedderIdentity::new(&entry.id, files);
+    airlock_evidence::upgrade::check_embedder(data, &identity)
+        .map_err(|e| StartupError::Upgrade(crate::error::error_chain(&e)))
+}
+
+/// The schema versions this binary reads and writes, per table family of `airlock.db`.
+pub fn schema_versions() -> SchemaVersions {
+    SchemaVersions {
+        acl: airlock_acl::SCHEMA_VERSION,
+        retrieval: airlock_retrieval::SCHEMA_VERSION,
+        appliance: airlock_evidence::feedback::SCHEMA_VERSION,
+    }
 }
 
 /// Records that this release's binary (bundle `version`) runs on `data`, with the schema
-/// versions it migrated the database to ([`crate::upgrade::record_mark`]). Call after opening
-/// the stores.
+/// versions it migrated the database to ([`airlock_evidence::upgrade::record_mark`]). Call
+/// after opening the stores.
 pub fn mark_release(data: &Path, version: &str) -> Result<(), StartupError> {
-    crate::upgrade::record_mark(data, version).map_err(|e| StartupError::Upgrade(format!("{e:#}")))
+    airlock_evidence::upgrade::record_mark(data, version, schema_versions())
+        .map_err(|e| StartupError::Upgrade(crate::error::error_chain(&e)))
 }
 
 /// Opens the served-completion and feedback tables (in `airlock.db`).

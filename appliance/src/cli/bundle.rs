@@ -520,10 +520,13 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<bool> {
     let ring = args.keyring.trusted(&args.data)?;
     let store = Store::open(&args.data.data)?;
     // The previous release's binary must be able to read the database as it is now: a
-    // migration applied since it last ran has no way back (crate::upgrade).
+    // migration applied since it last ran has no way back (airlock_evidence::upgrade).
     if let Some(previous) = store.state()?.previous
-        && let Some(why) =
-            crate::upgrade::rollback_refusal(&args.data.data, &previous.to_string(), args.force)?
+        && let Some(why) = airlock_evidence::upgrade::rollback_refusal(
+            &args.data.data,
+            &previous.to_string(),
+            args.force,
+        )?
     {
         anyhow::bail!("refusing to roll back to {previous}: {why}");
     }
