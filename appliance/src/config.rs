@@ -389,7 +389,7 @@ pub struct Config {
     /// `[audit_sink]`: every audit entry appended to a rotated JSON-lines file for a SIEM;
     /// TOML only (docs/operations/siem.md).
     #[arg(skip)]
-    pub audit_sink: Option<crate::audit_sink::AuditSinkConfig>,
+    pub audit_sink: Option<airlock_evidence::audit_sink::AuditSinkConfig>,
 
     /// Directory of eval reports (one subdirectory per run with its `report.json`, as
     /// `airlock eval run --out` writes them) that the operator console lists [default: none].
