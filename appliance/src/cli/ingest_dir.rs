@@ -194,6 +194,8 @@ struct Report {
 /// Progress on a terminal (a bar) or as lines on stderr.
 struct Meter {
     bar: Option<ProgressBar>,
+    /// Neither bar nor lines (a queue job in the daemon: its progress is the queue's status).
+    quiet: bool,
     started: Instant,
     last_line: Instant,
     files_total: u64,
@@ -201,8 +203,8 @@ struct Meter {
 }
 
 impl Meter {
-    fn new(files_total: u64, bytes_total: u64) -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
+    fn new(files_total: u64, bytes_total: u64, quiet: bool) -> Self {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let b = ProgressBar::new(bytes_total.max(1));
             b.set_style(
                 ProgressStyle::with_template(
@@ -217,6 +219,7 @@ impl Meter {
         let now = Instant::now();
         Self {
             bar,
+            quiet,
             started: now,
             last_line: now,
             files_total,
@@ -225,6 +228,9 @@ impl Meter {
     }
 
     fn update(&mut self, r: &Report, done: bool) {
+        if self.quiet {
+            return;
+        }
         let secs = self.started.elapsed().as_secs_f64().max(1e-3);
         let rate = r.chunks as f64 / secs;
         let msg = format!(
@@ -269,18 +275,25 @@ struct Source {
 
 /// One run's state.
 struct Run<'a> {
-    args: &'a IngestArgs,
+    /// Documents per transaction.
+    batch: usize,
+    /// Who the audit log names for the grants written.
+    actor: &'static str,
     retrieval: &'a Retrieval,
     acl: Option<std::sync::Arc<Acl>>,
     limits: ExtractLimits,
     glob_case: GlobCase,
     /// Budgeted worker processes (`[extract]` of the config, else the defaults).
-    extractor: Extractor,
+    extractor: &'a Extractor,
     ack: Option<AckFile>,
+    /// The source an acknowledgement line names for a document stored with its grant.
+    ack_source: PathBuf,
     ack_error: Option<anyhow::Error>,
     batch_no: usize,
     report: Report,
     meter: Meter,
+    /// Told the report after every file and batch (the ingest queue's progress).
+    observe: &'a mut dyn FnMut(&Report),
     /// Documents waiting for the next transaction, and their file bytes.
     pending: Vec<DocumentInput>,
     pending_bytes: usize,
@@ -305,12 +318,7 @@ pub(super) fn run(args: IngestArgs) -> anyhow::Result<bool> {
         let meta =
             std::fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
         let sidecar = if meta.is_dir() {
-            let file = path.join(SIDECAR_NAME);
-            match std::fs::read(&file) {
-                Ok(bytes) => Some(Sidecar::parse(&file.display().to_string(), &bytes)?),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-                Err(e) => return Err(e).with_context(|| format!("reading {}", file.display())),
-            }
+            read_sidecar(path)?
         } else {
             None
         };
@@ -325,13 +333,9 @@ pub(super) fn run(args: IngestArgs) -> anyhow::Result<bool> {
     let (mut files_total, mut bytes_total) = (0u64, 0u64);
     for s in &sources {
         if s.dir {
-            let mut walk = Walk::new(&s.path)?;
-            for f in walk.by_ref() {
-                let f = f?;
-                files_total += 1;
-                bytes_total += std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
-            }
-            walk.check_sidecars()?;
+            let (files, bytes) = folder_totals(&s.path)?;
+            files_total += files;
+            bytes_total += bytes;
         } else {
             files_total += 1;
             bytes_total += std::fs::metadata(&s.path).map(|m| m.len()).unwrap_or(0);
@@ -345,34 +349,29 @@ pub(super) fn run(args: IngestArgs) -> anyhow::Result<bool> {
     };
     let ack = args.ack_file.as_deref().map(AckFile::open).transpose()?;
     let mut run = Run {
-        args: &args,
+        batch: args.batch,
+        actor: super::users::ACTOR,
         retrieval: &retrieval,
         acl,
         limits,
         glob_case,
-        extractor,
+        extractor: &extractor,
         ack,
+        ack_source: args.paths.first().cloned().unwrap_or_default(),
         ack_error: None,
         batch_no: 0,
         report: Report {
             paths: args.paths.clone(),
             ..Report::default()
         },
-        meter: Meter::new(files_total, bytes_total),
+        meter: Meter::new(files_total, bytes_total, false),
+        observe: &mut |_: &Report| {},
         pending: Vec::new(),
         pending_bytes: 0,
     };
     for s in &sources {
         if s.dir {
-            let mut walk = Walk::new(&s.path)?;
-            while let Some(f) = walk.next() {
-                // One that appeared since the first pass: what was stored stays, nothing more.
-                walk.check_sidecars()?;
-                let f = f?;
-                let id = rel_id(&s.path, &f);
-                run.file(&s.path, &f, id, s.sidecar.as_ref(), true)?;
-            }
-            walk.check_sidecars()?;
+            run.folder(&s.path, s.sidecar.as_ref())?;
         } else {
             let id = s
                 .path
@@ -418,6 +417,108 @@ pub(super) fn run(args: IngestArgs) -> anyhow::Result<bool> {
     Ok(r.refused == 0)
 }
 
+/// The folder's permissions sidecar (`DIR/.acl.jsonl`), read and checked, if it has one.
+fn read_sidecar(dir: &Path) -> anyhow::Result<Option<Sidecar>> {
+    let file = dir.join(SIDECAR_NAME);
+    match std::fs::read(&file) {
+        Ok(bytes) => Ok(Some(Sidecar::parse(&file.display().to_string(), &bytes)?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", file.display())),
+    }
+}
+
+/// The files beneath `dir` and their bytes (metadata only, streaming); a sidecar that would not
+/// be applied fails here, before anything is written.
+fn folder_totals(dir: &Path) -> anyhow::Result<(u64, u64)> {
+    let (mut files, mut bytes) = (0u64, 0u64);
+    let mut walk = Walk::new(dir)?;
+    for f in walk.by_ref() {
+        let f = f?;
+        files += 1;
+        bytes += std::fs::metadata(&f).map(|m| m.len()).unwrap_or(0);
+    }
+    walk.check_sidecars()?;
+    Ok((files, bytes))
+}
+
+/// Ingests a folder job of the ingest queue (crate::ingest_queue): this folder ingest, as
+/// `airlock ingest DIR` runs it (grants from the folder's `.acl.jsonl` in each document's own
+/// transaction, files extracted by `services.extractor`, a file stored with the same SHA-256
+/// skipped), over the daemon's own stores, without bar or progress lines: progress goes to
+/// `observe`. `limits` and `glob_case` are the daemon's configuration's.
+pub(crate) fn queue_folder(
+    services: &crate::Services,
+    dir: &Path,
+    limits: ExtractLimits,
+    glob_case: GlobCase,
+    observe: &mut dyn FnMut(&crate::ingest_queue::FolderProgress),
+) -> anyhow::Result<crate::ingest_queue::FolderReport> {
+    let sidecar = read_sidecar(dir)?;
+    let (files_total, bytes_total) = folder_totals(dir)?;
+    let files_total = usize::try_from(files_total).unwrap_or(usize::MAX);
+    let mut tell = |r: &Report| {
+        observe(&crate::ingest_queue::FolderProgress {
+            files_total,
+            files_done: usize::try_from(r.files).unwrap_or(usize::MAX),
+            refused: usize::try_from(r.refused).unwrap_or(usize::MAX),
+            chunks: usize::try_from(r.chunks).unwrap_or(usize::MAX),
+        })
+    };
+    let mut run = Run {
+        batch: crate::ingest_queue::BATCH,
+        actor: QUEUE_ACTOR,
+        retrieval: &services.retrieval,
+        acl: Some(services.acl.clone()),
+        limits,
+        glob_case,
+        extractor: &services.extractor,
+        ack: None,
+        ack_source: dir.to_path_buf(),
+        ack_error: None,
+        batch_no: 0,
+        report: Report {
+            paths: vec![dir.to_path_buf()],
+            ..Report::default()
+        },
+        meter: Meter::new(files_total as u64, bytes_total, true),
+        observe: &mut tell,
+        pending: Vec::new(),
+        pending_bytes: 0,
+    };
+    run.folder(dir, sidecar.as_ref())?;
+    run.flush(dir)?;
+    let r = std::mem::take(&mut run.report);
+    let report = crate::ingest_queue::FolderReport {
+        outcome: crate::ingest_queue::JobOutcome {
+            stored: usize::try_from(r.stored + r.unchanged + r.skipped).unwrap_or(usize::MAX),
+            refused: usize::try_from(r.refused).unwrap_or(usize::MAX),
+            chunks: usize::try_from(r.chunks).unwrap_or(usize::MAX),
+        },
+        refusals: r
+            .errors
+            .iter()
+            .map(|e| format!("{}: {}", e.file, e.reason))
+            .collect(),
+    };
+    Ok(report)
+}
+
+/// The ingest queue's runner of folder jobs ([`queue_folder`] with `config`'s `[extract]`
+/// limits and `sidecar_glob_case`).
+pub(crate) fn folder_ingest(config: &Config) -> std::sync::Arc<crate::ingest_queue::FolderIngest> {
+    let (limits, glob_case) = (config.extract_limits(), config.sidecar_glob_case());
+    std::sync::Arc::new(
+        move |services: &crate::Services,
+              dir: &Path,
+              observe: &mut dyn FnMut(&crate::ingest_queue::FolderProgress)| {
+            queue_folder(services, dir, limits.clone(), glob_case, observe)
+        },
+    )
+}
+
+/// Who the audit log names for the grants of a queued folder's documents.
+const QUEUE_ACTOR: &str = "ingest-queue";
+
 /// Writes the report durably (temporary file, fsync, rename).
 fn write_report(path: &Path, r: &Report) -> anyhow::Result<()> {
     use std::io::Write;
@@ -432,6 +533,26 @@ fn write_report(path: &Path, r: &Report) -> anyhow::Result<()> {
 }
 
 impl Run<'_> {
+    /// Ingests the files beneath `dir` with the grants of its `sidecar` (written in order; a
+    /// batch of ungranted documents may wait for [`Run::flush`]).
+    fn folder(&mut self, dir: &Path, sidecar: Option<&Sidecar>) -> anyhow::Result<()> {
+        let mut walk = Walk::new(dir)?;
+        while let Some(f) = walk.next() {
+            // One that appeared since the first pass: what was stored stays, nothing more.
+            walk.check_sidecars()?;
+            let f = f?;
+            let id = rel_id(dir, &f);
+            self.file(dir, &f, id, sidecar, true)?;
+        }
+        walk.check_sidecars()?;
+        Ok(())
+    }
+
+    fn progress(&mut self) {
+        self.meter.update(&self.report, false);
+        (self.observe)(&self.report);
+    }
+
     fn refuse(&mut self, file: String, e: &Error) {
         let reason = match e {
             Error::Extraction { reason, .. } => reason.clone(),
@@ -464,7 +585,7 @@ impl Run<'_> {
             Some(Err(depends)) => {
                 self.report.bytes += size;
                 self.refuse_with(doc_id, "acl_case_dependent", depends.to_string());
-                self.meter.update(&self.report, false);
+                self.progress();
                 return Ok(());
             }
         };
@@ -513,7 +634,7 @@ impl Run<'_> {
                                 self.pending_bytes +=
                                     d.original.as_ref().map_or(d.text.len(), |o| o.bytes.len());
                                 self.pending.push(d);
-                                if self.pending.len() >= self.args.batch.max(1)
+                                if self.pending.len() >= self.batch.max(1)
                                     || self.pending_bytes >= BATCH_BYTES
                                 {
                                     self.flush(source)?;
@@ -524,7 +645,7 @@ impl Run<'_> {
                 }
             }
         }
-        self.meter.update(&self.report, false);
+        self.progress();
         Ok(())
     }
 
@@ -592,7 +713,7 @@ impl Run<'_> {
         let outcome = crate::routes::documents::store_with_grant(
             &acl,
             self.retrieval,
-            Actor::from(super::users::ACTOR),
+            Actor::from(self.actor),
             &id,
             grants,
             staged,
@@ -601,9 +722,12 @@ impl Run<'_> {
         self.batch_no += 1;
         self.count(std::slice::from_ref(&outcome));
         if let Some(a) = self.ack.as_mut().filter(|_| self.ack_error.is_none()) {
-            let source = self.args.paths.first().cloned().unwrap_or_default();
             self.ack_error = a
-                .write(&source, self.batch_no, std::slice::from_ref(&outcome))
+                .write(
+                    &self.ack_source,
+                    self.batch_no,
+                    std::slice::from_ref(&outcome),
+                )
                 .err();
         }
         Ok(())
@@ -660,7 +784,7 @@ impl Run<'_> {
             };
             self.refuse(file, e);
         }
-        self.meter.update(&self.report, false);
+        self.progress();
         Ok(())
     }
 }

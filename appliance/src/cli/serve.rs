@@ -201,7 +201,9 @@ async fn serve(
                 if let Ok(services) = loader_state.services() {
                     let data = loader_state.config().data_dir();
                     let status = loader_state.indexing().clone();
-                    if let Err(e) = crate::ingest_queue::spawn(services, data, status) {
+                    // Folder jobs (the demo's real documents) as `airlock ingest DIR` runs them.
+                    let folders = super::ingest_dir::folder_ingest(loader_state.config());
+                    if let Err(e) = crate::ingest_queue::spawn(services, data, status, folders) {
                         tracing::error!(error = %e, "starting the ingest queue worker");
                     }
                 }

@@ -92,7 +92,7 @@ async fn a_queued_corpus_ingests_beside_serving_with_progress_by_role() {
         let (services, job, status) = (services.clone(), job.clone(), status.clone());
         std::thread::spawn(move || {
             let mut first = true;
-            ingest_queue::run_job(&services, &job, &status, &mut |_| {
+            ingest_queue::run_job(&services, &job, &status, None, &mut |_| {
                 if std::mem::take(&mut first) {
                     at_progress.send(()).unwrap();
                     resume.recv().unwrap();
@@ -176,7 +176,7 @@ async fn a_queued_corpus_ingests_beside_serving_with_progress_by_role() {
     let fresh = Status::default();
     let (services2, again2) = (services.clone(), again.clone());
     let o = tokio::task::spawn_blocking(move || {
-        ingest_queue::run_job(&services2, &again2, &fresh, &mut |_| {}).unwrap()
+        ingest_queue::run_job(&services2, &again2, &fresh, None, &mut |_| {}).unwrap()
     })
     .await
     .unwrap();
@@ -332,4 +332,117 @@ fn the_demo_serves_at_once_and_ingests_its_corpora_in_the_background() {
     }
     assert!(seen.iter().any(|id| id.starts_with("doc-")), "{body}");
     drop(guard);
+}
+
+/// `airlock demo --setup-only` on a fresh clone (issue 44): no sample datasets at
+/// `--sample-data`, so the repository's real documents (`--repo-corpus`, golden-sets/real/) are
+/// queued as folders and ingested as `airlock ingest DIR` does, each page with its grant from
+/// the set's `docs/.acl.jsonl`, and the set's IAM users are the demo users: u04 (in `openssh`)
+/// retrieves ssh-keygen's man page, u02 (not in it) does not, but reads the systemd pages.
+/// A few pages of systemd-openssh (HTML and a PDF) with the set's own grants and IAM: the whole
+/// set takes minutes in a debug build.
+#[test]
+fn without_sample_datasets_the_demo_ingests_the_repositorys_documents_with_their_grants() {
+    const PAGES: [&str; 5] = [
+        "ssh-keygen.1.html",
+        "moduli.5.html",
+        "ssh-keysign.8.pdf",
+        "systemctl.1.html",
+        "systemd.kill.5.html",
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let staging = tmp.path().join("staging");
+    crate::support::small_staging(&staging);
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../golden-sets/real/systemd-openssh");
+    let set = tmp.path().join("systemd-openssh");
+    std::fs::create_dir_all(set.join("docs")).unwrap();
+    for page in PAGES {
+        std::fs::copy(repo.join("docs").join(page), set.join("docs").join(page)).unwrap();
+    }
+    for f in ["docs/.acl.jsonl", "iam_v1.jsonl"] {
+        std::fs::copy(repo.join(f), set.join(f)).unwrap();
+    }
+    let data = tmp.path().join("data");
+    let out = crate::support::airlock_cli(&[
+        "demo",
+        "--data",
+        data.to_str().unwrap(),
+        "--setup-only",
+        "--staging",
+        staging.to_str().unwrap(),
+        "--sample-data",
+        tmp.path().join("no-datasets").to_str().unwrap(),
+        "--repo-corpus",
+        set.to_str().unwrap(),
+        "--sample-files",
+        tmp.path().join("no-files").to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("using the repository's real documents"),
+        "{err}"
+    );
+    assert!(
+        err.contains("systemd-openssh: 5 stored, 0 refused"),
+        "{err}"
+    );
+    assert!(ingest_queue::pending(&data).unwrap().is_empty());
+    let tokens: std::collections::BTreeMap<String, String> =
+        serde_json::from_slice(&std::fs::read(data.join("demo/tokens.json")).unwrap()).unwrap();
+    let names: Vec<&str> = tokens.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "admin", "approver", "u01", "u02", "u03", "u04", "u05", "u06", "u07"
+        ]
+    );
+
+    let mut daemon = Daemon::start(&data, &[]);
+    daemon.wait_ready();
+    let seen = |user: &str, query: &str| -> Vec<String> {
+        let (status, body) = http(
+            "POST",
+            &format!("{}/v1/retrieve", daemon.base),
+            &tokens[user],
+            Some(json!({"query": query, "top_k": 10})),
+        );
+        assert_eq!(status, 200, "{body}");
+        let mut ids: Vec<String> = body["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["doc_id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    };
+    let q = "What is the default RSA key size of ssh-keygen?";
+    assert!(
+        seen("u04", q).contains(&"ssh-keygen.1.html".to_owned()),
+        "{:?}",
+        seen("u04", q)
+    );
+    let u02 = seen("u02", q);
+    for openssh in ["ssh-keygen.1.html", "moduli.5.html", "ssh-keysign.8.pdf"] {
+        assert!(
+            !u02.iter().any(|id| id == openssh),
+            "u02 sees {openssh}: {u02:?}"
+        );
+    }
+    let q = "Which KillMode applies to a service if I don't set one?";
+    assert!(
+        seen("u02", q).contains(&"systemd.kill.5.html".to_owned()),
+        "{:?}",
+        seen("u02", q)
+    );
+    // The PDF page is stored with its grant: u06 (openssh) retrieves it.
+    let q = "ssh-keysign helper for host-based authentication";
+    assert!(
+        seen("u06", q).contains(&"ssh-keysign.8.pdf".to_owned()),
+        "{:?}",
+        seen("u06", q)
+    );
+    daemon.stop();
 }
