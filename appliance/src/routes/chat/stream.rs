@@ -406,6 +406,20 @@ fn quote_text(cite: &Attribution, answer: &str, cited: &[usize]) -> Option<Strin
     Some(format!("\n\n> {q} [{n}]"))
 }
 
+/// A content event: `text` as the assistant's next words.
+fn text_chunk(id: &str, model: &str, created: u64, text: String) -> ChatChunk {
+    chunk(
+        id,
+        model,
+        created,
+        Delta {
+            role: None,
+            content: Some(text),
+        },
+        None,
+    )
+}
+
 fn chunk(
     id: &str,
     model: &str,
@@ -515,16 +529,7 @@ pub(super) fn sse(
                         if st.cite.is_some() || st.generation.recorder.is_some() {
                             st.text.push_str(&piece);
                         }
-                        let c = chunk(
-                            &st.id,
-                            &st.model,
-                            st.created,
-                            Delta {
-                                role: None,
-                                content: Some(piece),
-                            },
-                            None,
-                        );
+                        let c = text_chunk(&st.id, &st.model, st.created, piece);
                         return Some((vec![Ok(data(&c))], st));
                     }
                     Some(GenEvent::Preempted { .. } | GenEvent::Admitted { .. }) => continue,
@@ -539,16 +544,7 @@ pub(super) fn sse(
                             if st.cite.is_some() || st.generation.recorder.is_some() {
                                 st.text.push_str(&t);
                             }
-                            let c = chunk(
-                                &st.id,
-                                &st.model,
-                                st.created,
-                                Delta {
-                                    role: None,
-                                    content: Some(t),
-                                },
-                                None,
-                            );
+                            let c = text_chunk(&st.id, &st.model, st.created, t);
                             out.push(Ok(data(&c)));
                         }
                         match finish_reason(&reason, st.generation.is_remote()) {
@@ -598,16 +594,7 @@ pub(super) fn sse(
                                     .flatten();
                                     if let Some(q) = quoted {
                                         st.text.push_str(&q);
-                                        let d = chunk(
-                                            &st.id,
-                                            &st.model,
-                                            st.created,
-                                            Delta {
-                                                role: None,
-                                                content: Some(q),
-                                            },
-                                            None,
-                                        );
+                                        let d = text_chunk(&st.id, &st.model, st.created, q);
                                         out.push(Ok(data(&d)));
                                     }
                                     c.airlock = Some(ChunkAirlock::End {
