@@ -186,6 +186,12 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_WITHHOLD_UNSUPPORTED_ANSWERS")]
     pub withhold_unsupported_answers: Option<bool>,
 
+    /// Follow an answer that cites a source with that source's own sentence (or table row)
+    /// that best matches the question and the answer, as a `> ` quote with its `[n]`, unless
+    /// the answer already says all of it (docs/operations/answer-sources.md) [default: true].
+    #[arg(long, env = "AIRLOCK_QUOTE_SUPPORTING_PASSAGE")]
+    pub quote_supporting_passage: Option<bool>,
+
     /// When the installed bundle carries the appliance binary (`bundle build --binary`) and the
     /// running binary's SHA-256 differs from the signed one: `refuse` to start, or `warn` and
     /// start (docs/operations/upgrade-and-rollback.md) [default: refuse].
@@ -203,7 +209,7 @@ pub struct Config {
     /// the share of content words their retrieved chunks have in common (Jaccard) is at least
     /// this. Focus exists for near-copies (the same letter for two branches); a page of a
     /// manual that merely scores lower is not one, and stays a source. 0: focus may set aside
-    /// any document (docs/operations/answer-sources.md) [default: 0].
+    /// any document (docs/operations/answer-sources.md) [default: 0.2].
     #[arg(long, env = "AIRLOCK_SOURCE_FOCUS_NEAR_COPY")]
     pub source_focus_near_copy: Option<f32>,
 
@@ -383,7 +389,7 @@ pub struct Config {
     /// `[audit_sink]`: every audit entry appended to a rotated JSON-lines file for a SIEM;
     /// TOML only (docs/operations/siem.md).
     #[arg(skip)]
-    pub audit_sink: Option<crate::audit_sink::AuditSinkConfig>,
+    pub audit_sink: Option<airlock_evidence::audit_sink::AuditSinkConfig>,
 
     /// Directory of eval reports (one subdirectory per run with its `report.json`, as
     /// `airlock eval run --out` writes them) that the operator console lists [default: none].
@@ -456,6 +462,7 @@ impl fmt::Debug for Config {
                 "withhold_unsupported_answers",
                 &self.withhold_unsupported_answers,
             )
+            .field("quote_supporting_passage", &self.quote_supporting_passage)
             .field("binary_check", &self.binary_check)
             .field("max_tokens", &self.max_tokens)
             .field("user_requests_per_minute", &self.user_requests_per_minute)
@@ -587,6 +594,9 @@ impl Config {
             withhold_unsupported_answers: self
                 .withhold_unsupported_answers
                 .or(lower.withhold_unsupported_answers),
+            quote_supporting_passage: self
+                .quote_supporting_passage
+                .or(lower.quote_supporting_passage),
             binary_check: self.binary_check.or(lower.binary_check),
             max_tokens: self.max_tokens.or(lower.max_tokens),
             user_requests_per_minute: self
@@ -1053,7 +1063,7 @@ impl Config {
 
     /// The word overlap from which focus may set a document aside (see the field).
     pub fn source_focus_near_copy(&self) -> f32 {
-        self.source_focus_near_copy.unwrap_or(0.0)
+        self.source_focus_near_copy.unwrap_or(0.2)
     }
 
     /// Whether source focus adds the embedder's judgement at rung 0 (see the field).
@@ -1093,6 +1103,11 @@ impl Config {
     /// Whether a non-streaming answer no source supports is replaced by "cannot find".
     pub fn withhold_unsupported_answers(&self) -> bool {
         self.withhold_unsupported_answers.unwrap_or(true)
+    }
+
+    /// Whether an answer that cites a source is followed by its supporting quote.
+    pub fn quote_supporting_passage(&self) -> bool {
+        self.quote_supporting_passage.unwrap_or(true)
     }
 
     /// What a running binary other than the bundle's signed one does at start.

@@ -440,8 +440,8 @@ impl From<airlock_rag::Error> for ApiError {
     }
 }
 
-impl From<crate::feedback::FeedbackError> for ApiError {
-    fn from(e: crate::feedback::FeedbackError) -> Self {
+impl From<airlock_evidence::feedback::FeedbackError> for ApiError {
+    fn from(e: airlock_evidence::feedback::FeedbackError) -> Self {
         ApiError::internal(error_chain(&e))
     }
 }

@@ -156,9 +156,9 @@ pub fn receipt_key() -> airlock_signing::KeyPair {
 /// string can pass for it; anything else is refused with a `ReceiptError`, never a panic.
 pub fn answer_receipt(data: &[u8]) {
     let key = receipt_key();
-    if let Ok(r) = crate::receipts::verify(data, &key.public()) {
+    if let Ok(r) = airlock_evidence::receipts::verify(data, &key.public()) {
         assert_eq!(
-            crate::receipts::sign(&r, &key),
+            airlock_evidence::receipts::sign(&r, &key),
             data,
             "a verified receipt is canonical"
         );
@@ -167,7 +167,9 @@ pub fn answer_receipt(data: &[u8]) {
 
 /// A valid receipt signed by [`receipt_key`] (the generated seed of `answer_receipt`).
 pub fn receipt_seed() -> Vec<u8> {
-    use crate::receipts::{BundleRef, DocRef, ModelRef, RECEIPT_FORMAT, Receipt, sha256};
+    use airlock_evidence::receipts::{
+        BundleRef, DocRef, ModelRef, RECEIPT_FORMAT, Receipt, sha256,
+    };
     let doc = |n: usize, id: &str| DocRef {
         n,
         doc_id: id.into(),
@@ -202,7 +204,7 @@ pub fn receipt_seed() -> Vec<u8> {
         finish: Some("stop".into()),
         audit_seq: vec![40, 44],
     };
-    crate::receipts::sign(&r, &receipt_key())
+    airlock_evidence::receipts::sign(&r, &receipt_key())
 }
 
 /// Target `backup_archive`: `data` is a backup archive (`airlock restore --from FILE`), read as
@@ -345,7 +347,7 @@ mod tests {
     fn answer_receipt_seed_and_mutations() {
         let seed = receipt_seed();
         answer_receipt(&seed);
-        assert!(crate::receipts::verify(&seed, &receipt_key().public()).is_ok());
+        assert!(airlock_evidence::receipts::verify(&seed, &receipt_key().public()).is_ok());
         replay::run("answer_receipt", &[seed], 1000, answer_receipt);
     }
 

@@ -104,7 +104,7 @@ impl Generator {
         let mut ids = Vec::with_capacity(enc.len() + 1);
         ids.extend(self.bos);
         ids.extend_from_slice(enc.get_ids());
-        Ok((ids, crate::receipts::sha256(text.as_bytes())))
+        Ok((ids, airlock_evidence::receipts::sha256(text.as_bytes())))
     }
 
     /// The token ids every RAG prompt starts with: the templated fixed system prompt up to where

@@ -7,13 +7,13 @@
 use std::sync::Arc;
 
 use airlock_acl::Acl;
+use airlock_evidence::feedback::FeedbackStore;
 use airlock_inference::Embedder;
 use airlock_retrieval::{Retrieval, SearchMode};
 use serde::Serialize;
 
 use crate::caller::Caller;
 use crate::error::ApiError;
-use crate::feedback::FeedbackStore;
 use crate::generator::Generator;
 use crate::metrics::Metrics;
 

@@ -11,13 +11,14 @@ use std::time::Instant;
 
 use airlock_acl::Acl;
 use airlock_bundle::{NoProgress, Store};
+use airlock_evidence::feedback::{FeedbackError, FeedbackStore};
+use airlock_evidence::upgrade::SchemaVersions;
 use airlock_inference::catalogue::{Catalogue, ModelEntry, Role};
 use airlock_inference::{CrossEncoder, Embedder};
 use airlock_retrieval::{Retrieval, RetrievalConfig};
 use airlock_signing::Keyring;
 
 use crate::config::Config;
-use crate::feedback::{FeedbackError, FeedbackStore};
 use crate::generator::Generator;
 use crate::models::{EmbedAdapter, RerankAdapter};
 use crate::services::{ModelCard, Services};
@@ -79,7 +80,7 @@ pub enum StartupError {
     /// The appliance key (which signs receipts) cannot be read or created.
     #[error("the appliance key: {0}")]
     ApplianceKey(String),
-    /// The index's embedder or the schema marks ([`crate::upgrade`]).
+    /// The index's embedder or the schema marks ([`airlock_evidence::upgrade`]).
     #[error("refusing to start: {0}")]
     Upgrade(String),
     /// The bundle's model catalogue is invalid or lacks a required model.
@@ -220,7 +221,7 @@ pub fn verify_bundle(config: &Config) -> Result<VerifiedBundle, StartupError> {
         })?;
     let manifest = installed.dir.join("manifest.json");
     let manifest_digest = std::fs::read(&manifest)
-        .map(|b| crate::receipts::sha256(&b))
+        .map(|b| airlock_evidence::receipts::sha256(&b))
         .map_err(|e| StartupError::Catalogue {
             version: version.clone(),
             reason: format!("reading {}: {e}", manifest.display()),
@@ -378,7 +379,7 @@ pub fn open_retrieval_with(
 }
 
 /// Refuses an index whose vectors another embedder made, and records the bundle's embedder
-/// for a new index ([`crate::upgrade::check_embedder`]). Call before opening retrieval.
+/// for a new index ([`airlock_evidence::upgrade::check_embedder`]). Call before opening retrieval.
 pub fn check_embedder(data: &Path, bundle: &VerifiedBundle) -> Result<(), StartupError> {
     let Some(entry) = bundle.catalogue.first_with_role(Role::Embedder) else {
         return Ok(()); // load_embedder refuses a catalogue without one
@@ -395,16 +396,26 @@ pub fn check_embedder(data: &Path, bundle: &VerifiedBundle) -> Result<(), Startu
             (f.as_str(), digest)
         })
         .collect();
-    let identity = crate::upgrade::EmbedderIdentity::new(&entry.id, files);
-    crate::upgrade::check_embedder(data, &identity)
-        .map_err(|e| StartupError::Upgrade(format!("{e:#}")))
+    let identity = airlock_evidence::upgrade::EmbedderIdentity::new(&entry.id, files);
+    airlock_evidence::upgrade::check_embedder(data, &identity)
+        .map_err(|e| StartupError::Upgrade(crate::error::error_chain(&e)))
+}
+
+/// The schema versions this binary reads and writes, per table family of `airlock.db`.
+pub fn schema_versions() -> SchemaVersions {
+    SchemaVersions {
+        acl: airlock_acl::SCHEMA_VERSION,
+        retrieval: airlock_retrieval::SCHEMA_VERSION,
+        appliance: airlock_evidence::feedback::SCHEMA_VERSION,
+    }
 }
 
 /// Records that this release's binary (bundle `version`) runs on `data`, with the schema
-/// versions it migrated the database to ([`crate::upgrade::record_mark`]). Call after opening
-/// the stores.
+/// versions it migrated the database to ([`airlock_evidence::upgrade::record_mark`]). Call
+/// after opening the stores.
 pub fn mark_release(data: &Path, version: &str) -> Result<(), StartupError> {
-    crate::upgrade::record_mark(data, version).map_err(|e| StartupError::Upgrade(format!("{e:#}")))
+    airlock_evidence::upgrade::record_mark(data, version, schema_versions())
+        .map_err(|e| StartupError::Upgrade(crate::error::error_chain(&e)))
 }
 
 /// Opens the served-completion and feedback tables (in `airlock.db`).
@@ -473,8 +484,8 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     check_embedder(&data, &bundle)?;
     let acl = open_acl(&data)?;
     if let Some(sink) = &config.audit_sink {
-        crate::audit_sink::attach(&acl, sink)
-            .map_err(|e| StartupError::AuditSink(format!("{e:#}")))?;
+        airlock_evidence::audit_sink::attach(&acl, sink)
+            .map_err(|e| StartupError::AuditSink(crate::error::error_chain(&e)))?;
     }
     let reranker = load_reranker(&bundle)?;
     let retrieval = open_retrieval_with(&data, embedder.clone(), reranker)?;
@@ -484,10 +495,10 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
     // Receipts are signed with the appliance key, made by `airlock install`. It is only read
     // here: `keys/` is read-only under the lockdown. Without one, receipts are still recorded
     // (no answer goes without its receipt) but `GET /v1/receipts/{id}` cannot sign them.
-    let key = if crate::appliance_key::private_path(&data).exists() {
+    let key = if airlock_evidence::appliance_key::private_path(&data).exists() {
         Some(
-            crate::appliance_key::load(&data)
-                .map_err(|e| StartupError::ApplianceKey(format!("{e:#}")))?,
+            airlock_evidence::appliance_key::load(&data)
+                .map_err(|e| StartupError::ApplianceKey(crate::error::error_chain(&e)))?,
         )
     } else {
         tracing::warn!(data = %data.display(),

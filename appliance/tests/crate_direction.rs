@@ -33,6 +33,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "airlock-retrieval",
         &["airlock-acl", "airlock-extract", "hnsw_rs"],
     ),
+    (
+        "airlock-evidence",
+        &[
+            "airlock-acl",
+            "airlock-platform",
+            "airlock-signing",
+            "airlock-text",
+        ],
+    ),
     ("airlock-eval", &["airlock-signing", "airlock-text"]),
     (
         "airlock-rag",
@@ -44,6 +53,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &[
             "airlock-platform",
             "airlock-identity",
+            "airlock-evidence",
             "airlock-bundle",
             "airlock-signing",
             "airlock-acl",

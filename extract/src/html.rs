@@ -19,11 +19,89 @@ pub fn html_to_text(bytes: &[u8], limits: &Limits) -> Result<String, Refusal> {
             limits.max_html_depth,
         ));
     }
-    html2text::config::plain_no_decorate()
-        .no_table_borders()
-        .string_from_read(bytes, 100_000)
+    let config = html2text::config::plain_no_decorate().no_table_borders();
+    let malformed = |e| Refusal::malformed(Format::Html, e);
+    let dom = config.parse_html(bytes).map_err(malformed)?;
+    strip_chrome(&dom.document);
+    let tree = config.dom_to_render_tree(&dom).map_err(malformed)?;
+    config
+        .render_to_string(tree, 100_000)
         .map(|t| t.lines().map(str::trim_end).collect::<Vec<_>>().join("\n"))
-        .map_err(|e| Refusal::malformed(Format::Html, e))
+        .map_err(malformed)
+}
+
+/// `class` or `id` words that mark a site's navigation chrome in the documentation generators
+/// Debian ships (DocBook XSL `navheader`/`navfooter`, Publican `docnav` and its `banner`,
+/// Sphinx `related`/`sphinxsidebar`/`footer`) and in common site templates. Whole words only,
+/// compared without case: DocBook's `sidebar` (a boxed note in the text) is content and is
+/// not among them.
+const CHROME_WORDS: &[&str] = &[
+    "banner",
+    "breadcrumb",
+    "breadcrumbs",
+    "docnav",
+    "footer",
+    "navbar",
+    "navfooter",
+    "navheader",
+    "navigation",
+    "related",
+    "sphinxsidebar",
+];
+
+/// ARIA landmark roles of chrome: navigation, the site banner, search, the page footer.
+const CHROME_ROLES: &[&str] = &["navigation", "banner", "search", "contentinfo"];
+
+/// Whether an element is page chrome, from its own markup alone: a `nav` element, a chrome
+/// landmark role, or a chrome word as a whole `class` or `id` token.
+fn is_chrome(tag: &str, attrs: &[(&str, &str)]) -> bool {
+    if tag.eq_ignore_ascii_case("nav") {
+        return true;
+    }
+    attrs.iter().any(|&(name, value)| match name {
+        "role" => CHROME_ROLES
+            .iter()
+            .any(|r| value.trim().eq_ignore_ascii_case(r)),
+        "class" | "id" => value
+            .split_ascii_whitespace()
+            .any(|w| CHROME_WORDS.iter().any(|c| w.eq_ignore_ascii_case(c))),
+        _ => false,
+    })
+}
+
+/// Removes a page's navigation chrome (prev/next/up/home bars, breadcrumbs, site banners,
+/// sidebars of links, footers: [`is_chrome`]) and the images inside links (logos whose alt
+/// text would read "[Product Site]"), so that they reach neither chunks nor snippets.
+///
+/// Decided per element from the page's own markup, never from other documents: a rule that
+/// counted lines repeated across pages would make one document's chunks depend on which
+/// other documents (perhaps ones the reader may not see) hold the same line.
+fn strip_chrome(root: &html2text::Handle) {
+    // Iterative, so nesting cannot grow the call stack (the depth is bounded before parsing).
+    let mut stack = vec![(root.clone(), false)];
+    while let Some((node, in_link)) = stack.pop() {
+        let mut children = node.children.borrow_mut();
+        children.retain(|child| match &child.data {
+            html2text::Element { name, attrs, .. } => {
+                let tag: &str = &name.local;
+                if in_link && tag.eq_ignore_ascii_case("img") {
+                    return false;
+                }
+                let attrs = attrs.borrow();
+                let pairs: Vec<(&str, &str)> =
+                    attrs.iter().map(|a| (&*a.name.local, &*a.value)).collect();
+                !is_chrome(tag, &pairs)
+            }
+            _ => true,
+        });
+        for child in children.iter() {
+            if let html2text::Element { name, .. } = &child.data {
+                let tag: &str = &name.local;
+                let link = in_link || tag.eq_ignore_ascii_case("a");
+                stack.push((child.clone(), link));
+            }
+        }
+    }
 }
 
 /// Elements that never have content.
@@ -282,6 +360,42 @@ mod tests {
             1
         );
         assert_eq!(nesting_depth(&b"<svg><g/>".repeat(3), 512), 3);
+    }
+
+    #[test]
+    fn navigation_chrome_is_left_out_and_content_kept() {
+        let render = |html: &str| html_to_text(html.as_bytes(), &Limits::default()).unwrap();
+        // Publican (the Debian Administrator's Handbook): banner, logo links, docnav bars; a
+        // DocBook `sidebar` is a boxed note of the text and stays.
+        let publican = r#"<html><body><div id="banner"><a href="x"><span class="text">Download
+            the ebook</span></a></div><p id="title"><a class="left" href="y"><img alt="Product
+            Site" src="l.png" /></a></p><ul class="docnav top"><li class="previous"><a
+            href="p.html"><strong>Prev</strong></a></li><li class="next"><a href="n.html">
+            <strong>Next</strong></a></li></ul><h2>6.2. apt-get</h2><div class="para">Use
+            apt-get install --reinstall.</div><div class="sidebar"><p>TIP Keep a backup.</p>
+            </div><ul class="docnav"><li class="up"><a href="u.html">Up</a></li></ul>
+            </body></html>"#;
+        let text = render(publican);
+        for chrome in ["Download", "Product", "Prev", "Next", "Up"] {
+            assert!(!text.contains(chrome), "{chrome} in {text:?}");
+        }
+        assert!(text.starts_with("## 6.2. apt-get"), "{text:?}");
+        assert!(text.contains("--reinstall") && text.contains("TIP Keep a backup."));
+        // DocBook XSL (navheader table, navfooter) and Sphinx (related bar, sidebar, footer).
+        let docbook = r#"<div class="navheader"><table><tr><th>Chapter 19</th></tr><tr><td><a
+            href="a.html">Prev</a></td><td><a href="b.html">Next</a></td></tr></table></div>
+            <p>The default port is 5432.</p><div class="navfooter"><a href="c.html">Home</a></div>"#;
+        assert_eq!(render(docbook), "The default port is 5432.");
+        let sphinx = r#"<div class="related" role="navigation"><ul><li>modules</li></ul></div>
+            <nav class="menu"><a href="i.html">index</a></nav><div class="body"><p>traceback
+            prints a stack trace.</p></div><div class="sphinxsidebar" role="navigation"><p>This
+            page</p></div><div class="footer">&copy; Copyright 2001</div>"#;
+        assert_eq!(render(sphinx), "traceback prints a stack trace.");
+        // Words inside a class are whole tokens: "navigation-help" content is not chrome.
+        assert_eq!(
+            render(r#"<div class="navigation-help"><p>Press n for next.</p></div>"#),
+            "Press n for next."
+        );
     }
 
     #[test]

@@ -187,6 +187,9 @@ impl Shown {
     }
 }
 
+/// The longest quote [`Attribution::quote`] gives (bytes; a sentence or a table row).
+pub const QUOTE_BYTES: usize = 320;
+
 /// The question and the sources' texts, kept until the answer is complete to find which
 /// sources it used ([`cite::cited`]).
 #[derive(Debug, Clone)]
@@ -224,6 +227,30 @@ impl Attribution {
                 e.passage.is_some().then_some((n, e))
             })
             .collect()
+    }
+
+    /// The sentence (or table row) of the first cited source that best matches the question
+    /// and the answer together ([`passage::excerpt`]), for the answer to quote after itself:
+    /// `(n, quote)`. `None` when no cited source has such a passage, when the passage is a
+    /// heading, or when the answer already holds every content word of it.
+    ///
+    /// A small model often names the right page but states the value loosely or not at all;
+    /// the quote puts the source's own words (the option, the default, the path) beside the
+    /// answer. It reads only the cited source's text, the question and the answer.
+    pub fn quote(&self, answer: &str, cited: &[usize]) -> Option<(usize, String)> {
+        let &n = cited.first()?;
+        let text = self.sources.get(n.checked_sub(1)?)?;
+        let target = format!("{} {answer}", self.question);
+        let passage = passage::excerpt(text, &target, QUOTE_BYTES).passage?;
+        let quote = passage.split_whitespace().collect::<Vec<_>>().join(" ");
+        if quote.starts_with('#') || quote.is_empty() {
+            return None;
+        }
+        let said: std::collections::HashSet<String> = cite::content_words(answer).collect();
+        if cite::content_words(&quote).all(|w| said.contains(&w)) {
+            return None;
+        }
+        Some((n, quote))
     }
 }
 
@@ -430,6 +457,29 @@ mod tests {
         assert_eq!(p[1].0, Role::User);
         assert!(p[1].1.ends_with(&format!("Question: {q}")), "{}", p[1].1);
         assert!(!p.iter().any(|(_, t)| t.contains("2,350,000")));
+    }
+
+    #[test]
+    fn the_quote_is_the_cited_sentence_that_holds_what_was_asked() {
+        let a = Attribution {
+            question: "Which apt option reinstalls a damaged package?".into(),
+            sources: vec![
+                "## 6.2. apt-get\nThe other sentence.".into(),
+                "APT is a vast project. To put back a damaged package, run apt install \
+                 --reinstall package. Other tools exist."
+                    .into(),
+            ],
+        };
+        let (n, q) = a.quote("Use apt with an option [2].", &[2]).unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(
+            q,
+            "To put back a damaged package, run apt install --reinstall package."
+        );
+        // Nothing to add when the answer says it all; no cited source, no quote.
+        let said = "To put back a damaged package, run apt install --reinstall package [2].";
+        assert_eq!(a.quote(said, &[2]), None);
+        assert_eq!(a.quote("Use apt.", &[]), None);
     }
 
     #[test]

@@ -161,22 +161,8 @@ pub fn last_user_text(messages: &[(Role, String)]) -> Option<&str> {
         .map(|(_, t)| t.as_str())
 }
 
-/// A short excerpt for citations and retrieve results (whole words, at most `max` bytes).
-pub fn snippet(text: &str, max: usize) -> String {
-    let t = text.trim();
-    if t.len() <= max {
-        return t.to_string();
-    }
-    let mut cut = max;
-    while !t.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let head = &t[..cut];
-    let head = head
-        .rsplit_once(char::is_whitespace)
-        .map_or(head, |(h, _)| h);
-    format!("{head}…")
-}
+/// A short excerpt for citations and retrieve results ([`airlock_text::snippet`]).
+pub use airlock_text::snippet;
 
 #[cfg(test)]
 mod tests {
@@ -222,11 +208,5 @@ mod tests {
     fn client_roles_cannot_become_system_by_name() {
         assert_eq!(Role::from_openai("tool"), Role::User);
         assert_eq!(Role::from_openai("assistant"), Role::Assistant);
-    }
-
-    #[test]
-    fn snippet_cuts_on_words() {
-        assert_eq!(snippet("alpha beta gamma", 11), "alpha beta…");
-        assert_eq!(snippet("short", 50), "short");
     }
 }

@@ -1,7 +1,8 @@
 //! `airlock-text`: the one place where Airlock splits text into words, knows English function
-//! words, and writes figures and dates one way. Used by the answer path (`airlock-rag`: focus,
-//! attribution, facets, follow-ups) and by the evals (`airlock-eval`: answer matching), so the
-//! two judge text alike.
+//! words, writes figures and dates one way and cuts an excerpt on a word ([`snippet`]). Used by
+//! the answer path (`airlock-rag`: focus, attribution, facets, follow-ups, citation snippets) and
+//! by the evals (`airlock-eval`: answer matching), so the two judge text alike, and by
+//! `airlock-evidence` for conversation titles.
 #![warn(missing_docs)]
 
 /// English function words and question words: never distinguishing.
@@ -183,6 +184,24 @@ pub fn contains_normalized(haystack: &str, needle: &str) -> bool {
     normalize(haystack).contains(&normalize(needle))
 }
 
+/// A short excerpt: `text` trimmed and, when longer than `max` bytes, cut after its last whole
+/// word that fits, with `…` appended. Citation snippets and conversation titles.
+pub fn snippet(text: &str, max: usize) -> String {
+    let t = text.trim();
+    if t.len() <= max {
+        return t.to_string();
+    }
+    let mut cut = max;
+    while !t.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let head = &t[..cut];
+    let head = head
+        .rsplit_once(char::is_whitespace)
+        .map_or(head, |(h, _)| h);
+    format!("{head}…")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,5 +236,11 @@ mod tests {
         assert_eq!(singular("class".into()), "class");
         assert_eq!(singular("bus".into()), "bus");
         assert!(is_stop("the") && !is_stop("limit"));
+    }
+
+    #[test]
+    fn snippet_cuts_on_words() {
+        assert_eq!(snippet("alpha beta gamma", 11), "alpha beta…");
+        assert_eq!(snippet("short", 50), "short");
     }
 }

@@ -121,7 +121,7 @@ fn export(a: ExportArgs) -> anyhow::Result<bool> {
         loop {
             let page = acl.audit_query_after(&q, after)?;
             for e in &page {
-                writeln!(out, "{}", crate::audit_sink::line(e))?;
+                writeln!(out, "{}", airlock_evidence::audit_sink::line(e))?;
             }
             n += page.len();
             match page.last() {

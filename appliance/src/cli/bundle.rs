@@ -506,11 +506,11 @@ pub fn install(args: InstallArgs) -> anyhow::Result<bool> {
         }
     }
     // The box's own identity for what leaves it (eval exports, receipts): made once.
-    let key = crate::appliance_key::ensure(&args.data.data)?;
+    let key = airlock_evidence::appliance_key::ensure(&args.data.data)?;
     println!(
         "appliance key {} ({})",
         key.key_id(),
-        crate::appliance_key::public_path(&args.data.data).display()
+        airlock_evidence::appliance_key::public_path(&args.data.data).display()
     );
     Ok(true)
 }
@@ -520,10 +520,13 @@ pub fn rollback(args: RollbackArgs) -> anyhow::Result<bool> {
     let ring = args.keyring.trusted(&args.data)?;
     let store = Store::open(&args.data.data)?;
     // The previous release's binary must be able to read the database as it is now: a
-    // migration applied since it last ran has no way back (crate::upgrade).
+    // migration applied since it last ran has no way back (airlock_evidence::upgrade).
     if let Some(previous) = store.state()?.previous
-        && let Some(why) =
-            crate::upgrade::rollback_refusal(&args.data.data, &previous.to_string(), args.force)?
+        && let Some(why) = airlock_evidence::upgrade::rollback_refusal(
+            &args.data.data,
+            &previous.to_string(),
+            args.force,
+        )?
     {
         anyhow::bail!("refusing to roll back to {previous}: {why}");
     }

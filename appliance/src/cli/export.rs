@@ -170,12 +170,12 @@ pub fn export(a: ExportArgs) -> anyhow::Result<bool> {
         Some(installed) => Some(file_digest(&installed.dir.join("manifest.json"))?),
         None => None,
     };
-    let key = crate::appliance_key::load(&a.data)?;
+    let key = airlock_evidence::appliance_key::load(&a.data)?;
     let summary = ExportSummary::of(
         &report,
         ExportContext {
             appliance_id: key.key_id().as_str().to_string(),
-            created_at: crate::feedback::rfc3339_us(now_us()),
+            created_at: airlock_evidence::feedback::rfc3339_us(now_us()),
             set_digest,
             manifest_digest,
             gate,
@@ -205,7 +205,7 @@ pub fn export(a: ExportArgs) -> anyhow::Result<bool> {
         a.out.display(),
         key.key_id(),
         a.out.display(),
-        crate::appliance_key::public_path(&a.data).display()
+        airlock_evidence::appliance_key::public_path(&a.data).display()
     );
     Ok(true)
 }

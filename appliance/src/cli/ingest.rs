@@ -205,7 +205,8 @@ fn parse_retention(s: &str) -> Result<std::time::Duration, String> {
 pub fn purge(args: PurgeArgs) -> anyhow::Result<bool> {
     let retrieval = args.store.retrieval()?;
     let acl = startup::open_acl(&args.store.data)?;
-    let conversations = crate::feedback::FeedbackStore::open(&startup::db_path(&args.store.data))?;
+    let conversations =
+        airlock_evidence::feedback::FeedbackStore::open(&startup::db_path(&args.store.data))?;
     let record = crate::routes::documents::purge_documents(
         &acl,
         &retrieval,

@@ -3,9 +3,8 @@
 
 use std::path::PathBuf;
 
+use airlock_evidence::receipts;
 use anyhow::Context;
-
-use crate::receipts;
 
 /// `airlock receipt …`.
 #[derive(Debug, clap::Subcommand)]

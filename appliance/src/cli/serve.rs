@@ -44,7 +44,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     // The SIEM file must be writable before anything else happens (it is attached to the
     // audit log once the ACL is open).
     if let Some(sink) = &config.audit_sink {
-        crate::audit_sink::FileSink::open(sink).context("refusing to start: [audit_sink]")?;
+        airlock_evidence::audit_sink::FileSink::open(sink)
+            .context("refusing to start: [audit_sink]")?;
     }
     tracing::info!(config = ?config, "starting");
     // OIDC discovery first (it names the token and JWKS endpoints the lockdown must allow),

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path as FsPath, PathBuf};
 
 use airlock_acl::{Actor, AuditKind, AuditSearch};
+use airlock_evidence::feedback::{Rating, rfc3339_us};
 use airlock_retrieval::{DocumentList, DocumentStatus};
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -521,7 +522,8 @@ pub async fn feedback(
     }
     let rating = match p.rating.as_deref() {
         None | Some("") => None,
-        Some(r @ ("up" | "down")) => Some(r.to_owned()),
+        Some("up") => Some(Rating::Up),
+        Some("down") => Some(Rating::Down),
         Some(_) => {
             return Err(ApiError::InvalidRequest(
                 "`rating` must be up or down".into(),
@@ -535,50 +537,26 @@ pub async fn feedback(
         ));
     };
     blocking(move || {
-        let conn = store.conn.lock();
-        let e = |source| crate::feedback::FeedbackError::Database {
-            context: "reading feedback for the console",
-            source,
-        };
-        let mut st = conn
-            .prepare_cached(
-                "SELECT f.user_id, f.request_id, f.rating, f.comment, f.created_us, f.updated_us,
-                        c.model, c.rung, c.bundle_version
-                   FROM feedback f JOIN chat_completions c
-                        ON c.user_id = f.user_id AND c.request_id = f.request_id
-                  WHERE ?1 IS NULL OR f.rating = ?1
-                  ORDER BY f.updated_us DESC, f.user_id, f.request_id LIMIT ?2 OFFSET ?3",
-            )
-            .map_err(e)?;
-        let rows = st
-            .query_map(
-                rusqlite::params![rating, (limit + 1) as i64, offset as i64],
-                |r| {
-                    Ok(json!({
-                        "user_id": r.get::<_, String>(0)?,
-                        "request_id": r.get::<_, String>(1)?,
-                        "rating": r.get::<_, String>(2)?,
-                        "comment": r.get::<_, Option<String>>(3)?,
-                        "created_at": crate::feedback::rfc3339_us(r.get(4)?),
-                        "updated_at": crate::feedback::rfc3339_us(r.get(5)?),
-                        "model": r.get::<_, String>(6)?,
-                        "rung": r.get::<_, i64>(7)?,
-                        "bundle_version": r.get::<_, String>(8)?,
-                    }))
-                },
-            )
-            .map_err(e)?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(e)?;
+        let page = store.list_feedback(rating, limit + 1, offset)?;
+        let rows: Vec<Value> = page
+            .rows
+            .into_iter()
+            .map(|f| {
+                json!({
+                    "user_id": f.user_id,
+                    "request_id": f.request_id,
+                    "rating": f.rating,
+                    "comment": f.comment,
+                    "created_at": rfc3339_us(f.created_us),
+                    "updated_at": rfc3339_us(f.updated_us),
+                    "model": f.model,
+                    "rung": f.rung,
+                    "bundle_version": f.bundle_version,
+                })
+            })
+            .collect();
         let mut totals = json!({"up": 0, "down": 0});
-        let mut st = conn
-            .prepare_cached("SELECT rating, count(*) FROM feedback GROUP BY rating")
-            .map_err(e)?;
-        for row in st
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
-            .map_err(e)?
-        {
-            let (rating, n) = row.map_err(e)?;
+        for (rating, n) in page.totals {
             totals[rating] = json!(n);
         }
         let (rows, more) = split_page(rows, limit);

@@ -6,7 +6,7 @@
 //!   can no longer read at the versions it saw (its sources and those of the earlier turns it
 //!   was answered from: access revoked, document deleted, purged or changed) is returned
 //!   redacted: `"redacted": true`, no question, answer or source of it
-//!   ([`crate::conversations::withheld`]).
+//!   ([`airlock_evidence::conversations::withheld`]).
 //! - `DELETE /v1/conversations/{id}`: 204.
 //!
 //! A chat adds a turn to a thread when it names one (`airlock.conversation_id`); the thread's
@@ -14,6 +14,7 @@
 //! records them as its parents. Another user's thread is the same 404
 //! as a thread that never existed.
 
+use airlock_evidence::conversations::{SourceNow, StoredTurn, Thread, Withheld};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -21,7 +22,6 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::Caller;
-use crate::conversations::{StoredTurn, Thread, Withheld};
 use crate::error::ApiError;
 use crate::extract::ApiJson;
 use crate::routes::acl::blocking;
@@ -120,17 +120,20 @@ pub(crate) fn views(
     docs.dedup();
     let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
     let now = services.answer_path.documents_now(user_id, &refs)?;
-    let withheld = crate::conversations::withheld(&turns, |d| {
+    let withheld = airlock_evidence::conversations::withheld(&turns, |d| {
         refs.binary_search(&d)
             .ok()
-            .map(|i| now[i].clone())
+            .map(|i| SourceNow {
+                readable: now[i].readable,
+                version: now[i].version.clone(),
+            })
             .unwrap_or_default()
     });
     Ok(turns
         .into_iter()
         .zip(withheld)
         .map(|(t, why)| {
-            let created_at = crate::feedback::rfc3339_us(t.created_us);
+            let created_at = airlock_evidence::feedback::rfc3339_us(t.created_us);
             if let Some(why) = why {
                 return TurnView {
                     n: t.seq,
@@ -168,7 +171,9 @@ pub(crate) fn views(
         .collect())
 }
 
-fn store(state: &AppState) -> Result<std::sync::Arc<crate::feedback::FeedbackStore>, ApiError> {
+fn store(
+    state: &AppState,
+) -> Result<std::sync::Arc<airlock_evidence::feedback::FeedbackStore>, ApiError> {
     state
         .services()?
         .feedback
@@ -182,7 +187,7 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> Result<Respo
     let retention = state.config().conversation_retention();
     let data = blocking(move || {
         // Retention: threads untouched for longer are removed before any listing.
-        let cutoff = crate::feedback::now_us()
+        let cutoff = airlock_evidence::feedback::now_us()
             .saturating_sub(i64::try_from(retention.as_micros()).unwrap_or(i64::MAX));
         store.expire_threads(cutoff)?;
         Ok(store.threads(&caller.user_id)?)
@@ -201,10 +206,10 @@ pub async fn create(
         .title
         .filter(|t| !t.trim().is_empty())
         .unwrap_or_else(|| "New conversation".to_string());
-    if title.len() > 4 * crate::conversations::MAX_TITLE_BYTES {
+    if title.len() > 4 * airlock_evidence::conversations::MAX_TITLE_BYTES {
         return Err(ApiError::InvalidRequest(format!(
             "`title` must be at most {} bytes",
-            4 * crate::conversations::MAX_TITLE_BYTES
+            4 * airlock_evidence::conversations::MAX_TITLE_BYTES
         )));
     }
     let store = store(&state)?;
@@ -213,7 +218,7 @@ pub async fn create(
         Some(t) => Ok((StatusCode::CREATED, Json(t)).into_response()),
         None => Err(ApiError::InvalidRequest(format!(
             "you hold {} conversations, the most kept per user: delete one first",
-            crate::conversations::MAX_THREADS_PER_USER
+            airlock_evidence::conversations::MAX_THREADS_PER_USER
         ))),
     }
 }

@@ -349,7 +349,7 @@ pub async fn purge(
 pub fn purge_documents(
     acl: &Acl,
     retrieval: &Retrieval,
-    conversations: Option<&crate::feedback::FeedbackStore>,
+    conversations: Option<&airlock_evidence::feedback::FeedbackStore>,
     actor: Actor<'_>,
     retention: std::time::Duration,
 ) -> Result<Value, ApiError> {

@@ -7,6 +7,7 @@
 //! rating, the user's own comment and timestamps are stored; the comment never reaches logs or
 //! metrics (`airlock_feedback_total{rating}` counts by rating only).
 
+use airlock_evidence::feedback::{Feedback, PutOutcome, Rating, rfc3339_us};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -16,7 +17,6 @@ use serde::{Deserialize, Serialize};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::ApiJson;
-use crate::feedback::{Feedback, PutOutcome, Rating, rfc3339_us};
 use crate::routes::acl::blocking;
 use crate::state::AppState;
 

@@ -1,13 +1,13 @@
 //! `GET /v1/receipts/{id}`: an answer's receipt, signed by the appliance key, for the `auditor`
-//! (and `admin`) role. Ids, versions and digests only (see [`crate::receipts`]).
+//! (and `admin`) role. Ids, versions and digests only (see [`airlock_evidence::receipts`]).
 
+use airlock_evidence::receipts;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::auth::Admin;
 use crate::error::ApiError;
-use crate::receipts;
 use crate::routes::acl::blocking;
 use crate::state::AppState;
 

@@ -4,8 +4,8 @@
 //! call beyond the embedder of three small documents.
 
 use airlock::config::Config;
-use airlock::feedback::{CompletionRecord, Rating};
 use airlock_acl::Role;
+use airlock_evidence::feedback::{CompletionRecord, Rating};
 use axum::http::Method;
 use serde_json::{Value, json};
 

@@ -66,7 +66,7 @@ fn an_export_needs_two_admins_is_audited_holds_no_content_and_verifies_off_box()
     let data = dir.join("data");
     let data_s = data.to_str().unwrap();
     // The appliance key is made at install; this data dir has users only, so make it here.
-    airlock::appliance_key::ensure(&data).unwrap();
+    airlock_evidence::appliance_key::ensure(&data).unwrap();
     let token = |user: &str, admin: bool| {
         let mut args = vec!["user", "add", user, "--data", data_s];
         if admin {

@@ -102,7 +102,7 @@ async fn rating_is_stored_then_replaced() {
     assert_eq!(created_at(&r), first_at, "created_at is the first rating's");
     let store = t.state.services().unwrap().feedback.clone().unwrap();
     let stored = store.feedback("alice", &id).unwrap().unwrap();
-    assert_eq!(stored.rating, airlock::feedback::Rating::Down);
+    assert_eq!(stored.rating, airlock_evidence::feedback::Rating::Down);
     assert_eq!(stored.comment.as_deref(), Some("Missed the 15 % figure"));
     assert!(stored.updated_us >= stored.created_us);
 
@@ -282,7 +282,7 @@ async fn invalid_bodies_and_auth_problems() {
     let store = t.state.services().unwrap().feedback.clone().unwrap();
     assert_eq!(
         store.feedback("alice", &id).unwrap().unwrap().rating,
-        airlock::feedback::Rating::Up
+        airlock_evidence::feedback::Rating::Up
     );
 }
 

@@ -124,7 +124,7 @@ async fn every_answer_has_a_signed_receipt_of_what_it_showed_and_cited() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text);
     let a = &r.json["airlock"];
     let id1 = a["receipt_id"].as_str().expect("a receipt id").to_string();
-    assert!(airlock::receipts::valid_id(&id1), "{id1}");
+    assert!(airlock_evidence::receipts::valid_id(&id1), "{id1}");
     let (r1, body1) = receipt(&t, &aud, &id1).await;
     assert_eq!(r1["receipt_id"], id1);
     assert_eq!(r1["user_id"], "rita");
@@ -410,7 +410,7 @@ fn lines_of(p: &Path) -> Vec<String> {
 
 #[test]
 fn the_siem_export_and_the_sink_write_the_same_lines_and_the_sink_rotates() {
-    use airlock::audit_sink::{AuditSinkConfig, attach};
+    use airlock_evidence::audit_sink::{AuditSinkConfig, attach};
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir_all(&data).unwrap();

@@ -67,7 +67,7 @@ fn serves_only_a_verified_bundle() {
     let manifest = std::fs::read(data.join("bundles/1.2.3/manifest.json")).unwrap();
     assert_eq!(
         services.bundle_digest(),
-        Some(airlock::receipts::sha256(&manifest).as_str())
+        Some(airlock_evidence::receipts::sha256(&manifest).as_str())
     );
     let m: Value = serde_json::from_slice(&manifest).unwrap();
     let gguf = m["files"]

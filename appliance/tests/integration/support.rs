@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use airlock::feedback::FeedbackStore;
 use airlock::generator::Generator;
 use airlock::services::ModelCard;
 use airlock::{AppState, Config, Services, app};
 use airlock_acl::{Acl, NewUser, Role};
+use airlock_evidence::feedback::FeedbackStore;
 use airlock_inference::generate::EngineConfig;
 use airlock_inference::{Catalogue, Embedder, EmbedderConfig, EmbedderFiles};
 use airlock_retrieval::{Retrieval, RetrievalConfig};
@@ -369,7 +369,7 @@ fn open_services(dir: &Path, generator: Arc<Generator>) -> Services {
         "1.0.0-test".into(),
     )
     .with_feedback(feedback)
-    .with_appliance_key(airlock::appliance_key::ensure(dir).unwrap())
+    .with_appliance_key(airlock_evidence::appliance_key::ensure(dir).unwrap())
 }
 
 /// A daemon served on a real loopback socket until dropped.

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use airlock_evidence::feedback::CompletionRecord;
 use airlock_inference::generate::{Event as GenEvent, GenerateRequest};
 use airlock_rag::{
     Ask, Attribution, CitedBy, FollowUps, Purpose, Role, Selection, StageTimings, prompt,
@@ -20,7 +21,6 @@ use crate::admission::Priority;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
-use crate::feedback::CompletionRecord;
 use crate::generator::submit_error;
 use crate::openai::{AirlockResponse, ChatRequest, ChatTimings, Citation};
 use crate::routes::{REQUEST_ID, acl::blocking};
@@ -65,7 +65,7 @@ pub(super) struct Prepared {
     /// `sha256:<hex>` of the exact prompt the generator is given (the receipt's).
     pub(super) prompt_sha256: String,
     /// The sources shown, with their versions (the receipt's `shown`).
-    pub(super) shown: Vec<crate::receipts::DocRef>,
+    pub(super) shown: Vec<airlock_evidence::receipts::DocRef>,
     /// The index generation searched and the ACL state, when the sources were chosen.
     pub(super) index_generation: u64,
     pub(super) acl_state_seq: i64,
@@ -158,7 +158,7 @@ pub async fn completions(
                         fed.push(v.n);
                     }
                 }
-                let parents = crate::conversations::parents_of(&links, &fed);
+                let parents = airlock_evidence::conversations::parents_of(&links, &fed);
                 Ok((history, parents, Some((store, id))))
             })
             .await?
@@ -257,10 +257,10 @@ pub async fn completions(
             };
             let index_generation = services.retrieval.stats().index_generation;
             let acl_state_seq = services.acl.state_seq();
-            let shown: Vec<crate::receipts::DocRef> = citations
+            let shown: Vec<airlock_evidence::receipts::DocRef> = citations
                 .iter()
                 .zip(&versions)
-                .map(|(c, v)| crate::receipts::DocRef {
+                .map(|(c, v)| airlock_evidence::receipts::DocRef {
                     n: c.n,
                     doc_id: c.doc_id.clone(),
                     version: (!v.is_empty()).then(|| v.clone()),
@@ -290,11 +290,11 @@ pub async fn completions(
         })
         .await?
     };
-    let receipt_id = crate::receipts::new_id();
-    let served = |prepared: &Prepared, no_source: bool| crate::receipts::Served {
+    let receipt_id = airlock_evidence::receipts::new_id();
+    let served = |prepared: &Prepared, no_source: bool| airlock_evidence::receipts::Served {
         receipt_id: receipt_id.clone(),
         phase: "served".into(),
-        bundle: crate::receipts::BundleRef {
+        bundle: airlock_evidence::receipts::BundleRef {
             version: services.bundle_version().to_string(),
             digest: services.bundle_digest().map(str::to_owned),
         },
@@ -628,16 +628,26 @@ pub async fn completions(
     // either): set it here, since an unusable client id was replaced by a fresh one.
     let id_header = HeaderValue::from_str(&id).ok();
     let mut resp = if req.stream {
-        sse(generation, id, model_alias, airlock, cite, include_usage)
-            .keep_alive(
-                KeepAlive::new()
-                    .interval(state.config().sse_keep_alive())
-                    .text("keep-alive"),
-            )
-            .into_response()
+        let quote = state.config().quote_supporting_passage();
+        sse(
+            generation,
+            id,
+            model_alias,
+            airlock,
+            cite,
+            include_usage,
+            quote,
+        )
+        .keep_alive(
+            KeepAlive::new()
+                .interval(state.config().sse_keep_alive())
+                .text("keep-alive"),
+        )
+        .into_response()
     } else {
         let withhold = state.config().withhold_unsupported_answers();
-        complete(generation, id, model_alias, airlock, cite, withhold)
+        let quote = state.config().quote_supporting_passage();
+        complete(generation, id, model_alias, airlock, cite, withhold, quote)
             .await?
             .into_response()
     };

@@ -1,4 +1,4 @@
-//! Writing a chat answer's receipt (see [`crate::receipts`] for what it holds and when each
+//! Writing a chat answer's receipt (see [`airlock_evidence::receipts`] for what it holds and when each
 //! entry is written): the `served` entry before the answer's first byte, the `completed` entry
 //! before the answer is acknowledged as complete. A receipt that cannot be written refuses the
 //! answer (`503 receipt-unrecorded`).
@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use airlock_acl::Acl;
+use airlock_evidence::receipts::{Completed, ModelRef, Served, sha256};
 use airlock_rag::{CitedBy, Role};
 
 use crate::error::ApiError;
-use crate::receipts::{Completed, ModelRef, Served, sha256};
 
 use super::request::Target;
 

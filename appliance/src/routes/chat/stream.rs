@@ -317,6 +317,7 @@ pub(super) async fn complete(
     airlock: AirlockResponse,
     cite: Option<Attribution>,
     withhold_unsupported: bool,
+    quote: bool,
 ) -> Result<Json<ChatResponse>, ApiError> {
     let mut text = String::new();
     loop {
@@ -350,6 +351,9 @@ pub(super) async fn complete(
                                 citation.snippet = e.snippet;
                                 citation.passage = e.passage;
                             }
+                        }
+                        if quote && let Some(q) = quote_text(cite, &text, &c.sources) {
+                            text.push_str(&q);
                         }
                     }
                     airlock.cited = Some(c.sources);
@@ -393,6 +397,13 @@ pub(super) async fn complete(
             None => return Err(ApiError::internal("engine stream ended without Done")),
         }
     }
+}
+
+/// The text that follows an answer with its supporting quote (`quote_supporting_passage`):
+/// a blank line, then `> ` the cited source's sentence and its `[n]`.
+fn quote_text(cite: &Attribution, answer: &str, cited: &[usize]) -> Option<String> {
+    let (n, q) = cite.quote(answer, cited)?;
+    Some(format!("\n\n> {q} [{n}]"))
 }
 
 fn chunk(
@@ -461,6 +472,7 @@ pub(super) fn sse(
     airlock: AirlockResponse,
     cite: Option<Attribution>,
     include_usage: bool,
+    quote: bool,
 ) -> Sse<impl futures::Stream<Item = Result<SseEvent, Infallible>>> {
     let created = unix_now();
     let first = head_event(&id, &model, created, airlock);
@@ -475,6 +487,7 @@ pub(super) fn sse(
         text: String,
         cite: Option<Attribution>,
         include_usage: bool,
+        quote: bool,
     }
     let body = futures::stream::unfold(
         St {
@@ -486,6 +499,7 @@ pub(super) fn sse(
             text: String::new(),
             cite,
             include_usage,
+            quote,
         },
         |mut st| async move {
             if st.done {
@@ -573,6 +587,29 @@ pub(super) fn sse(
                                         })
                                         .collect()
                                     };
+                                    // The supporting quote is the answer's last words,
+                                    // sent before the finish event.
+                                    let quoted = (st.quote
+                                        && !matches!(
+                                            cited.by,
+                                            CitedBy::Unsupported | CitedBy::NoSource
+                                        ))
+                                    .then(|| quote_text(cite, &st.text, &cited.sources))
+                                    .flatten();
+                                    if let Some(q) = quoted {
+                                        st.text.push_str(&q);
+                                        let d = chunk(
+                                            &st.id,
+                                            &st.model,
+                                            st.created,
+                                            Delta {
+                                                role: None,
+                                                content: Some(q),
+                                            },
+                                            None,
+                                        );
+                                        out.push(Ok(data(&d)));
+                                    }
                                     c.airlock = Some(ChunkAirlock::End {
                                         cited: cited.sources,
                                         cited_by: cited.by,

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 /// Adds the answer to a server-kept thread once it is complete.
 pub(super) struct TurnRecorder {
-    pub(super) store: Arc<crate::feedback::FeedbackStore>,
+    pub(super) store: Arc<airlock_evidence::feedback::FeedbackStore>,
     pub(super) thread: String,
     pub(super) user: String,
     pub(super) question: String,
@@ -18,18 +18,20 @@ pub(super) struct TurnRecorder {
 impl TurnRecorder {
     /// Stores the turn (on the blocking pool; a failure is logged, the answer stands).
     pub(super) fn save(self, answer: String, cited: &[usize]) {
-        let sources: Vec<crate::conversations::TurnSource> = self
+        let sources: Vec<airlock_evidence::conversations::TurnSource> = self
             .sources
             .iter()
             .enumerate()
-            .map(|(i, (doc_id, version))| crate::conversations::TurnSource {
-                doc_id: doc_id.clone(),
-                version: version.clone(),
-                cited: cited.contains(&(i + 1)),
-            })
+            .map(
+                |(i, (doc_id, version))| airlock_evidence::conversations::TurnSource {
+                    doc_id: doc_id.clone(),
+                    version: version.clone(),
+                    cited: cited.contains(&(i + 1)),
+                },
+            )
             .collect();
         tokio::task::spawn_blocking(move || {
-            let turn = crate::conversations::NewTurn {
+            let turn = airlock_evidence::conversations::NewTurn {
                 question: &self.question,
                 answer: &answer,
                 request_id: &self.request_id,
@@ -37,7 +39,7 @@ impl TurnRecorder {
                 parents: &self.parents,
             };
             match self.store.append_turn(&self.user, &self.thread, &turn) {
-                Ok(crate::conversations::Appended::Added(_)) => {}
+                Ok(airlock_evidence::conversations::Appended::Added(_)) => {}
                 Ok(other) => tracing::warn!(outcome = ?other, "conversation turn not kept"),
                 Err(e) => tracing::error!(error = %e, "conversation turn not kept"),
             }

@@ -118,15 +118,22 @@ pub enum Withheld {
     Unavailable,
 }
 
+/// A turn's source as it stands for the turn's owner now ([`withheld`]; the answer path's
+/// `documents_now` gives it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SourceNow {
+    /// The owner may read it now (live and granted).
+    pub readable: bool,
+    /// Its current version (content hash); `None` when it is not stored.
+    pub version: Option<String>,
+}
+
 /// For each of `turns` (oldest first, as [`FeedbackStore::thread`] returns them), why it is
 /// withheld from its owner now, or `None` when it may be shown and fed to the model. `now`
 /// gives each document as it stands for the owner. A turn is withheld when a source is not
 /// readable at the version it saw, or when a parent is withheld or missing: provenance is
 /// transitive.
-pub fn withheld(
-    turns: &[StoredTurn],
-    now: impl Fn(&str) -> airlock_rag::DocNow,
-) -> Vec<Option<Withheld>> {
+pub fn withheld(turns: &[StoredTurn], now: impl Fn(&str) -> SourceNow) -> Vec<Option<Withheld>> {
     let mut out: Vec<Option<Withheld>> = Vec::with_capacity(turns.len());
     for (i, t) in turns.iter().enumerate() {
         let mut why = None;
@@ -184,7 +191,7 @@ pub enum Appended {
 /// A title from a first question: whitespace collapsed, cut on a word at [`MAX_TITLE_BYTES`].
 pub fn title_of(question: &str) -> String {
     let one_line = question.split_whitespace().collect::<Vec<_>>().join(" ");
-    airlock_rag::prompt::snippet(&one_line, MAX_TITLE_BYTES)
+    airlock_text::snippet(&one_line, MAX_TITLE_BYTES)
 }
 
 impl FeedbackStore {
@@ -544,7 +551,6 @@ impl FeedbackStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use airlock_rag::DocNow;
 
     fn store() -> (tempfile::TempDir, FeedbackStore) {
         let dir = tempfile::tempdir().unwrap();
@@ -650,7 +656,7 @@ mod tests {
         add(&s, "alice", &t.id, "q3", &[], &[2]);
         add(&s, "alice", &t.id, "q4", &[src("b")], &[]);
         let (_, turns) = s.thread("alice", &t.id).unwrap().unwrap();
-        let doc = |readable: bool, version: &str| DocNow {
+        let doc = |readable: bool, version: &str| SourceNow {
             readable,
             version: Some(version.into()),
         };
@@ -666,7 +672,7 @@ mod tests {
         assert_eq!(w, [None, c, c, c]);
         // Unavailable outweighs changed; an unknown document is unavailable.
         let w = withheld(&turns, |d| match d {
-            "a" => DocNow::default(),
+            "a" => SourceNow::default(),
             _ => doc(true, "v2"),
         });
         assert_eq!(w, [u, u, u, c]);
@@ -704,7 +710,7 @@ mod tests {
         assert_eq!(turns[0].sources.len(), 1);
         assert_eq!(turns[0].sources[0].version, "");
         for v in ["v1", "v2"] {
-            let w = withheld(&turns, |_| DocNow {
+            let w = withheld(&turns, |_| SourceNow {
                 readable: true,
                 version: Some(v.into()),
             });

@@ -176,14 +176,34 @@ fn last_seq_of(path: &Path) -> io::Result<Option<i64>> {
     Ok(last)
 }
 
+/// Why the configured sink could not be attached ([`attach`]).
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// The file cannot be opened for appending (or the section is out of range).
+    #[error("[audit_sink]")]
+    Open(#[source] io::Error),
+    /// The file's last record cannot be read.
+    #[error("[audit_sink]: reading {}", path.display())]
+    Read {
+        /// The sink file.
+        path: PathBuf,
+        /// Cause.
+        source: io::Error,
+    },
+    /// The ACL refused the sink.
+    #[error(transparent)]
+    Acl(#[from] airlock_acl::Error),
+}
+
 /// Opens the configured sink and attaches it to the ACL, continuing after the last record its
 /// file holds (a fresh file starts with the entries committed from now on). Called at start;
 /// an unusable file refuses the start.
-pub fn attach(acl: &airlock_acl::Acl, c: &AuditSinkConfig) -> anyhow::Result<()> {
-    let sink = FileSink::open(c).map_err(|e| anyhow::anyhow!("[audit_sink]: {e}"))?;
-    let after = sink
-        .last_seq()
-        .map_err(|e| anyhow::anyhow!("[audit_sink]: reading {}: {e}", c.path.display()))?;
+pub fn attach(acl: &airlock_acl::Acl, c: &AuditSinkConfig) -> Result<(), AttachError> {
+    let sink = FileSink::open(c).map_err(AttachError::Open)?;
+    let after = sink.last_seq().map_err(|source| AttachError::Read {
+        path: c.path.clone(),
+        source,
+    })?;
     acl.attach_audit_sink(Box::new(sink), after)?;
     tracing::info!(path = %c.path.display(), max_bytes = c.max_bytes, keep = c.keep,
         after_seq = after, "audit sink attached");

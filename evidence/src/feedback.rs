@@ -123,6 +123,38 @@ pub enum PutOutcome {
     UnknownRequest,
 }
 
+/// A feedback row as the operator console lists it, with the completion it rates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedFeedback {
+    /// The user who rated.
+    pub user_id: String,
+    /// The completion id.
+    pub request_id: String,
+    /// `up` or `down`, as stored.
+    pub rating: String,
+    /// The user's comment, if any.
+    pub comment: Option<String>,
+    /// First rated (µs since the Unix epoch).
+    pub created_us: i64,
+    /// Last changed (µs since the Unix epoch).
+    pub updated_us: i64,
+    /// The model alias that generated the completion.
+    pub model: String,
+    /// The ladder rung that served it.
+    pub rung: i64,
+    /// The bundle version that served it.
+    pub bundle_version: String,
+}
+
+/// A page of [`FeedbackStore::list_feedback`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedbackPage {
+    /// The rows, most recently changed first.
+    pub rows: Vec<ListedFeedback>,
+    /// Every user's feedback counted by rating (`up`/`down` as stored), whatever the filter.
+    pub totals: Vec<(String, i64)>,
+}
+
 pub(crate) struct Migration {
     pub(crate) version: i64,
     pub(crate) name: &'static str,
@@ -394,6 +426,56 @@ impl FeedbackStore {
         }))
     }
 
+    /// Every user's feedback (with `rating` only, when given), most recently changed first, at
+    /// most `limit` rows after skipping `offset`, with the totals by rating: the operator
+    /// console's listing.
+    pub fn list_feedback(
+        &self,
+        rating: Option<Rating>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<FeedbackPage, FeedbackError> {
+        const CONTEXT: &str = "reading feedback for the console";
+        let conn = self.conn.lock();
+        let rows = conn
+            .prepare_cached(
+                "SELECT f.user_id, f.request_id, f.rating, f.comment, f.created_us, f.updated_us,
+                        c.model, c.rung, c.bundle_version
+                   FROM feedback f JOIN chat_completions c
+                        ON c.user_id = f.user_id AND c.request_id = f.request_id
+                  WHERE ?1 IS NULL OR f.rating = ?1
+                  ORDER BY f.updated_us DESC, f.user_id, f.request_id LIMIT ?2 OFFSET ?3",
+            )
+            .and_then(|mut st| {
+                st.query_map(
+                    params![rating.map(Rating::as_str), limit as i64, offset as i64],
+                    |r| {
+                        Ok(ListedFeedback {
+                            user_id: r.get(0)?,
+                            request_id: r.get(1)?,
+                            rating: r.get(2)?,
+                            comment: r.get(3)?,
+                            created_us: r.get(4)?,
+                            updated_us: r.get(5)?,
+                            model: r.get(6)?,
+                            rung: r.get(7)?,
+                            bundle_version: r.get(8)?,
+                        })
+                    },
+                )?
+                .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(db(CONTEXT))?;
+        let totals = conn
+            .prepare_cached("SELECT rating, count(*) FROM feedback GROUP BY rating")
+            .and_then(|mut st| {
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(db(CONTEXT))?;
+        Ok(FeedbackPage { rows, totals })
+    }
+
     /// Whether a completion `request_id` served to `user_id` is recorded.
     pub fn completion_recorded(
         &self,
@@ -457,7 +539,7 @@ fn migrate(conn: &mut Connection) -> Result<(), FeedbackError> {
 }
 
 /// Microseconds since the Unix epoch.
-pub(crate) fn now_us() -> i64 {
+pub fn now_us() -> i64 {
     let ns = time::OffsetDateTime::now_utc().unix_timestamp_nanos();
     i64::try_from(ns / 1000).unwrap_or(i64::MAX)
 }

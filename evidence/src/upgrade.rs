@@ -20,8 +20,67 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use airlock_platform::paths::DataDir;
-use anyhow::Context;
 use serde::{Deserialize, Serialize};
+
+/// Why a release record could not be read or written, or the index's embedder is not the
+/// installed bundle's.
+#[derive(Debug, thiserror::Error)]
+pub enum UpgradeError {
+    /// A release record could not be read.
+    #[error("reading {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// A release record is not what this build writes.
+    #[error("reading {}{what}", path.display())]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// What it is, for the message (` (the schema marks)` or empty).
+        what: &'static str,
+        /// Cause.
+        source: serde_json::Error,
+    },
+    /// A release record could not be written.
+    #[error("writing {}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        source: airlock_signing::Error,
+    },
+    /// `airlock.db` could not be opened read-only.
+    #[error("opening {} read-only", path.display())]
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// Cause.
+        source: rusqlite::Error,
+    },
+    /// Reading the migrations `airlock.db` holds failed.
+    #[error(transparent)]
+    Database(#[from] rusqlite::Error),
+    /// The index holds another embedder's vectors.
+    #[error(
+        "the index holds vectors of embedder {} ({}), but the installed bundle's embedder is {} \
+         ({}); vectors of two models cannot be searched together. Roll back to a bundle with \
+         the index's embedder (`airlock rollback`), or ingest the corpus again into a new data \
+         directory with this bundle",
+        indexed.model,
+        indexed.digest,
+        installed.model,
+        installed.digest
+    )]
+    EmbedderChanged {
+        /// The embedder whose vectors the index holds.
+        indexed: EmbedderIdentity,
+        /// The installed bundle's.
+        installed: EmbedderIdentity,
+    },
+}
 
 /// The schema versions a binary reads and writes, per table family of `airlock.db`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,17 +92,6 @@ pub struct SchemaVersions {
     pub retrieval: i64,
     /// `appliance_schema_migrations` (served completions, feedback, conversations, receipts).
     pub appliance: i64,
-}
-
-impl SchemaVersions {
-    /// This binary's.
-    pub fn supported() -> Self {
-        SchemaVersions {
-            acl: airlock_acl::SCHEMA_VERSION,
-            retrieval: airlock_retrieval::SCHEMA_VERSION,
-            appliance: crate::feedback::SCHEMA_VERSION,
-        }
-    }
 }
 
 /// The marks file: bundle version → the schema versions its binary supports.
@@ -74,25 +122,37 @@ pub fn embedder_path(data: &Path) -> PathBuf {
 }
 
 /// Reads the marks (none yet: empty).
-pub fn read_marks(data: &Path) -> anyhow::Result<SchemaMarks> {
+pub fn read_marks(data: &Path) -> Result<SchemaMarks, UpgradeError> {
     let path = marks_path(data);
     match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .with_context(|| format!("reading {} (the schema marks)", path.display())),
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|source| UpgradeError::Malformed {
+            path,
+            what: " (the schema marks)",
+            source,
+        }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SchemaMarks::default()),
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        Err(source) => Err(UpgradeError::Read { path, source }),
     }
 }
 
-/// Records that the release `bundle_version` (this binary) runs on `data`. Idempotent.
-pub fn record_mark(data: &Path, bundle_version: &str) -> anyhow::Result<()> {
+/// Records that the release `bundle_version` (this binary, which supports `mine`) runs on
+/// `data`. Idempotent.
+pub fn record_mark(
+    data: &Path,
+    bundle_version: &str,
+    mine: SchemaVersions,
+) -> Result<(), UpgradeError> {
     let mut marks = read_marks(data)?;
-    let mine = SchemaVersions::supported();
     if marks.releases.get(bundle_version) == Some(&mine) {
         return Ok(());
     }
     marks.releases.insert(bundle_version.to_string(), mine);
-    write_atomic(&marks_path(data), &serde_json::to_vec_pretty(&marks)?)
+    write_atomic(&marks_path(data), &pretty(&marks))
+}
+
+/// The records' JSON (a map of plain fields: it always serialises).
+fn pretty(v: &impl Serialize) -> Vec<u8> {
+    serde_json::to_vec_pretty(v).expect("a release record serialises")
 }
 
 /// One migration the database holds beyond what a release supports.
@@ -118,7 +178,10 @@ impl std::fmt::Display for Blocking {
 
 /// The migrations `airlock.db` holds that a release supporting `target` cannot read (none when
 /// there is no database). Opens the database read-only and changes nothing.
-pub fn migrations_beyond(data: &Path, target: &SchemaVersions) -> anyhow::Result<Vec<Blocking>> {
+pub fn migrations_beyond(
+    data: &Path,
+    target: &SchemaVersions,
+) -> Result<Vec<Blocking>, UpgradeError> {
     let db = db_path(data);
     if !db.exists() {
         return Ok(Vec::new());
@@ -127,8 +190,11 @@ pub fn migrations_beyond(data: &Path, target: &SchemaVersions) -> anyhow::Result
         &db,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .with_context(|| format!("opening {} read-only", db.display()))?;
-    let table_exists = |name: &str| -> anyhow::Result<bool> {
+    .map_err(|source| UpgradeError::Open {
+        path: db.clone(),
+        source,
+    })?;
+    let table_exists = |name: &str| -> Result<bool, UpgradeError> {
         Ok(conn.query_row(
             "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1)",
             [name],
@@ -176,7 +242,7 @@ pub fn rollback_refusal(
     data: &Path,
     target_version: &str,
     force: bool,
-) -> anyhow::Result<Option<String>> {
+) -> Result<Option<String>, UpgradeError> {
     let marks = read_marks(data)?;
     let Some(target) = marks.releases.get(target_version) else {
         if force || !db_path(data).exists() {
@@ -242,50 +308,59 @@ impl EmbedderIdentity {
 /// Checks that the index in `data` was built by `embedder`; records it when no embedder is
 /// recorded yet (a new data directory, or one from before this check: its vectors are taken to
 /// be this embedder's). Errors name both embedders.
-pub fn check_embedder(data: &Path, embedder: &EmbedderIdentity) -> anyhow::Result<()> {
+pub fn check_embedder(data: &Path, embedder: &EmbedderIdentity) -> Result<(), UpgradeError> {
     let path = embedder_path(data);
     match std::fs::read(&path) {
         Ok(bytes) => {
-            let indexed: EmbedderIdentity = serde_json::from_slice(&bytes)
-                .with_context(|| format!("reading {}", path.display()))?;
+            let indexed: EmbedderIdentity =
+                serde_json::from_slice(&bytes).map_err(|source| UpgradeError::Malformed {
+                    path,
+                    what: "",
+                    source,
+                })?;
             if &indexed != embedder {
-                anyhow::bail!(
-                    "the index holds vectors of embedder {} ({}), but the installed bundle's \
-                     embedder is {} ({}); vectors of two models cannot be searched together. \
-                     Roll back to a bundle with the index's embedder (`airlock rollback`), or \
-                     ingest the corpus again into a new data directory with this bundle",
-                    indexed.model,
-                    indexed.digest,
-                    embedder.model,
-                    embedder.digest
-                );
+                return Err(UpgradeError::EmbedderChanged {
+                    indexed,
+                    installed: embedder.clone(),
+                });
             }
             Ok(())
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            write_atomic(&path, &serde_json::to_vec_pretty(embedder)?)
+            write_atomic(&path, &pretty(embedder))
         }
-        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        Err(source) => Err(UpgradeError::Read { path, source }),
     }
 }
 
 /// Writes `bytes` to `path` atomically and durably.
-fn write_atomic(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    airlock_signing::write_atomic(path, bytes)
-        .with_context(|| format!("writing {}", path.display()))
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), UpgradeError> {
+    airlock_signing::write_atomic(path, bytes).map_err(|source| UpgradeError::Write {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The versions of a binary that knows the ACL's and the appliance's current migrations.
+    fn supported() -> SchemaVersions {
+        SchemaVersions {
+            acl: airlock_acl::SCHEMA_VERSION,
+            retrieval: 1,
+            appliance: crate::feedback::SCHEMA_VERSION,
+        }
+    }
+
     #[test]
     fn a_release_is_marked_once_and_an_unmarked_target_is_refused_unless_forced() {
         let dir = tempfile::tempdir().unwrap();
-        record_mark(dir.path(), "1.0.0").unwrap();
-        record_mark(dir.path(), "1.0.0").unwrap();
+        record_mark(dir.path(), "1.0.0", supported()).unwrap();
+        record_mark(dir.path(), "1.0.0", supported()).unwrap();
         let marks = read_marks(dir.path()).unwrap();
-        assert_eq!(marks.releases["1.0.0"], SchemaVersions::supported());
+        assert_eq!(marks.releases["1.0.0"], supported());
         // No database: nothing to protect.
         assert_eq!(rollback_refusal(dir.path(), "0.9.0", false).unwrap(), None);
         // A database, and a target that never ran here.
@@ -304,7 +379,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = db_path(dir.path());
         airlock_acl::Acl::open(&db).unwrap();
-        let mut older = SchemaVersions::supported();
+        let mut older = supported();
         older.acl -= 1;
         let marks = SchemaMarks {
             releases: [("1.0.0".to_string(), older)].into(),

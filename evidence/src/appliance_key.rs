@@ -11,6 +11,20 @@ use std::path::{Path, PathBuf};
 use airlock_platform::paths::DataDir;
 use airlock_signing::KeyPair;
 
+/// Why the appliance key could not be created or read.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    /// The data directory has no appliance key.
+    #[error("{} does not exist: the appliance key is created by `airlock install`", .0.display())]
+    Missing(PathBuf),
+    /// Writing the key in place failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The key files could not be written or read.
+    #[error(transparent)]
+    Key(#[from] airlock_signing::Error),
+}
+
 /// File name stem in `DATA/keys/`.
 pub const NAME: &str = "appliance";
 
@@ -27,7 +41,7 @@ pub fn public_path(data: &Path) -> PathBuf {
 /// The appliance key, created when the data directory has none. A crash while it is created
 /// leaves either no key (a stray public half is replaced) or the whole pair: the pair is
 /// written to a staging directory and renamed into place, the public half first.
-pub fn ensure(data: &Path) -> anyhow::Result<KeyPair> {
+pub fn ensure(data: &Path) -> Result<KeyPair, KeyError> {
     let private = private_path(data);
     if private.exists() {
         return load(data);
@@ -51,13 +65,10 @@ pub fn ensure(data: &Path) -> anyhow::Result<KeyPair> {
 }
 
 /// The existing appliance key (an error naming `airlock install` when there is none).
-pub fn load(data: &Path) -> anyhow::Result<KeyPair> {
+pub fn load(data: &Path) -> Result<KeyPair, KeyError> {
     let private = private_path(data);
     if !private.exists() {
-        anyhow::bail!(
-            "{} does not exist: the appliance key is created by `airlock install`",
-            private.display()
-        );
+        return Err(KeyError::Missing(private));
     }
     Ok(KeyPair::load(&private)?)
 }
