@@ -398,7 +398,6 @@ mod tests {
             "reports/2026"
         );
         for (extra, want) in [
-            ("kind = \"imap\"", "connectors.kind"),
             ("password = \"x\"", "unknown field"),
             ("path = \"a/../b\"", "connectors.path"),
             ("interval_minutes = 0", "connectors.interval_minutes"),
@@ -418,6 +417,9 @@ mod tests {
         c.ldap_start_tls = true;
         assert_eq!(c.ldap_endpoint(), Some(("dc1".to_owned(), 389)));
         c.check().unwrap();
+        c.kind = "imap".into();
+        assert_eq!(c.check().unwrap_err().0, "connectors.kind");
+        c.kind = "smb".into();
         c.alias = "Finance".into();
         assert_eq!(c.check().unwrap_err().0, "connectors.alias");
         c.alias = "finance".into();
