@@ -405,6 +405,11 @@ pub struct Config {
     #[arg(skip)]
     pub remote_generators: Vec<crate::remote::RemoteGeneratorConfig>,
 
+    /// Sources synced with their permissions (`[[connectors]]`, TOML only; see
+    /// docs/operations/connectors.md).
+    #[arg(skip)]
+    pub connectors: Vec<crate::connectors::ConnectorConfig>,
+
     /// Serve plain HTTP on an address that is not loopback (only behind a TLS-terminating proxy
     /// on a trusted segment) [default: false: refuse to start].
     #[arg(long, env = "AIRLOCK_ALLOW_PLAIN_HTTP")]
@@ -502,6 +507,7 @@ impl fmt::Debug for Config {
             )
             .field("log_format", &self.log_format)
             .field("remote_generators", &self.remote_generators)
+            .field("connectors", &self.connectors)
             .field("ldap", &self.ldap)
             .field("oidc", &self.oidc)
             .field("sessions", &self.sessions)
@@ -645,6 +651,11 @@ impl Config {
                 lower.remote_generators
             } else {
                 self.remote_generators
+            },
+            connectors: if self.connectors.is_empty() {
+                lower.connectors
+            } else {
+                self.connectors
             },
             allow_plain_http: self.allow_plain_http.or(lower.allow_plain_http),
             tls: self.tls.over(lower.tls),
@@ -866,6 +877,8 @@ impl Config {
                 ));
             }
         }
+        crate::connectors::config::check_all(&self.connectors)
+            .map_err(|(field, reason)| invalid(field, reason))?;
         Ok(())
     }
 

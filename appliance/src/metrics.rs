@@ -166,6 +166,8 @@ pub struct Metrics {
     pub connections_refused: Family<LimitLabel, Counter>,
     /// The inference rack's metrics (remote generators, tokens by backend, fallbacks).
     pub rack: crate::rack_metrics::RackMetrics,
+    /// The connectors' metrics (`[[connectors]]`: syncs, failures, items by change kind).
+    pub connectors: crate::connector_metrics::ConnectorMetrics,
     /// The last [`RECENT_SHEDS`] sheds (Unix seconds, priority), oldest first: the operator
     /// console's capacity page (not exported).
     pub recent_sheds: Arc<Mutex<std::collections::VecDeque<(f64, &'static str)>>>,
@@ -250,8 +252,10 @@ impl Metrics {
             connections_open: Gauge::default(),
             connections_refused: Family::default(),
             rack: crate::rack_metrics::RackMetrics::new(),
+            connectors: crate::connector_metrics::ConnectorMetrics::default(),
         };
         m.rack.register(&mut r);
+        m.connectors.register(&mut r);
         r.register(
             "requests",
             "HTTP requests by route template and status",

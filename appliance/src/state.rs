@@ -20,6 +20,7 @@ struct Inner {
     oidc: std::sync::OnceLock<Arc<crate::oidc::Oidc>>,
     indexing: Arc<crate::ingest_queue::Status>,
     approvals: crate::approvals::Approvals,
+    connectors: std::sync::OnceLock<Arc<crate::connectors::Connectors>>,
 }
 
 /// Cheap-to-clone handle on everything a handler needs.
@@ -44,6 +45,7 @@ impl AppState {
                 oidc: std::sync::OnceLock::new(),
                 indexing: Arc::default(),
                 approvals: crate::approvals::Approvals::default(),
+                connectors: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -116,6 +118,16 @@ impl AppState {
     /// The approvals issued and not yet used (crate::approvals).
     pub fn approvals(&self) -> &crate::approvals::Approvals {
         &self.inner.approvals
+    }
+
+    /// Installs the connectors' scheduler (`[[connectors]]`); a second call changes nothing.
+    pub fn set_connectors(&self, connectors: Arc<crate::connectors::Connectors>) {
+        let _ = self.inner.connectors.set(connectors);
+    }
+
+    /// The connectors' scheduler, once started.
+    pub fn connectors(&self) -> Option<&Arc<crate::connectors::Connectors>> {
+        self.inner.connectors.get()
     }
 
     /// The background ingest worker's progress (crate::ingest_queue).

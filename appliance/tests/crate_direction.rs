@@ -23,8 +23,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("airlock-text", &[]),
     ("airlock-inference", &[]),
     ("hnsw_rs", &[]),
-    // Connectors to the bank's sources (SMB shares, Active Directory): a leaf until the daemon
-    // wires them in through the document + grant path.
+    // Connectors to the bank's sources (SMB shares, Active Directory): a leaf; the daemon
+    // (`airlock`) drives them and writes through its own document + grant path.
     ("airlock-connectors", &[]),
     // Libraries over leaves.
     ("airlock-identity", &["airlock-acl", "airlock-platform"]),
@@ -63,6 +63,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "airlock-rag",
             "airlock-text",
             "airlock-extract",
+            "airlock-connectors",
         ],
     ),
 ];

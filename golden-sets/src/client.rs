@@ -409,6 +409,20 @@ impl Client {
         }
     }
 
+    /// One request to a running daemon (the CLI's operator commands, e.g. `airlock
+    /// connectors`): `GET` or `POST` with an optional JSON body, sent once (no retry), the JSON
+    /// answer or the problem's status, slug and detail.
+    pub fn call(
+        &self,
+        method: &'static str,
+        path: &str,
+        token: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ApiError> {
+        let body = body.map_or(Body::None, Body::Json);
+        self.request(method, path, Some(token), body, false)
+    }
+
     fn send_json(
         &self,
         method: &'static str,

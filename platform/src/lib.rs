@@ -1,6 +1,6 @@
 //! `airlock-platform`: what the appliance needs from the machine it runs on, and nothing of the
 //! appliance itself. It holds the data directory's layout ([`paths`]: where `airlock.db`,
-//! `airlock.lock`, `index/`, `originals/`, `releases/`, `ingest-queue/`, `keys/` and `bundles/`
+//! `airlock.lock`, `index/`, `originals/`, `releases/`, `ingest-queue/`, `connectors/`, `keys/` and `bundles/`
 //! are), the one-writer lock on it ([`data_lock`]), the egress lockdown ([`sandbox`]: Landlock),
 //! systemd's service notifications ([`notify`]), secrets kept in files ([`secrets`]) and the TLS
 //! material ([`tls`]: the `[tls]` section, certificates and keys read with rustls, the

@@ -20,6 +20,11 @@ pub const ORIGINALS_DIR: &str = "originals";
 pub const RELEASES_DIR: &str = "releases";
 /// The ingest queue's corpora.
 pub const QUEUE_DIR: &str = "ingest-queue";
+/// The connectors' own state (`[[connectors]]`: per-source cursor, last success, per-item
+/// errors), a directory for the same reason as [`RELEASES_DIR`].
+pub const CONNECTORS_DIR: &str = "connectors";
+/// The connectors' SQLite file in [`CONNECTORS_DIR`] (not `airlock.db`: its own file).
+pub const CONNECTORS_DB: &str = "connectors.db";
 /// The pinned keyring and the appliance key.
 pub const KEYS_DIR: &str = "keys";
 /// The install store of verified bundles.
@@ -75,6 +80,16 @@ impl<'a> DataDir<'a> {
         self.0.join(QUEUE_DIR)
     }
 
+    /// `DATA/connectors`.
+    pub fn connectors(&self) -> PathBuf {
+        self.0.join(CONNECTORS_DIR)
+    }
+
+    /// `DATA/connectors/connectors.db`, the connectors' state.
+    pub fn connectors_db(&self) -> PathBuf {
+        self.connectors().join(CONNECTORS_DB)
+    }
+
     /// `DATA/keys`.
     pub fn keys(&self) -> PathBuf {
         self.0.join(KEYS_DIR)
@@ -109,6 +124,10 @@ mod tests {
             Path::new("/srv/airlock/keys/trusted.json")
         );
         assert_eq!(d.bundles(), Path::new("/srv/airlock/bundles"));
+        assert_eq!(
+            d.connectors_db(),
+            Path::new("/srv/airlock/connectors/connectors.db")
+        );
         assert_eq!(SQLITE_FILES[0], DB_FILE);
     }
 }

@@ -124,7 +124,7 @@ fn path_err(path: &Path) -> impl Fn(std::io::Error) -> SandboxError + '_ {
 
 /// Prepares `data_dir` for the daemon's lockdown and returns where the daemon may write: every
 /// directory and regular file directly in `data_dir` except [`READ_ONLY`] ones (symlinks are
-/// skipped: they could point anywhere), `index/`, `originals/`, `releases/` and `ingest-queue/` (created), the SQLite database and its WAL
+/// skipped: they could point anywhere), `index/`, `originals/`, `releases/`, `ingest-queue/` and `connectors/` (created), the SQLite database and its WAL
 /// files, and `/dev/null`.
 ///
 /// Landlock rules only grant, and a grant on a directory covers everything beneath it, so the
@@ -139,6 +139,7 @@ pub fn daemon_writable(data_dir: &Path) -> Result<Vec<PathBuf>, SandboxError> {
         layout.originals(),
         layout.releases(),
         layout.ingest_queue(),
+        layout.connectors(),
     ] {
         std::fs::create_dir_all(dir).map_err(path_err(data_dir))?;
     }

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 pub mod audit;
 pub mod backup;
 pub mod bundle;
+pub mod connectors;
 pub mod demo;
 pub mod eval;
 pub mod export;
@@ -80,6 +81,9 @@ pub enum Command {
     /// Answer receipts: verify a signed receipt off-box.
     #[command(subcommand)]
     Receipt(receipt::ReceiptCommand),
+    /// Connectors of a running daemon (`[[connectors]]`): status, sync now (through its API).
+    #[command(subcommand)]
+    Connectors(connectors::ConnectorsCommand),
     /// Back up the data directory into one checksummed archive (online: the daemon may serve).
     Backup(backup::BackupArgs),
     /// Restore a data directory from a backup archive (every checksum verified first).
@@ -116,8 +120,8 @@ pub fn main() -> ExitCode {
 /// Every other command only reads the data directory (`user tokens list`, `audit`, `backup`,
 /// `receipt`), writes what the daemon reads only at start (`install`, `rollback`, `keyring`:
 /// restart it afterwards), appends one audit entry (`eval export`: the log is append-only and
-/// the daemon keeps none of it in memory), or works elsewhere (`keygen`, `bundle`, `eval run`'s
-/// scratch directory).
+/// the daemon keeps none of it in memory), works elsewhere (`keygen`, `bundle`, `eval run`'s
+/// scratch directory), or asks the running daemon over its API (`connectors`).
 pub fn writer(cmd: &Command) -> Option<(&std::path::Path, &'static str, bool)> {
     use users::{AclCommand, TokensCommand, UserCommand};
     const STOP: &str = "stop the daemon first (there is no HTTP route for this)";
@@ -198,6 +202,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::User(cmd) => users::user(cmd),
         Command::Audit(args) => audit::run(args),
         Command::Receipt(cmd) => receipt::run(cmd),
+        Command::Connectors(cmd) => connectors::run(cmd),
         Command::Backup(args) => backup::run_backup(args),
         Command::Restore(args) => backup::run_restore(args),
         Command::Extract(args) => crate::extraction::run_child(args),

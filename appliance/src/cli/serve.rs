@@ -77,8 +77,9 @@ pub(crate) fn discover_oidc(
 }
 
 /// Every TCP port the daemon dials (the lockdown's allowlist; docs/operations/capacity.md "What the box
-/// talks to"): the rack's replicas ([`rack_ports`]), the `[ldap]` directory's, and the OIDC
-/// provider's issuer, token and JWKS endpoints.
+/// talks to"): the rack's replicas ([`rack_ports`]), the `[ldap]` directory's, the OIDC
+/// provider's issuer, token and JWKS endpoints, and each `[[connectors]]` source's file server
+/// and domain controller.
 pub(crate) fn egress_ports(config: &Config, oidc: Option<&crate::oidc::Oidc>) -> Vec<u16> {
     let mut ports = rack_ports(config);
     ports.extend(
@@ -91,6 +92,13 @@ pub(crate) fn egress_ports(config: &Config, oidc: Option<&crate::oidc::Oidc>) ->
     if let Some(o) = oidc {
         ports.extend(o.endpoints().into_iter().map(|(_, port)| port));
     }
+    ports.extend(
+        config
+            .connectors
+            .iter()
+            .flat_map(crate::connectors::ConnectorConfig::endpoints)
+            .map(|(_, port)| port),
+    );
     ports.sort_unstable();
     ports.dedup();
     ports
@@ -154,6 +162,33 @@ pub(crate) fn rack_ports(config: &Config) -> Vec<u16> {
     ports
 }
 
+/// `[[connectors]]`: opens their state in `data_dir` and starts one sync task per source on the
+/// current runtime (crate::connectors); the daemon must be ready. Nothing when none is
+/// configured.
+pub fn start_connectors(state: &AppState, data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let config = state.config();
+    if config.connectors.is_empty() {
+        return Ok(());
+    }
+    let services = state
+        .services()
+        .map_err(|_| anyhow::anyhow!("the daemon is not ready"))?;
+    let connectors = crate::connectors::Connectors::open(
+        data_dir,
+        &config.connectors,
+        state.metrics().connectors.clone(),
+    )?;
+    let connectors = std::sync::Arc::new(connectors);
+    connectors.spawn(
+        services,
+        crate::connectors::SyncLimits {
+            extract: config.extract_limits(),
+        },
+    );
+    state.set_connectors(connectors);
+    Ok(())
+}
+
 async fn serve(
     config: Config,
     oidc: Option<std::sync::Arc<crate::oidc::Oidc>>,
@@ -206,6 +241,10 @@ async fn serve(
                     if let Err(e) = crate::ingest_queue::spawn(services, data, status, folders) {
                         tracing::error!(error = %e, "starting the ingest queue worker");
                     }
+                }
+                let data = loader_state.config().data_dir();
+                if let Err(e) = start_connectors(&loader_state, &data) {
+                    tracing::error!(error = %e, "starting the connectors");
                 }
                 tracing::info!("ready");
                 if let Some(n) = &ready_notifier {

@@ -11,6 +11,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+pub(crate) use crate::document_write::store_with_grant;
+
 use crate::auth::{Admin, Caller};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, JsonOrFile, RequestId};
@@ -206,37 +208,6 @@ fn put_with_grant(
         grants,
         staged,
     )
-}
-
-/// Stores a staged document and its grant in one SQLite transaction (`PUT /v1/documents` with
-/// an `acl`, `airlock ingest DIR` with a sidecar rule): the old version's chunks are hidden
-/// before the new grant applies, the new chunks appear after it.
-pub(crate) fn store_with_grant(
-    acl: &Acl,
-    retrieval: &Retrieval,
-    actor: Actor<'_>,
-    doc_id: &str,
-    grants: &DocGrants,
-    staged: Staged,
-) -> Result<UpsertOutcome, ApiError> {
-    retrieval.upsert_joined(staged, |joint| {
-        let joint = std::cell::RefCell::new(joint);
-        acl.set_document_grants_with(
-            actor,
-            doc_id,
-            grants,
-            |tx| {
-                joint
-                    .borrow_mut()
-                    .write(tx)
-                    .map_err(|e| airlock_acl::Error::Joined {
-                        source: Box::new(e),
-                    })
-            },
-            || joint.borrow_mut().hide_replaced(),
-        )?;
-        Ok::<_, ApiError>(())
-    })
 }
 
 fn rfc3339_ms(ms: i64) -> Option<String> {

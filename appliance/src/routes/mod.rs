@@ -25,6 +25,7 @@ pub mod admin;
 pub mod audit;
 pub mod auth;
 pub mod chat;
+pub mod connectors;
 pub mod conversations;
 pub mod documents;
 pub mod feedback;
@@ -86,6 +87,9 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/acl/documents/{doc_id}", put(acl::put_document))
         .route("/v1/acl/sync", post(acl::sync))
         .route("/v1/acl/sync/ldap", post(auth::sync))
+        .route("/v1/connectors", get(connectors::list))
+        .route("/v1/connectors/{alias}/sync", post(connectors::sync))
+        .route("/v1/connectors/{alias}/verify", post(connectors::verify))
         .route("/v1/auth/methods", get(auth::methods))
         .route("/v1/auth/login", post(auth::login))
         .route("/v1/auth/logout", post(auth::logout))

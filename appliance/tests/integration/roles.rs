@@ -54,6 +54,9 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("PUT", "/v1/acl/documents/{doc_id}", "uffoff"),
     ("POST", "/v1/acl/sync", "uffoff"),
     ("POST", "/v1/acl/sync/ldap", "uffoff"),
+    ("GET", "/v1/connectors", "uffoff"),
+    ("POST", "/v1/connectors/{alias}/sync", "uffoff"),
+    ("POST", "/v1/connectors/{alias}/verify", "uffoff"),
     ("GET", "/v1/auth/methods", "oooooo"),
     ("POST", "/v1/auth/login", "oooooo"),
     ("POST", "/v1/auth/logout", "uoooof"),
@@ -129,6 +132,9 @@ fn request(method: &str, route: &str) -> (String, Option<Value>) {
         ),
         // Another user's token: rotating u1's would end u1's later requests.
         ("POST", "/v1/acl/users/{user_id}/token") => ("/v1/acl/users/mallory/token".into(), None),
+        // No connector is configured here: 404 once authorised.
+        ("POST", "/v1/connectors/{alias}/sync") => ("/v1/connectors/nope/sync".into(), None),
+        ("POST", "/v1/connectors/{alias}/verify") => ("/v1/connectors/nope/verify".into(), None),
         ("POST", _) | ("PUT", _) => (route.into(), Some(json!({}))),
         _ => (route.into(), None),
     }

@@ -1,0 +1,98 @@
+//! The connectors' API (operator): `GET /v1/connectors` (each source's state),
+//! `POST /v1/connectors/{alias}/sync` (a sync now) and `POST /v1/connectors/{alias}/verify` (the
+//! drift check). The syncs themselves run in the daemon (crate::connectors): the API only asks.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use crate::auth::Admin;
+use crate::connectors::TriggerError;
+use crate::error::ApiError;
+use crate::extract::RequestId;
+use crate::routes::acl::{actor_of, blocking};
+use crate::state::AppState;
+
+/// `GET /v1/connectors` → `{"data": [SourceStatus...]}`: per source, whether a sync runs, the
+/// last success, the last run (error and counts), the items held, per-item errors and the
+/// principals the directory does not know. No document content.
+pub async fn list(State(state): State<AppState>, Admin(_): Admin) -> Result<Json<Value>, ApiError> {
+    state.services()?;
+    let Some(connectors) = state.connectors().cloned() else {
+        return Ok(Json(json!({"data": []})));
+    };
+    let status = blocking(move || connectors.status().map_err(ApiError::internal)).await?;
+    Ok(Json(json!({"data": status})))
+}
+
+/// `POST /v1/connectors/{alias}/sync` → 202 `{"source", "status": "requested"}`: the source's
+/// task starts a sync now. 404 for an alias not configured, 409 while one runs or is requested.
+pub async fn sync(
+    State(state): State<AppState>,
+    Admin(actor): Admin,
+    RequestId(request_id): RequestId,
+    Path(alias): Path<String>,
+) -> Result<Response, ApiError> {
+    let services = state.services()?;
+    let connectors = state
+        .connectors()
+        .cloned()
+        .ok_or_else(|| ApiError::NotFound(TriggerError::Unknown(alias.clone()).to_string()))?;
+    connectors.request_sync(&alias).map_err(|e| match e {
+        TriggerError::Unknown(_) => ApiError::NotFound(e.to_string()),
+        TriggerError::AlreadyRunning(_) => ApiError::Conflict(e.to_string()),
+    })?;
+    let source = alias.clone();
+    blocking(move || {
+        services.acl.audit_admin(
+            actor_of(&actor, &request_id),
+            json!({"action": "connector_sync_requested", "source": source}),
+        )?;
+        Ok(())
+    })
+    .await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"source": alias, "status": "requested"})),
+    )
+        .into_response())
+}
+
+/// `POST /v1/connectors/{alias}/verify` → 200 `DriftReport`: a fresh crawl of the source (the
+/// directory and the share's ACLs; nothing written) compared with the grants Airlock holds,
+/// user by user (`leaks`: Airlock grants what the source refuses; `missing`: the reverse). 404
+/// for an unknown alias, 409 while a sync of it runs, 502 `upstream-failed` when the crawl
+/// fails. Audited (`connector_verify`, with the counts).
+pub async fn verify(
+    State(state): State<AppState>,
+    Admin(actor): Admin,
+    RequestId(request_id): RequestId,
+    Path(alias): Path<String>,
+) -> Result<Json<crate::connectors::DriftReport>, ApiError> {
+    let services = state.services()?;
+    let connectors = state
+        .connectors()
+        .cloned()
+        .ok_or_else(|| ApiError::NotFound(TriggerError::Unknown(alias.clone()).to_string()))?;
+    let report = connectors
+        .verify(&alias, services.clone())
+        .await
+        .map_err(|e| match e {
+            TriggerError::Unknown(_) => ApiError::NotFound(e.to_string()),
+            TriggerError::AlreadyRunning(_) => ApiError::Conflict(e.to_string()),
+        })?
+        .map_err(|e| ApiError::UpstreamFailed(format!("connector `{alias}`: {e}")))?;
+    let detail = json!({"action": "connector_verify", "source": alias,
+        "documents_checked": report.documents_checked, "leaks": report.leaks,
+        "missing": report.missing});
+    blocking(move || {
+        services
+            .acl
+            .audit_admin(actor_of(&actor, &request_id), detail)?;
+        Ok(())
+    })
+    .await?;
+    Ok(Json(report))
+}
