@@ -63,8 +63,10 @@ pub struct ItemState {
     pub readers: Readers,
 }
 
-/// A source's state between syncs.
+/// A source's state between syncs. Every field has a default, so `{}` (a source whose first
+/// sync failed: no state yet) reads as the empty state.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SourceState {
     /// Items by id.
     pub items: BTreeMap<ItemId, ItemState>,
