@@ -34,6 +34,7 @@ fn main() {
             check_traverse: true,
             timeout: Duration::from_secs(20),
             max_entries: 100_000,
+            scope: None,
         })
         .await
         .unwrap_or_else(|e| panic!("{e}"));

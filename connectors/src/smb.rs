@@ -55,6 +55,21 @@ pub struct SmbConfig {
     pub timeout: Duration,
     /// At most this many entries (files and folders) per crawl; more is an error.
     pub max_entries: usize,
+    /// Which files and folders the crawl covers (the operator's include and exclude rules);
+    /// `None`: all of them.
+    pub scope: Option<std::sync::Arc<dyn Scope>>,
+}
+
+/// Which paths under the crawl's root are the source's documents (paths relative to the root,
+/// `/`-separated, as the listing names them). A file the scope does not admit, and everything
+/// under a folder it prunes, is not listed: not described (no security descriptor read), not
+/// counted against `max_entries`, and, once gone from the listing, deleted from Airlock like a
+/// file removed from the share.
+pub trait Scope: Send + Sync {
+    /// Whether the file at `path` is a document of the source.
+    fn admits(&self, path: &str) -> bool;
+    /// Whether no file under the folder at `path` can be admitted (the crawl skips it).
+    fn prunes(&self, folder: &str) -> bool;
 }
 
 impl std::fmt::Debug for SmbConfig {
@@ -302,10 +317,20 @@ impl SmbShare {
                 if e.name == "." || e.name == ".." {
                     continue;
                 }
+                let path = join(&dir, &e.name);
+                if let Some(scope) = &self.cfg.scope {
+                    let out = if e.is_directory {
+                        scope.prunes(&path)
+                    } else {
+                        !scope.admits(&path)
+                    };
+                    if out {
+                        continue;
+                    }
+                }
                 if listing.entries.len() >= self.cfg.max_entries {
                     return Err(SmbError::TooMany(self.cfg.max_entries));
                 }
-                let path = join(&dir, &e.name);
                 let is_link = e.reparse_tag.is_some();
                 let entry = self
                     .describe(

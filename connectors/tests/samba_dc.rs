@@ -47,6 +47,7 @@ fn smb_config(dc: &Dc, share_sd: Option<SecurityDescriptor>) -> SmbConfig {
         check_traverse: true,
         timeout: Duration::from_secs(20),
         max_entries: 10_000,
+        scope: None,
     }
 }
 

@@ -199,28 +199,37 @@ impl Sidecar {
 }
 
 fn check_glob(glob: &str) -> std::result::Result<(), String> {
+    match glob_problem(glob) {
+        Some(why) => Err(format!("`path` {why}")),
+        None => Ok(()),
+    }
+}
+
+/// What is wrong with `glob` as a glob of [`glob_match`] (`None`: nothing): empty, longer than
+/// [`MAX_GLOB_BYTES`], absolute, with `\\` or control characters, with an empty, `.` or `..`
+/// segment, or with more than [`MAX_GLOB_STARS`] `*`. Worded to follow the glob's name.
+pub fn glob_problem(glob: &str) -> Option<String> {
     if glob.is_empty() {
-        return Err("`path` is empty".into());
+        return Some("is empty".into());
     }
     if glob.len() > MAX_GLOB_BYTES {
-        return Err(format!("`path` is longer than {MAX_GLOB_BYTES} bytes"));
+        return Some(format!("is longer than {MAX_GLOB_BYTES} bytes"));
     }
     if glob.starts_with('/') || glob.contains('\\') || glob.chars().any(char::is_control) {
-        return Err(
-            "`path` must be relative to the folder, `/`-separated, without control characters"
-                .into(),
+        return Some(
+            "must be relative to the folder, `/`-separated, without control characters".into(),
         );
     }
     if glob
         .split('/')
         .any(|s| s.is_empty() || s == "." || s == "..")
     {
-        return Err("`path` has an empty, `.` or `..` segment".into());
+        return Some("has an empty, `.` or `..` segment".into());
     }
     if glob.matches('*').count() > MAX_GLOB_STARS {
-        return Err(format!("`path` has more than {MAX_GLOB_STARS} `*`"));
+        return Some(format!("has more than {MAX_GLOB_STARS} `*`"));
     }
-    Ok(())
+    None
 }
 
 /// Whether `path` matches `glob` (see the module documentation).

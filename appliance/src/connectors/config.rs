@@ -3,9 +3,12 @@
 //! it needs no restart.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use super::scope::{MAX_GLOBS, PathScope};
 
 /// Longest alias, bytes.
 pub const MAX_ALIAS: usize = 32;
@@ -80,6 +83,14 @@ pub struct ConnectorConfig {
     /// checks it, Windows by default does not; checking can only hide a file].
     #[serde(default)]
     pub check_traverse: Option<bool>,
+    /// Globs of the files that are documents, relative to the crawl root, case-insensitive
+    /// [default: every file] (`scope.rs`).
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Globs of files left out, relative to the crawl root, case-insensitive; they win over
+    /// `include` [default: none].
+    #[serde(default)]
+    pub exclude: Vec<String>,
 }
 
 impl std::fmt::Debug for ConnectorConfig {
@@ -102,6 +113,8 @@ impl std::fmt::Debug for ConnectorConfig {
             .field("interval_minutes", &self.interval_minutes())
             .field("max_file_bytes", &self.max_file_bytes())
             .field("share_acl", &self.share_acl)
+            .field("include", &self.include)
+            .field("exclude", &self.exclude)
             .finish_non_exhaustive()
     }
 }
@@ -143,6 +156,12 @@ impl ConnectorConfig {
             .unwrap_or("")
             .trim_matches('/')
             .to_owned()
+    }
+
+    /// The crawl's scope from `include` and `exclude` (`None`: every file).
+    pub fn scope(&self) -> Option<Arc<dyn airlock_connectors::smb::Scope>> {
+        let scope = PathScope::new(&self.include, &self.exclude);
+        (!scope.is_everything()).then(|| Arc::new(scope) as Arc<dyn airlock_connectors::smb::Scope>)
     }
 
     /// The domain controller's host and port from `ldap_url` (the egress allowlist).
@@ -305,6 +324,19 @@ impl ConnectorConfig {
         if !(1..=600).contains(&self.timeout_secs.unwrap_or(30)) {
             return Err(("connectors.timeout_secs", at("must be between 1 and 600")));
         }
+        for (field, globs) in [
+            ("connectors.include", &self.include),
+            ("connectors.exclude", &self.exclude),
+        ] {
+            if globs.len() > MAX_GLOBS {
+                return Err((field, at(&format!("has more than {MAX_GLOBS} globs"))));
+            }
+            for g in globs {
+                if let Some(why) = airlock_retrieval::sidecar::glob_problem(g) {
+                    return Err((field, at(&format!("glob `{g}` {why}"))));
+                }
+            }
+        }
         Ok(())
     }
 
@@ -332,6 +364,7 @@ impl ConnectorConfig {
             check_traverse: self.check_traverse.unwrap_or(true),
             timeout: self.timeout(),
             max_entries: self.max_entries(),
+            scope: self.scope(),
         };
         let ad = airlock_connectors::ad::AdConfig {
             url: self.ldap_url.clone(),
@@ -404,6 +437,12 @@ mod tests {
             ("max_file_bytes = 0", "connectors.max_file_bytes"),
             ("port = 0", "connectors.port"),
             ("share_acl = \"guess\"", "unknown variant"),
+            (
+                "exclude = [\"/etc/**\"]",
+                "connectors.exclude: connector `finance`: glob `/etc/**` must be relative",
+            ),
+            ("include = [\"a/../b\"]", "connectors.include"),
+            ("include = [\"\"]", "glob `` is empty"),
         ] {
             let e = match entry(extra) {
                 Ok(_) => String::new(),

@@ -19,6 +19,7 @@
 
 pub mod config;
 mod drift;
+pub mod scope;
 pub mod store;
 mod sync;
 

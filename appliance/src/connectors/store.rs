@@ -49,7 +49,8 @@ pub struct RunCounts {
     pub unchanged_content: usize,
     /// Permission-only changes (ACL update, no extraction, no embedding).
     pub permissions: usize,
-    /// Renames and moves (recorded here; the stored document keeps its id).
+    /// Renames and moves: the stored document keeps its id and is stored again under its new
+    /// name and path (a rename that fails to store is counted in `failed`).
     pub moved: usize,
     /// Files gone from the source (tombstoned).
     pub deleted: usize,

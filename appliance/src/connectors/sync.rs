@@ -91,6 +91,7 @@ pub(super) async fn sync(
                     &doc,
                     &path,
                     &grants(&readers, &directory),
+                    Reuse::SameBytes,
                 )
                 .await
                 .map_err(|e| fail(&counts, e))?;
@@ -140,8 +141,39 @@ pub(super) async fn sync(
                 .map_err(|e| fail(&counts, e))?;
                 counts.permissions += 1;
             }
-            // The document keeps its id; its new path is in the state (and the API's errors).
-            Change::Moved { .. } => counts.moved += 1,
+            // The document keeps its id. Its title (the file's name) is in every chunk's index
+            // text and its path in the metadata citations show, so a rename re-stores it from
+            // the file (renames are rare; a permission-only change never comes here). A file
+            // that cannot be stored again keeps its old name (its content is still the file's:
+            // the version did not change) and is an item error, retried at the next sync.
+            Change::Moved { id, path } => {
+                let doc = doc_id(&alias, &id);
+                let readers = next.items.get(&id).map(|i| i.readers.clone());
+                let readers = readers.unwrap_or_default();
+                let outcome = upsert(
+                    &mut source,
+                    &services,
+                    &limits,
+                    cfg,
+                    &actor,
+                    &doc,
+                    &path,
+                    &grants(&readers, &directory),
+                    Reuse::Never,
+                )
+                .await
+                .map_err(|e| fail(&counts, e))?;
+                match outcome {
+                    Upserted::Stored | Upserted::SameContent => counts.moved += 1,
+                    Upserted::Refused(reason) => {
+                        counts.failed += 1;
+                        if let Some(item) = next.items.get_mut(&id) {
+                            item.version = FAILED.to_owned();
+                        }
+                        next.errors.push((path, reason));
+                    }
+                }
+            }
             Change::Delete { id } => {
                 let (s, d) = (services.clone(), doc_id(&alias, &id));
                 blocking(move || {
@@ -184,6 +216,15 @@ fn grants(readers: &Readers, directory: &Directory) -> DocGrants {
     }
 }
 
+/// Whether an upsert may keep the stored document when the file's bytes are the stored ones.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reuse {
+    /// Yes: only the grant is written (a touched file, a state lost).
+    SameBytes,
+    /// No: the document is stored again (a rename: its title and path changed).
+    Never,
+}
+
 enum Upserted {
     /// Extracted and stored with its grant.
     Stored,
@@ -205,6 +246,7 @@ async fn upsert(
     doc_id: &str,
     path: &str,
     grants: &DocGrants,
+    reuse: Reuse,
 ) -> Result<Upserted, String> {
     let name = path.rsplit('/').next().unwrap_or(path).to_owned();
     let Some(format) = name
@@ -231,7 +273,7 @@ async fn upsert(
             .retrieval
             .original_digest(&doc_id)
             .map_err(|e| format!("{doc_id}: {e}"))?;
-        if stored.as_deref() == Some(digest.as_str()) {
+        if reuse == Reuse::SameBytes && stored.as_deref() == Some(digest.as_str()) {
             s.acl
                 .set_document_grants(actor.as_str(), &doc_id, &grants)
                 .map_err(|e| format!("{doc_id}: updating the grant: {e}"))?;

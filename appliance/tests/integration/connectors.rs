@@ -40,7 +40,8 @@ fn config(dc: &Dc, pw_file: &std::path::Path) -> Config {
          share = \"docs\"\ndomain = \"{domain}\"\nusername = \"svc-airlock\"\n\
          password_file = \"{pw}\"\nldap_url = \"ldaps://127.0.0.1:636\"\n\
          ldap_ca_file = \"{ca}\"\nldap_bind = \"svc-airlock@{realm}\"\n\
-         interval_minutes = 60\nshare_acl = \"none\"\ncheck_traverse = true\n",
+         interval_minutes = 60\nshare_acl = \"none\"\ncheck_traverse = true\n\
+         exclude = [\"**/*.tmp\", \"scratch/**\"]\n",
         pw = pw_file.display(),
         domain = dc.get("DOMAIN"),
     );
@@ -220,6 +221,11 @@ async fn smb_share_acls_decide_who_retrieves_what_and_a_failed_sync_changes_noth
         "team.txt",
         &own(&format!("(D;;0x00000001;;;{bob})(A;;{read};;;{finance})")),
     );
+    // Outside the source's scope (`exclude`), readable by every domain user: never listed,
+    // never stored, whatever the case of its name.
+    dc.put("notes.TMP", text("a scratch file").as_bytes());
+    dc.smb("mkdir scratch");
+    dc.put("scratch/draft.txt", text("a draft").as_bytes());
 
     let secrets = tempfile::tempdir().unwrap();
     let pw_file = secrets.path().join("svc.pw");
@@ -318,10 +324,35 @@ async fn smb_share_acls_decide_who_retrieves_what_and_a_failed_sync_changes_noth
     let (leaks, missing, report) = verify(&t).await;
     assert_eq!((leaks, missing), (0, 0), "{report}");
 
+    // A rename: the document keeps its id; its path (what citations show) and title follow the
+    // file, and its readers stay those of the file.
+    let (shared_doc, _) = document_of(&t, "shared.txt");
+    dc.smb("rename shared.txt renamed.txt");
+    let s = sync(&t, 3).await;
+    assert!(s["last_run"]["error"].is_null(), "{s}");
+    assert_eq!(s["last_run"]["counts"]["moved"], 1, "{s}");
+    assert_eq!(s["last_run"]["counts"]["upserted"], 0, "{s}");
+    assert_eq!(document_of(&t, "renamed.txt").0, shared_doc);
+    let info = t
+        .state
+        .services()
+        .unwrap()
+        .retrieval
+        .document(&shared_doc)
+        .unwrap()
+        .unwrap();
+    assert_eq!(info.title, "renamed.txt");
+    assert_eq!(
+        visible(&t, &bob_s).await,
+        ["alice.txt", "bob.txt", "renamed.txt"]
+    );
+    let (leaks, missing, report) = verify(&t).await;
+    assert_eq!((leaks, missing), (0, 0), "{report}");
+
     // The DC stops: the sync fails loudly and changes nothing (no deletion, no grant change).
     let last_success = s["last_success"].clone();
     drop(dc);
-    let s = sync(&t, 3).await;
+    let s = sync(&t, 4).await;
     let error = s["last_run"]["error"]
         .as_str()
         .unwrap_or_default()
@@ -331,11 +362,11 @@ async fn smb_share_acls_decide_who_retrieves_what_and_a_failed_sync_changes_noth
     assert_eq!(s["items"], 4, "{s}");
     assert_eq!(
         visible(&t, &alice_s).await,
-        ["alice.txt", "shared.txt", "team.txt"]
+        ["alice.txt", "renamed.txt", "team.txt"]
     );
     assert_eq!(
         visible(&t, &bob_s).await,
-        ["alice.txt", "bob.txt", "shared.txt"]
+        ["alice.txt", "bob.txt", "renamed.txt"]
     );
     let r = t
         .call(
@@ -362,7 +393,7 @@ async fn smb_share_acls_decide_who_retrieves_what_and_a_failed_sync_changes_noth
     }
     let r = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
     for line in [
-        "airlock_connector_syncs_total{source=\"docs\"} 4",
+        "airlock_connector_syncs_total{source=\"docs\"} 5",
         "airlock_connector_sync_failures_total{source=\"docs\"} 1",
         "airlock_connector_items_total{source=\"docs\",kind=\"upsert\"} 4",
         "airlock_connector_items_total{source=\"docs\",kind=\"permissions\"} 1",
