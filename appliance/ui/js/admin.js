@@ -1,4 +1,4 @@
-// The operator console (/admin): read-only pages over `GET /v1/admin/...` (docs/API.md
+// The operator console (/admin): pages over `GET /v1/admin/...` and `GET /v1/connectors`, read-only but for a connector's "Sync now" (docs/API.md
 // "Operator console"). Sign-in as on the chat page: the tab's bearer token, or the sign-in
 // session's cookie (directory or identity provider) when there is no token. Which pages a
 // person sees follows their roles from `GET /v1/info`; the daemon's role table decides anyway.
@@ -15,6 +15,7 @@ export const PAGES = [
   { id: 'users', label: 'Users and groups', roles: ALL },
   { id: 'syncs', label: 'IAM sync', roles: ALL },
   { id: 'capacity', label: 'Capacity', roles: ALL },
+  { id: 'connectors', label: 'Connectors', roles: ['operator'] },
   { id: 'feedback', label: 'Feedback', roles: ['operator'] },
   { id: 'evals', label: 'Eval reports', roles: ['operator', 'auditor'] },
   { id: 'audit', label: 'Audit search', roles: ['admin', 'auditor'] },
@@ -295,6 +296,82 @@ const pages = {
     }
     load();
     state.timer = setInterval(load, 5000);
+  },
+
+  connectors(root) {
+    const box = h('div');
+    const said = h('p', { class: 'note', role: 'status' });
+    root.append(
+      h('h2', { id: 'page-title', tabindex: '-1' }, 'Connectors'),
+      h('p', { class: 'note' }, 'Sources synced with their own permissions ([[connectors]]): each one\u2019s last run, lag and the files it could not take. Refreshed every 10 s while this page is open.'),
+      said,
+      box,
+    );
+    const ago = (unix, now) => {
+      if (typeof unix !== 'number') return 'never';
+      const s = Math.max(0, Math.round(now - unix));
+      if (s < 120) return `${s} s ago`;
+      if (s < 7200) return `${Math.round(s / 60)} min ago`;
+      return `${num(s / 3600, 1)} h ago`;
+    };
+    const at = (unix) => (typeof unix === 'number' ? when(new Date(unix * 1000).toISOString()) : '—');
+    async function syncNow(alias) {
+      said.textContent = `Asking ${alias} to sync…`;
+      try {
+        await state.api.connectorSync(alias);
+        said.textContent = `${alias}: sync requested.`;
+      } catch (e) {
+        said.textContent = e instanceof ApiError ? `${alias}: ${e.title}${e.detail ? `: ${e.detail}` : ''}` : String(e);
+      }
+      load();
+    }
+    function source(c, now) {
+      const run = c.last_run;
+      const outcome = !run ? h('span', { class: 'badge' }, 'not run yet') : run.error ? h('span', { class: 'badge bad' }, 'failed') : h('span', { class: 'badge ok' }, 'succeeded');
+      const overdue = typeof c.last_success !== 'number' || now - c.last_success > 2 * 60 * c.interval_minutes;
+      const counts = run ? Object.entries(run.counts || {}).map(([k, v]) => `${k.replace(/_/g, ' ')} ${v}`).join(' · ') : '—';
+      return h(
+        'section',
+        { class: 'source', 'aria-label': `Connector ${c.alias}` },
+        h('h3', {}, `${c.alias} `, h('span', { class: 'note' }, `${c.kind} ${c.location}`)),
+        figures([
+          ['State', c.running ? 'syncing now' : c.requested ? 'sync requested' : 'idle'],
+          ['Last run', run ? `${run.error ? 'failed' : 'succeeded'} ${at(run.finished_at)}` : 'not run yet'],
+          ['Last success', `${at(c.last_success)} (${ago(c.last_success, now)})`],
+          ['Lag', overdue ? `over two intervals (${c.interval_minutes} min each)` : 'within two intervals'],
+          ['Items', c.items],
+          ['Files not taken', c.item_errors],
+          ['Unknown principals', (c.unknown_principals || []).length],
+          ['Runs since start', c.runs],
+        ]),
+        h('p', {}, outcome, ' ', run && run.error ? h('span', { class: 'page-error' }, run.error) : counts),
+        (c.item_errors_listed || []).length
+          ? table(`Files ${c.alias} could not take`, [
+              { label: 'Path', cell: (e) => e.path, mono: true, wrap: true },
+              { label: 'Reason', cell: (e) => e.reason, wrap: true },
+            ], c.item_errors_listed)
+          : null,
+        h('button', { type: 'button', class: 'btn', disabled: c.running || c.requested, onclick: () => syncNow(c.alias) }, `Sync ${c.alias} now`),
+      );
+    }
+    async function load() {
+      let r;
+      try {
+        r = await state.api.getJson('/v1/connectors');
+      } catch (e) {
+        box.replaceChildren(errorBox(e));
+        return;
+      }
+      const now = Date.now() / 1000;
+      const list = r.data || [];
+      box.replaceChildren(
+        list.length
+          ? h('div', {}, list.map((c) => source(c, now)))
+          : h('p', { class: 'note' }, 'No connectors are configured ([[connectors]] in the configuration file; docs/operations/connectors.md).'),
+      );
+    }
+    load();
+    state.timer = setInterval(load, 10000);
   },
 
   feedback(root, params) {

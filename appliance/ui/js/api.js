@@ -360,6 +360,21 @@ export class Api {
     return res.json();
   }
 
+  /** `POST /v1/connectors/{alias}/sync` (operator): asks the daemon to sync a source now. */
+  async connectorSync(alias) {
+    let res;
+    try {
+      res = await this.fetch(`/v1/connectors/${encodeURIComponent(alias)}/sync`, {
+        method: 'POST',
+        headers: this.headers({ Accept: 'application/json' }, true),
+      });
+    } catch (e) {
+      throw new ApiError({ status: 0, title: 'Network error' });
+    }
+    if (!res.ok) throw await errorFromResponse(res);
+    return res.json().catch(() => ({}));
+  }
+
   /**
    * `POST /v1/feedback` (see "Feedback" in docs/API.md).
    * @param {{request_id: string, rating: 'up' | 'down', comment?: string}} body
