@@ -1,8 +1,10 @@
 //! `POST /v1/chat/completions`: the RAG request path of DESIGN.md §4, OpenAI shapes, non-streaming
-//! and SSE. Retrieval and prompt building run on the blocking pool, generation on the engine
-//! thread; a client that goes away drops the stream, which cancels the sequence at the engine's
-//! next step (hyper notices the closed connection while the answer is pending or streaming and
-//! drops the handler or the body, and with it the engine stream).
+//! and SSE. This is the HTTP adapter: it checks the wire request, admits it, runs the answer
+//! core (`crate::answer`: retrieval and prompt building on the blocking pool, generation on
+//! the engine thread or the rack) and shapes its answer or refusal. A client that goes away
+//! drops the stream, which cancels the sequence at the engine's next step (hyper notices the
+//! closed connection while the answer is pending or streaming and drops the handler or the
+//! body, and with it the engine stream).
 
 use std::time::Instant;
 

@@ -2,7 +2,7 @@
 //! `chat.completion.chunk` events (keep-alives, cancellation on disconnect), plus the answer
 //! given without generation when no source is relevant. The generation itself (the engine's
 //! events, the idle watchdog, its ticket and metrics) is the answer core's
-//! ([`crate::answer::Generation`]).
+//! (`crate::answer::Generation`).
 
 use std::convert::Infallible;
 use std::time::Instant;
