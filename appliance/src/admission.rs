@@ -506,12 +506,16 @@ impl Admission {
         caller: &Caller,
         tokens: usize,
     ) -> Result<TokenReservation, ApiError> {
+        self.reserve(caller, tokens)
+            .map_err(|retry_after| ApiError::RateLimited { retry_after })
+    }
+
+    /// [`Admission::reserve_tokens`] without the HTTP error: when the tokens are not
+    /// available, the wait before a retry (counted as rate-limited).
+    pub fn reserve(&self, caller: &Caller, tokens: usize) -> Result<TokenReservation, Duration> {
         self.quotas
             .reserve_tokens(&caller.user_id, caller.admin, tokens, Instant::now())
-            .map_err(|retry_after| {
-                self.metrics.rate_limited("tokens");
-                ApiError::RateLimited { retry_after }
-            })
+            .inspect_err(|_| self.metrics.rate_limited("tokens"))
     }
 
     /// The quotas (diagnostics and tests).

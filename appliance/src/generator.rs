@@ -79,7 +79,7 @@ impl Generator {
     }
 
     /// Renders the conversation with the model's template and tokenizes it. Blocking (CPU).
-    pub fn prompt_ids(&self, conversation: &[(Role, String)]) -> Result<Vec<u32>, ApiError> {
+    pub fn prompt_ids(&self, conversation: &[(Role, String)]) -> Result<Vec<u32>, PromptError> {
         Ok(self.prompt_with_digest(conversation)?.0)
     }
 
@@ -88,7 +88,7 @@ impl Generator {
     pub fn prompt_with_digest(
         &self,
         conversation: &[(Role, String)],
-    ) -> Result<(Vec<u32>, String), ApiError> {
+    ) -> Result<(Vec<u32>, String), PromptError> {
         let messages: Vec<ChatMessage> = conversation
             .iter()
             .map(|(r, t)| ChatMessage::new(r.as_str(), t.clone()))
@@ -96,11 +96,11 @@ impl Generator {
         let text = self
             .template
             .render(&messages, true)
-            .map_err(|e| ApiError::internal(format!("{}: chat template: {e}", self.model_id)))?;
+            .map_err(|e| PromptError(format!("{}: chat template: {e}", self.model_id)))?;
         let enc = self
             .tokenizer
             .encode(text.as_str(), false)
-            .map_err(|e| ApiError::internal(format!("{}: tokenizer: {e}", self.model_id)))?;
+            .map_err(|e| PromptError(format!("{}: tokenizer: {e}", self.model_id)))?;
         let mut ids = Vec::with_capacity(enc.len() + 1);
         ids.extend(self.bos);
         ids.extend_from_slice(enc.get_ids());
@@ -145,6 +145,18 @@ fn read_text(path: &Path) -> airlock_inference::Result<String> {
         path: path.to_path_buf(),
         source,
     })
+}
+
+/// The chat template or the tokenizer failed on a prompt: the appliance's fault, never the
+/// caller's.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PromptError(pub String);
+
+impl From<PromptError> for ApiError {
+    fn from(e: PromptError) -> Self {
+        ApiError::Internal(e.0)
+    }
 }
 
 /// Maps an engine refusal to the error table.

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+mod answer;
 pub mod approvals;
 pub mod auth;
 pub mod backup;
@@ -31,7 +32,6 @@ pub mod openai;
 pub mod quota;
 pub mod rack_metrics;
 pub mod remote;
-pub mod rewrite;
 pub mod roles;
 pub mod routes;
 pub mod sbom;
@@ -47,6 +47,7 @@ pub mod tls;
 pub use airlock_identity::{caller, ldap};
 pub use airlock_platform::{data_lock, notify, paths, sandbox};
 
+pub use answer::rewrite;
 pub use config::Config;
 pub use error::ApiError;
 pub use routes::app;

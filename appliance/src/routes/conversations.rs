@@ -14,7 +14,7 @@
 //! records them as its parents. Another user's thread is the same 404
 //! as a thread that never existed.
 
-use airlock_evidence::conversations::{SourceNow, StoredTurn, Thread, Withheld};
+use airlock_evidence::conversations::{StoredTurn, Thread, Withheld};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -112,23 +112,7 @@ pub(crate) fn views(
     user_id: &str,
     turns: Vec<StoredTurn>,
 ) -> Result<Vec<TurnView>, ApiError> {
-    let mut docs: Vec<String> = turns
-        .iter()
-        .flat_map(|t| t.sources.iter().map(|s| s.doc_id.clone()))
-        .collect();
-    docs.sort_unstable();
-    docs.dedup();
-    let refs: Vec<&str> = docs.iter().map(String::as_str).collect();
-    let now = services.answer_path.documents_now(user_id, &refs)?;
-    let withheld = airlock_evidence::conversations::withheld(&turns, |d| {
-        refs.binary_search(&d)
-            .ok()
-            .map(|i| SourceNow {
-                readable: now[i].readable,
-                version: now[i].version.clone(),
-            })
-            .unwrap_or_default()
-    });
+    let withheld = crate::answer::withheld_now(services, user_id, &turns)?;
     Ok(turns
         .into_iter()
         .zip(withheld)

@@ -167,7 +167,7 @@ pub async fn retrieve(
     // so that retrieval measures what the chat retrieves.
     let rewrite = match services.default_generator() {
         Some(g) if req.messages.is_some() => {
-            crate::rewrite::rewritten(follow_ups, g, &conversation, priority).await?
+            crate::answer::rewrite::rewritten(follow_ups, g, &conversation, priority).await?
         }
         _ => None,
     };

@@ -1,14 +1,10 @@
-//! Validation of a chat request and the choice of its generator.
-
-use std::sync::Arc;
+//! Validation of a chat request.
 
 use airlock_inference::generate::SamplingParams;
 use airlock_rag::Role;
 
 use crate::error::ApiError;
-use crate::generator::Generator;
 use crate::openai::ChatRequest;
-use crate::services::Services;
 
 use super::{MAX_COMPLETION_TOKENS, MAX_MESSAGES};
 
@@ -79,61 +75,4 @@ pub(crate) fn validate(req: &ChatRequest, default_max: u32) -> Result<SamplingPa
         stop_token_ids: Vec::new(),
         stop_strings: stop,
     })
-}
-
-/// The generator of a request: in-process, or on the inference rack.
-#[derive(Clone)]
-pub(crate) enum Target {
-    /// A bundle generator run by the in-process engine.
-    Local(Arc<Generator>),
-    /// A `[[remote_generators]]` entry.
-    Remote(Arc<crate::remote::RemoteGenerator>),
-}
-
-impl Target {
-    /// The alias clients named (the response's `model`).
-    pub(super) fn alias(&self) -> &str {
-        match self {
-            Target::Local(g) => &g.alias,
-            Target::Remote(r) => &r.alias,
-        }
-    }
-}
-
-/// The generator a request names. A remote generator is kept at every rung: the local ladder
-/// measures the appliance's own load (retrieval still follows its rung), the rack's own
-/// admission decides when the small local model replaces the rack (see `crate::remote`).
-pub(super) fn pick_generator(
-    services: &Services,
-    model: Option<&str>,
-    small: bool,
-) -> Result<Target, ApiError> {
-    let named = match model {
-        Some(m) => {
-            let card = services
-                .catalogue
-                .iter()
-                .find(|c| c.id == m)
-                .ok_or_else(|| ApiError::NotFound(format!("no model `{m}`")))?;
-            if card.role != "generator" {
-                return Err(ApiError::InvalidRequest(format!(
-                    "model `{m}` is not a chat model"
-                )));
-            }
-            if let Some(r) = services.remote(m) {
-                return Ok(Target::Remote(r.clone()));
-            }
-            services.generator(m)
-        }
-        None => services.default_generator(),
-    };
-    let chosen = if small {
-        services.small_generator()
-    } else {
-        named
-    };
-    chosen
-        .cloned()
-        .map(Target::Local)
-        .ok_or_else(|| ApiError::internal("no generator is loaded"))
 }

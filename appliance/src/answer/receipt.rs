@@ -6,15 +6,43 @@
 use std::sync::Arc;
 
 use airlock_acl::Acl;
-use airlock_evidence::receipts::{Completed, ModelRef, Served, sha256};
+use airlock_evidence::receipts::{BundleRef, Completed, ModelRef, Served, sha256};
 use airlock_rag::{CitedBy, Role};
 
-use crate::error::ApiError;
+use super::prepare::Prepared;
+use super::target::Target;
+use super::{AnswerError, log_target};
+use crate::services::Services;
 
-use super::request::Target;
+/// The `served` entry of an answer prepared as `prepared` (`no_source`: the abstention, whose
+/// entry is also its completion).
+pub(crate) fn served(
+    services: &Services,
+    receipt_id: &str,
+    prepared: &Prepared,
+    no_source: bool,
+) -> Served {
+    Served {
+        receipt_id: receipt_id.to_string(),
+        phase: "served".into(),
+        bundle: BundleRef {
+            version: services.bundle_version().to_string(),
+            digest: services.bundle_digest().map(str::to_owned),
+        },
+        model: model_ref(&prepared.target),
+        index_generation: prepared.index_generation,
+        acl_state_seq: prepared.acl_state_seq,
+        prompt_sha256: (!no_source).then(|| prepared.prompt_sha256.clone()),
+        shown: prepared.shown.clone(),
+        cited: no_source.then(Vec::new),
+        cited_by: no_source
+            .then(|| cited_by_name(CitedBy::NoSource))
+            .flatten(),
+    }
+}
 
 /// The receipt's model: the generator the answer is routed to.
-pub(super) fn model_ref(target: &Target) -> ModelRef {
+pub(crate) fn model_ref(target: &Target) -> ModelRef {
     match target {
         Target::Local(g) => ModelRef {
             alias: g.alias.clone(),
@@ -33,7 +61,7 @@ pub(super) fn model_ref(target: &Target) -> ModelRef {
 
 /// `sha256:<hex>` of the messages a rack generator is sent: the compact JSON array of
 /// `{"role", "content"}` objects, in order.
-pub(super) fn messages_digest(messages: &[(Role, String)]) -> String {
+pub(crate) fn messages_digest(messages: &[(Role, String)]) -> String {
     let v: Vec<serde_json::Value> = messages
         .iter()
         .map(|(r, t)| serde_json::json!({"role": r.as_str(), "content": t}))
@@ -42,24 +70,24 @@ pub(super) fn messages_digest(messages: &[(Role, String)]) -> String {
 }
 
 /// The snake_case name of `by`.
-pub(super) fn cited_by_name(by: CitedBy) -> Option<String> {
+pub(crate) fn cited_by_name(by: CitedBy) -> Option<String> {
     serde_json::to_value(by)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
 }
 
-fn unrecorded(e: impl std::fmt::Display) -> ApiError {
-    tracing::error!(error = %e, "receipt not recorded: the answer is refused");
-    ApiError::ReceiptUnrecorded(e.to_string())
+fn unrecorded(e: impl std::fmt::Display) -> AnswerError {
+    tracing::error!(target: log_target::RECEIPT, error = %e, "receipt not recorded: the answer is refused");
+    AnswerError::ReceiptUnrecorded(e.to_string())
 }
 
 /// Appends the `served` entry (on the blocking pool).
-pub(super) async fn open(
+pub(crate) async fn open(
     acl: &Arc<Acl>,
     request_id: &str,
     user_id: &str,
     served: &Served,
-) -> Result<(), ApiError> {
+) -> Result<(), AnswerError> {
     let detail = serde_json::to_value(served).map_err(unrecorded)?;
     let (acl, rid, user) = (acl.clone(), request_id.to_string(), user_id.to_string());
     tokio::task::spawn_blocking(move || acl.audit_receipt(&rid, &user, detail))
@@ -70,21 +98,21 @@ pub(super) async fn open(
 }
 
 /// Closes a receipt when its generation ends.
-pub(super) struct Closer {
-    pub(super) acl: Arc<Acl>,
-    pub(super) receipt_id: String,
-    pub(super) request_id: String,
-    pub(super) user_id: String,
+pub(crate) struct Closer {
+    pub(crate) acl: Arc<Acl>,
+    pub(crate) receipt_id: String,
+    pub(crate) request_id: String,
+    pub(crate) user_id: String,
 }
 
 impl Closer {
     /// Appends the `completed` entry (on the blocking pool).
-    pub(super) async fn close(
+    pub(crate) async fn close(
         self,
         cited: &[usize],
         cited_by: Option<CitedBy>,
         finish: &str,
-    ) -> Result<(), ApiError> {
+    ) -> Result<(), AnswerError> {
         let detail = serde_json::to_value(Completed {
             receipt_id: self.receipt_id,
             phase: "completed".into(),

@@ -13,8 +13,9 @@ use airlock_rag::FollowUps;
 use airlock_rag::prompt::Role;
 
 use crate::admission::Priority;
-use crate::error::ApiError;
-use crate::generator::{Generator, submit_error};
+use crate::generator::Generator;
+
+use super::AnswerError;
 
 /// Earlier questions shown to the rewriter (the most recent ones).
 pub const MAX_EARLIER_QUESTIONS: usize = 4;
@@ -36,7 +37,7 @@ pub async fn rewritten(
     generator: &Generator,
     conversation: &[(Role, String)],
     priority: Priority,
-) -> Result<Option<(Vec<(Role, String)>, f64)>, ApiError> {
+) -> Result<Option<(Vec<(Role, String)>, f64)>, AnswerError> {
     if how != FollowUps::Rewrite {
         return Ok(None);
     }
@@ -67,7 +68,7 @@ pub async fn rewritten(
             },
             priority.engine(),
         )
-        .map_err(submit_error)?;
+        .map_err(AnswerError::Submit)?;
     let mut text = String::new();
     while let Some(ev) = stream.recv().await {
         match ev {
