@@ -27,7 +27,8 @@ impl Bm25 {
         self.inner.write(add, &[])
     }
 
-    /// The engine's BM25 search over the chunks `vis` lets through (`visible` of them).
+    /// The engine's BM25 search over the chunks `vis` lets through (`visible` of them). The
+    /// visible set is built on every call (the engine caches it per snapshot and allow set).
     pub fn search(
         &self,
         query: &str,
@@ -35,7 +36,8 @@ impl Bm25 {
         vis: &Visibility<'_>,
         visible: u64,
     ) -> Result<Vec<(u32, f32)>> {
-        self.inner.search(query, k, vis, visible)
+        self.inner
+            .search(query, k, vis, &vis.visible_set(), visible)
     }
 
     /// Live chunks in the index.

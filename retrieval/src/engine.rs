@@ -323,6 +323,8 @@ pub struct Stats {
 
 /// The visibility state searches read: an immutable snapshot, replaced by writers.
 pub(crate) struct Snapshot {
+    /// Unique in the process (never reused): keys what is cached per snapshot.
+    id: u64,
     pub(crate) map: ChunkMap,
     /// Shared with the previous snapshot until a write tombstones something (an ingest batch of
     /// new documents does not copy it).
@@ -330,6 +332,22 @@ pub(crate) struct Snapshot {
     live_chunks: u64,
     live_docs: u64,
 }
+
+/// A fresh [`Snapshot::id`].
+fn next_snapshot_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Visible chunk sets recently used by searches: (snapshot id, allow set, its visible chunks).
+/// Valid for exactly that snapshot and an allow set equal to that one (compared by content), so a
+/// write (a new snapshot) or another readable set never reuses one. Timing then depends on
+/// whether a caller with the same readable set searched since the last write, never on documents
+/// the caller cannot read.
+type VisibleSets = Mutex<std::collections::VecDeque<(u64, AllowSet, Arc<RoaringBitmap>)>>;
+
+/// Entries of [`VisibleSets`] (a bitmap over 20M chunks is ~2.5 MB at most).
+const VISIBLE_SETS: usize = 16;
 
 /// One generation of derived indexes.
 struct Indexes {
@@ -357,6 +375,7 @@ pub struct Retrieval {
     indexes: ArcSwap<Indexes>,
     repair: RepairReport,
     originals: Originals,
+    visible_sets: VisibleSets,
 }
 
 /// An original file a caller may read (see [`Retrieval::original`]).
@@ -491,6 +510,7 @@ impl Retrieval {
             indexes: ArcSwap::from_pointee(indexes),
             repair,
             originals,
+            visible_sets: Mutex::new(std::collections::VecDeque::new()),
         })
     }
 
@@ -940,6 +960,7 @@ impl Retrieval {
             live_chunks += committed.added.len() as u64;
         }
         self.snapshot.store(Arc::new(Snapshot {
+            id: next_snapshot_id(),
             map,
             dead,
             live_chunks,
@@ -1084,6 +1105,7 @@ impl Retrieval {
         if out.contains(&DeleteOutcome::Deleted) {
             let live_docs = store.live_doc_count()?;
             self.snapshot.store(Arc::new(Snapshot {
+                id: next_snapshot_id(),
                 map,
                 dead,
                 live_chunks: old.live_chunks - dead_ids.len() as u64,
@@ -1400,9 +1422,14 @@ impl Retrieval {
         };
         let bm25_hits = if req.mode != SearchMode::Vector {
             let t = Instant::now();
-            let h = idx
-                .bm25
-                .search(req.query, n_cand, &vis, visible_chunk_count(allow, &snap))?;
+            let set = self.visible_set(&snap, allow, &vis);
+            let h = idx.bm25.search(
+                req.query,
+                n_cand,
+                &vis,
+                &set,
+                visible_chunk_count(allow, &snap),
+            )?;
             timings.bm25_ms = ms(t);
             h
         } else {
@@ -1510,6 +1537,30 @@ impl Retrieval {
         );
         timings.total_ms = ms(total);
         Ok(SearchResponse { results, timings })
+    }
+
+    /// The chunks `vis` accepts, cached per snapshot and allow set (see [`VisibleSets`]).
+    fn visible_set(
+        &self,
+        snap: &Snapshot,
+        allow: &AllowSet,
+        vis: &Visibility<'_>,
+    ) -> Arc<RoaringBitmap> {
+        {
+            let sets = self.visible_sets.lock();
+            if let Some(e) = sets
+                .iter()
+                .find(|e| e.0 == snap.id && e.1.bitmap() == allow.bitmap())
+            {
+                return Arc::clone(&e.2);
+            }
+        }
+        let set = Arc::new(vis.visible_set());
+        let mut sets = self.visible_sets.lock();
+        sets.retain(|e| e.0 >= snap.id);
+        sets.push_front((snap.id, allow.clone(), Arc::clone(&set)));
+        sets.truncate(VISIBLE_SETS);
+        set
     }
 
     pub(crate) fn with_reader<T>(
@@ -1687,6 +1738,7 @@ fn load_snapshot(store: &Store) -> Result<Snapshot> {
     dead.insert_range(0..next);
     dead -= &live;
     Ok(Snapshot {
+        id: next_snapshot_id(),
         map,
         dead: Arc::new(dead),
         live_chunks: live.len(),

@@ -155,6 +155,29 @@ impl<'a> Visibility<'a> {
         out
     }
 
+    /// Exactly the chunks [`Visibility::visible`] accepts, as a bitmap: a chunk of an allowed
+    /// document that is still mapped to it and not dead. Costs O(allowed documents' chunks)
+    /// (unlike [`Visibility::visible_chunks`], a chunk listed under an allowed document but
+    /// mapped to another since is left out).
+    pub fn visible_set(&self) -> RoaringBitmap {
+        let docs = self.allow.bitmap() & self.map.docs_with_chunks();
+        let mut ids: Vec<u32> = Vec::new();
+        for doc in &docs {
+            ids.extend(
+                self.map
+                    .chunks_of(doc)
+                    .iter()
+                    .copied()
+                    .filter(|&c| self.map.doc_of(c) == Some(doc)),
+            );
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        let mut out = RoaringBitmap::from_sorted_iter(ids).expect("sorted, deduplicated");
+        out -= self.dead;
+        out
+    }
+
     /// Upper-bound estimate of the number of visible chunks without materialising them.
     pub fn estimate(&self, avg_chunks_per_doc: f64) -> u64 {
         (self.allow.len() as f64 * avg_chunks_per_doc).ceil() as u64
@@ -204,6 +227,7 @@ mod tests {
         assert!(!v.visible(2), "document not allowed");
         assert!(!v.visible(99), "unknown chunk");
         assert_eq!(v.visible_chunks().iter().collect::<Vec<_>>(), vec![0]);
+        assert_eq!(v.visible_set().iter().collect::<Vec<_>>(), vec![0]);
         assert_eq!(
             v.estimate_visible(),
             2,

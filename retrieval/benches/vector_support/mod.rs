@@ -11,6 +11,8 @@
 //! the very same vectors.
 #![allow(dead_code)]
 
+pub mod projection;
+
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
