@@ -13,7 +13,6 @@
 
 mod vector_support;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -22,7 +21,8 @@ use airlock_retrieval::vector::synth::Rng;
 use airlock_retrieval::{Bm25Config, ChunkMap, Visibility};
 use roaring::RoaringBitmap;
 use vector_support::{
-    cli_arg, cpu_desc, golden_queries, load_avg, percentile, random_allow, shared_dir,
+    bank_dev_corpus, cli_arg, corpus_words, cpu_desc, golden_queries, load_avg, percentile,
+    random_allow, shared_dir,
 };
 
 const CHUNKS_PER_DOC: u32 = 8;
@@ -101,20 +101,8 @@ fn main() {
 
 /// Writes chunks until the index holds `target`, in committed batches of [`BATCH`].
 fn build(index: &Bm25, shared: &Path, target: usize) {
-    let docs = corpus(shared);
-    let vocab: Vec<&str> = {
-        let mut v: Vec<&str> = docs
-            .iter()
-            .flat_map(|(_, t)| t.split_whitespace())
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
-    };
-    let words: Vec<Vec<&str>> = docs
-        .iter()
-        .map(|(_, t)| t.split_whitespace().collect())
-        .collect();
+    let docs = bank_dev_corpus(shared);
+    let (vocab, words) = corpus_words(&docs);
     let mut rng = Rng::new(5);
     let t0 = Instant::now();
     let mut next = index.num_docs() as usize;
@@ -155,21 +143,6 @@ fn build(index: &Bm25, shared: &Path, target: usize) {
             );
         }
     }
-}
-
-/// `(title, text)` of every bank-dev document.
-fn corpus(shared: &Path) -> Vec<(String, String)> {
-    let f = std::fs::File::open(shared.join("datasets/bank-dev/corpus.jsonl")).expect("corpus");
-    BufReader::new(f)
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(&l.expect("line")).expect("json");
-            (
-                v["title"].as_str().unwrap_or_default().to_owned(),
-                v["text"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
 }
 
 fn dir_bytes(dir: &Path) -> u64 {

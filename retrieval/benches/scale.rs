@@ -33,7 +33,7 @@
 mod vector_support;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -47,7 +47,8 @@ use airlock_retrieval::{
 use roaring::RoaringBitmap;
 use vector_support::projection::ProjectionEmbedder;
 use vector_support::{
-    cli_arg, cpu_desc, golden_queries, load_avg, percentile, rss_kib, shared_dir,
+    bank_dev_corpus, cli_arg, corpus_words, cpu_desc, golden_queries, load_avg, percentile,
+    rss_kib, shared_dir,
 };
 
 const SECTIONS: usize = 8;
@@ -434,20 +435,8 @@ fn open_engine(data: &Path) -> Retrieval {
 
 /// Ingests documents of [`SECTIONS`] sections through the engine until `target` chunks are live.
 fn build(data: &Path, shared: &Path, target: u64) {
-    let base = corpus(shared);
-    let vocab: Vec<&str> = {
-        let mut v: Vec<&str> = base
-            .iter()
-            .flat_map(|(_, t)| t.split_whitespace())
-            .collect();
-        v.sort_unstable();
-        v.dedup();
-        v
-    };
-    let words: Vec<Vec<&str>> = base
-        .iter()
-        .map(|(_, t)| t.split_whitespace().collect())
-        .collect();
+    let base = bank_dev_corpus(shared);
+    let (vocab, words) = corpus_words(&base);
     // Source documents per department.
     let pools: Vec<Vec<usize>> = (0..DEPARTMENTS as usize)
         .map(|d| {
@@ -521,19 +510,4 @@ fn build(data: &Path, shared: &Path, target: u64) {
         }
     }
     depts.flush().expect("departments file");
-}
-
-/// `(title, text)` of every bank-dev document.
-fn corpus(shared: &Path) -> Vec<(String, String)> {
-    let f = std::fs::File::open(shared.join("datasets/bank-dev/corpus.jsonl")).expect("corpus");
-    BufReader::new(f)
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(&l.expect("line")).expect("json");
-            (
-                v["title"].as_str().unwrap_or_default().to_owned(),
-                v["text"].as_str().unwrap_or_default().to_owned(),
-            )
-        })
-        .collect()
 }

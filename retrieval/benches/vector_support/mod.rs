@@ -1,5 +1,5 @@
 //! Shared data and timing helpers of the retrieval benchmarks (`vector_build`, `vector_filtered`,
-//! `bm25_scale`, `hybrid_latency`).
+//! `bm25_scale`, `hybrid_latency`, `scale`).
 //!
 //! Data set ("noisy200k", the peers' scale proxy of `shared/peers/bench_ann.py`): a base set of
 //! 10,419 unit vectors (real MiniLM embeddings of Cranfield docs + bank-dev chunks when
@@ -399,4 +399,35 @@ pub fn ef_row(ef: usize, data: &DataSet, mut run: impl FnMut(bool) -> Vec<Vec<u3
         cells[0].0, cells[0].1, cells[1].0, cells[1].1
     );
     (ef, cells[0], cells[1])
+}
+
+/// `(title, text)` of every bank-dev document (`shared/datasets/bank-dev/corpus.jsonl`).
+pub fn bank_dev_corpus(shared: &Path) -> Vec<(String, String)> {
+    let f = fs::File::open(shared.join("datasets/bank-dev/corpus.jsonl")).expect("corpus");
+    BufReader::new(f)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(&l.expect("line")).expect("json");
+            (
+                v["title"].as_str().unwrap_or_default().to_owned(),
+                v["text"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The corpus's vocabulary (sorted, distinct words) and each document's words, as the
+/// text-perturbing benches (`bm25_scale`, `scale`) draw on them.
+pub fn corpus_words(docs: &[(String, String)]) -> (Vec<&str>, Vec<Vec<&str>>) {
+    let mut vocab: Vec<&str> = docs
+        .iter()
+        .flat_map(|(_, t)| t.split_whitespace())
+        .collect();
+    vocab.sort_unstable();
+    vocab.dedup();
+    let words = docs
+        .iter()
+        .map(|(_, t)| t.split_whitespace().collect())
+        .collect();
+    (vocab, words)
 }
