@@ -72,6 +72,13 @@ pub(super) async fn sync(
         .map_err(|e| fail(&counts, format!("listing the share: {e}")))?;
     let mut next = listed.next;
     let actor = actor(&alias);
+    let writes = Writes {
+        services: &services,
+        limits: &limits,
+        cfg,
+        actor: &actor,
+        directory: &directory,
+    };
     for change in listed.changes {
         match change {
             Change::Upsert {
@@ -83,14 +90,11 @@ pub(super) async fn sync(
                 let doc = doc_id(&alias, &id);
                 let old = state.items.get(&id).map(|i| i.readers.clone());
                 let outcome = upsert(
+                    &writes,
                     &mut source,
-                    &services,
-                    &limits,
-                    cfg,
-                    &actor,
                     &doc,
                     &path,
-                    &grants(&readers, &directory),
+                    &readers,
                     Reuse::SameBytes,
                 )
                 .await
@@ -150,19 +154,9 @@ pub(super) async fn sync(
                 let doc = doc_id(&alias, &id);
                 let readers = next.items.get(&id).map(|i| i.readers.clone());
                 let readers = readers.unwrap_or_default();
-                let outcome = upsert(
-                    &mut source,
-                    &services,
-                    &limits,
-                    cfg,
-                    &actor,
-                    &doc,
-                    &path,
-                    &grants(&readers, &directory),
-                    Reuse::Never,
-                )
-                .await
-                .map_err(|e| fail(&counts, e))?;
+                let outcome = upsert(&writes, &mut source, &doc, &path, &readers, Reuse::Never)
+                    .await
+                    .map_err(|e| fail(&counts, e))?;
                 match outcome {
                     Upserted::Stored | Upserted::SameContent => counts.moved += 1,
                     Upserted::Refused(reason) => {
@@ -234,20 +228,27 @@ enum Upserted {
     Refused(String),
 }
 
-/// Fetches, extracts and stores one file with its grant. `Err`: the store failed (the sync
-/// stops); a refusal of the file is `Ok(Refused)`.
-#[allow(clippy::too_many_arguments)]
+/// What every write of one sync shares.
+struct Writes<'a> {
+    services: &'a Arc<Services>,
+    limits: &'a SyncLimits,
+    cfg: &'a ConnectorConfig,
+    actor: &'a str,
+    directory: &'a Directory,
+}
+
+/// Fetches, extracts and stores one file with the grant of `readers`. `Err`: the store failed
+/// (the sync stops); a refusal of the file is `Ok(Refused)`.
 async fn upsert(
+    w: &Writes<'_>,
     source: &mut SmbSource,
-    services: &Arc<Services>,
-    limits: &SyncLimits,
-    cfg: &ConnectorConfig,
-    actor: &str,
     doc_id: &str,
     path: &str,
-    grants: &DocGrants,
+    readers: &Readers,
     reuse: Reuse,
 ) -> Result<Upserted, String> {
+    let (services, limits, cfg, actor) = (w.services, w.limits, w.cfg, w.actor);
+    let grants = grants(readers, w.directory);
     let name = path.rsplit('/').next().unwrap_or(path).to_owned();
     let Some(format) = name
         .rsplit_once('.')
@@ -259,7 +260,7 @@ async fn upsert(
         Ok(b) => b,
         Err(e) => return Ok(Upserted::Refused(format!("fetching: {e}"))),
     };
-    let (s, limits, grants) = (services.clone(), limits.clone(), grants.clone());
+    let (s, limits) = (services.clone(), limits.clone());
     let (actor, doc_id, path, alias) = (
         actor.to_owned(),
         doc_id.to_owned(),
