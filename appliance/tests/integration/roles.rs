@@ -371,7 +371,7 @@ fn cell(access: Access, roles: Option<&[Role]>) -> &'static str {
     }
 }
 
-/// docs/API.md's role table from `ROUTES`: one row per access level, in the table's order.
+/// The API's role table (docs/api/sign-in-and-roles.md) from `ROUTES`: one row per access level, in the table's order.
 fn role_table_markdown() -> String {
     let mut groups: Vec<(Access, Vec<String>)> = Vec::new();
     for (m, r, a) in ROUTES {
@@ -398,21 +398,22 @@ fn role_table_markdown() -> String {
     out
 }
 
-/// Issue 42 L2: docs/API.md's role table is the one in code. The table between the markers is
-/// generated from `ROUTES` ([`role_table_markdown`]), and every route named with
-/// its roles elsewhere in API.md ("`POST /v1/acl/sync/ldap` (operator)") names exactly the roles
+/// Issue 42 L2: the API's role table (docs/api/sign-in-and-roles.md) is the one in code. The
+/// table between the markers is generated from `ROUTES` ([`role_table_markdown`]), and every
+/// route named with its roles anywhere in the contract (docs/API.md, docs/api/*.md) ("`POST /v1/acl/sync/ldap` (operator)") names exactly the roles
 /// the table lets through. `AIRLOCK_BLESS=1` rewrites the table in the document.
 #[test]
 fn api_md_role_table_is_the_route_table() {
     const BEGIN: &str = "<!-- role table: generated from appliance/src/roles.rs ROUTES; \
                          test roles::api_md_role_table_is_the_route_table -->\n";
     const END: &str = "<!-- end of the generated role table -->";
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/API.md");
+    let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
+    let path = docs.join("api/sign-in-and-roles.md");
     let doc = std::fs::read_to_string(&path).unwrap();
     let want = role_table_markdown();
     let (Some(start), Some(end)) = (doc.find(BEGIN), doc.find(END)) else {
         panic!(
-            "docs/API.md has no generated role table; put this between\n{BEGIN}and\n{END}\n\n{want}"
+            "docs/api/sign-in-and-roles.md has no generated role table; put this between\n{BEGIN}and\n{END}\n\n{want}"
         );
     };
     let have = &doc[start + BEGIN.len()..end];
@@ -423,7 +424,7 @@ fn api_md_role_table_is_the_route_table() {
             std::fs::write(&path, new).unwrap();
         }
         panic!(
-            "docs/API.md's role table differs from ROUTES (AIRLOCK_BLESS=1 rewrites it):\n{want}"
+            "docs/api/sign-in-and-roles.md's role table differs from ROUTES (AIRLOCK_BLESS=1 rewrites it):\n{want}"
         );
     }
 
@@ -446,8 +447,18 @@ fn api_md_role_table_is_the_route_table() {
         }
         out
     };
+    // The contract's pages: docs/API.md and docs/api/*.md.
+    let mut pages = vec![docs.join("API.md")];
+    for entry in std::fs::read_dir(docs.join("api")).unwrap() {
+        pages.push(entry.unwrap().path());
+    }
+    let text: String = pages
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
     let mut checked = 0;
-    for line in doc.lines() {
+    for line in text.lines() {
         let mut rest = line;
         while let Some(i) = rest.find('`') {
             let after = &rest[i + 1..];

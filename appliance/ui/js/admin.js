@@ -1,4 +1,4 @@
-// The operator console (/admin): pages over `GET /v1/admin/...` and `GET /v1/connectors`, read-only but for a connector's "Sync now" (docs/API.md
+// The operator console (/admin): pages over `GET /v1/admin/...` and `GET /v1/connectors`, read-only but for a connector's "Sync now" (docs/api/sign-in-and-roles.md,
 // "Operator console"). Sign-in as on the chat page: the tab's bearer token, or the sign-in
 // session's cookie (directory or identity provider) when there is no token. Which pages a
 // person sees follows their roles from `GET /v1/info`; the daemon's role table decides anyway.

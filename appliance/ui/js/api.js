@@ -376,7 +376,7 @@ export class Api {
   }
 
   /**
-   * `POST /v1/feedback` (see "Feedback" in docs/API.md).
+   * `POST /v1/feedback` (see "Feedback" in docs/api/answers.md).
    * @param {{request_id: string, rating: 'up' | 'down', comment?: string}} body
    */
   async feedback(body) {
