@@ -404,7 +404,7 @@ fn role_table_markdown() -> String {
 /// the table lets through. `AIRLOCK_BLESS=1` rewrites the table in the document.
 #[test]
 fn api_md_role_table_is_the_route_table() {
-    const BEGIN: &str = "<!-- role table: generated from appliance/src/roles.rs ROUTES; \
+    const BEGIN: &str = "<!-- role table: generated from identity/src/roles.rs ROUTES; \
                          test roles::api_md_role_table_is_the_route_table -->\n";
     const END: &str = "<!-- end of the generated role table -->";
     let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs");
