@@ -88,6 +88,7 @@ pub const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/v1/connectors", OPERATOR),
     ("POST", "/v1/connectors/{alias}/sync", OPERATOR),
     ("POST", "/v1/connectors/{alias}/verify", OPERATOR),
+    ("GET", "/v1/connectors/{alias}/holdings", OPERATOR),
     ("GET", "/v1/auth/methods", Access::Public),
     ("POST", "/v1/auth/login", Access::Public),
     ("POST", "/v1/auth/logout", Access::Signed),

@@ -1,5 +1,6 @@
-//! `airlock connectors status|sync|verify`: the connectors of a running daemon, through its API
-//! (`GET /v1/connectors`, `POST /v1/connectors/{alias}/sync|verify`, operator role). The daemon is
+//! `airlock connectors status|sync|verify|holdings`: the connectors of a running daemon, through
+//! its API (`GET /v1/connectors`, `POST /v1/connectors/{alias}/sync|verify`,
+//! `GET /v1/connectors/{alias}/holdings`, operator role). The daemon is
 //! the one writer of its data directory, so the CLI never syncs by itself: it asks.
 
 use std::path::PathBuf;
@@ -19,9 +20,12 @@ pub enum ConnectorsCommand {
     /// The drift check: a fresh crawl compared with the grants Airlock holds, user by user;
     /// prints the report and fails on any mismatch.
     Verify(VerifyArgs),
+    /// What this appliance holds of one source (documents, content versions, readers) as one
+    /// digest: equal on two appliances that synced the same source to the same point (JSON).
+    Holdings(VerifyArgs),
 }
 
-/// `airlock connectors verify ALIAS`.
+/// `airlock connectors verify ALIAS` and `airlock connectors holdings ALIAS`.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
     /// The source's alias.
@@ -131,6 +135,15 @@ pub fn run(cmd: ConnectorsCommand) -> anyhow::Result<bool> {
                 .with_context(|| format!("POST {path}"))?;
             println!("{}", serde_json::to_string_pretty(&report)?);
             Ok(report["leaks"] == 0 && report["missing"] == 0)
+        }
+        ConnectorsCommand::Holdings(a) => {
+            let (c, token) = client(&a.daemon, Duration::from_secs(600))?;
+            let path = format!("/v1/connectors/{}/holdings", a.alias);
+            let holdings = c
+                .call("GET", &path, &token, None)
+                .with_context(|| format!("GET {path}"))?;
+            println!("{}", serde_json::to_string_pretty(&holdings)?);
+            Ok(true)
         }
     }
 }

@@ -19,6 +19,7 @@
 
 pub mod config;
 mod drift;
+pub mod holdings;
 pub mod scope;
 pub mod store;
 mod sync;
@@ -31,6 +32,7 @@ use serde::Serialize;
 
 pub use config::{ConnectorConfig, ShareAcl};
 pub use drift::{Drift, DriftReport};
+pub use holdings::{Holdings, HoldingsError};
 pub use store::{LastRun, RunCounts, Store, StoreError};
 
 use crate::connector_metrics::{ConnectorMetrics, SourceLabel};
@@ -222,6 +224,24 @@ impl Connectors {
             return Err(TriggerError::AlreadyRunning(alias.to_owned()));
         }
         Ok(drift::check(&source.config, services, self.store.clone()).await)
+    }
+
+    /// What this appliance holds of `alias` (its documents' ids, content versions and readers)
+    /// as one digest, to compare with another appliance syncing the same source. Reads the
+    /// stores: call off the async threads.
+    pub fn holdings(
+        &self,
+        alias: &str,
+        services: &Services,
+    ) -> Result<Result<Holdings, HoldingsError>, TriggerError> {
+        if !self.sources.iter().any(|s| s.config.alias == alias) {
+            return Err(TriggerError::Unknown(alias.to_owned()));
+        }
+        Ok(holdings::holdings(
+            alias,
+            &services.retrieval,
+            &services.acl,
+        ))
     }
 
     /// Every source's status (reads the connectors' file: call off the async threads).

@@ -1,6 +1,7 @@
 //! The connectors' API (operator): `GET /v1/connectors` (each source's state),
-//! `POST /v1/connectors/{alias}/sync` (a sync now) and `POST /v1/connectors/{alias}/verify` (the
-//! drift check). The syncs themselves run in the daemon (crate::connectors): the API only asks.
+//! `POST /v1/connectors/{alias}/sync` (a sync now), `POST /v1/connectors/{alias}/verify` (the
+//! drift check) and `GET /v1/connectors/{alias}/holdings` (what this appliance holds of the
+//! source, as one digest to compare with another appliance's). The syncs themselves run in the daemon (crate::connectors): the API only asks.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -95,4 +96,26 @@ pub async fn verify(
     })
     .await?;
     Ok(Json(report))
+}
+
+/// `GET /v1/connectors/{alias}/holdings` → 200 `{"source", "documents", "unreadable", "digest"}`:
+/// a digest of the source's live documents in this appliance (id, content version, users and
+/// groups granted), equal on two appliances that synced the same source to the same point (the
+/// HA check, docs/operations/connectors.md). 404 for an alias not configured. Reads only.
+pub async fn holdings(
+    State(state): State<AppState>,
+    Admin(_): Admin,
+    Path(alias): Path<String>,
+) -> Result<Json<crate::connectors::Holdings>, ApiError> {
+    let services = state.services()?;
+    let connectors = state
+        .connectors()
+        .cloned()
+        .ok_or_else(|| ApiError::NotFound(TriggerError::Unknown(alias.clone()).to_string()))?;
+    let holdings = blocking(move || match connectors.holdings(&alias, &services) {
+        Err(e) => Err(ApiError::NotFound(e.to_string())),
+        Ok(h) => h.map_err(ApiError::internal),
+    })
+    .await?;
+    Ok(Json(holdings))
 }

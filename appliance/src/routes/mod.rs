@@ -90,6 +90,7 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/connectors", get(connectors::list))
         .route("/v1/connectors/{alias}/sync", post(connectors::sync))
         .route("/v1/connectors/{alias}/verify", post(connectors::verify))
+        .route("/v1/connectors/{alias}/holdings", get(connectors::holdings))
         .route("/v1/auth/methods", get(auth::methods))
         .route("/v1/auth/login", post(auth::login))
         .route("/v1/auth/logout", post(auth::logout))

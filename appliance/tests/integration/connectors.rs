@@ -2,8 +2,9 @@
 //! daemon's scheduler syncs a share with its NTFS ACLs, users signed in over `[ldap]` against the
 //! same DC retrieve exactly the files the share lets them read (a deny ACE included), an ACE
 //! change is an ACL update without re-extraction, the drift check finds the change before the
-//! re-sync and nothing after it, and a sync against a stopped DC changes nothing. Also: the
-//! API's refusals, audit rows and metrics.
+//! re-sync and nothing after it, and a sync against a stopped DC changes nothing; a second
+//! appliance syncing the same source holds the same documents and readers (the holdings digest)
+//! once it has synced the same changes. Also: the API's refusals, audit rows and metrics.
 
 use std::time::{Duration, Instant};
 
@@ -99,6 +100,25 @@ async fn verify(t: &TestApp) -> (u64, u64, Value) {
         r.json["leaks"].as_u64().unwrap(),
         r.json["missing"].as_u64().unwrap(),
         r.json,
+    )
+}
+
+/// What the appliance holds of the source: (documents, digest).
+async fn holdings(t: &TestApp) -> (u64, String) {
+    let r = t
+        .call(
+            Method::GET,
+            &format!("/v1/connectors/{ALIAS}/holdings"),
+            Some(&t.admin),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text);
+    assert_eq!(r.json["source"], ALIAS, "{}", r.text);
+    assert_eq!(r.json["unreadable"], 0, "{}", r.text);
+    (
+        r.json["documents"].as_u64().unwrap(),
+        r.json["digest"].as_str().unwrap().to_owned(),
     )
 }
 
@@ -245,6 +265,25 @@ async fn smb_share_acls_decide_who_retrieves_what_and_a_failed_sync_changes_noth
     assert_eq!(s["items"], 4, "{s}");
     assert!(s["last_success"].as_u64().is_some(), "{s}");
 
+    // A second appliance syncing the same source (the HA story) holds the same documents with
+    // the same content versions and readers: the same digest.
+    let t2 = TestApp::with_config(config(&dc, &pw_file));
+    airlock::cli::serve::start_connectors(&t2.state, t2._dir.path()).unwrap();
+    let s2 = wait_for_run(&t2, 0).await;
+    assert!(s2["last_run"]["error"].is_null(), "{s2}");
+    let first = holdings(&t).await;
+    assert_eq!(first.0, 4);
+    assert_eq!(holdings(&t2).await, first);
+    let r = t
+        .call(
+            Method::GET,
+            "/v1/connectors/nope/holdings",
+            Some(&t.admin),
+            None,
+        )
+        .await;
+    r.assert_problem(404, "not-found", "no connector `nope`");
+
     // The API: an unknown alias is 404, a second request while one is pending or running 409.
     let r = t
         .call(
@@ -323,6 +362,14 @@ async fn smb_share_acls_decide_who_retrieves_what_and_a_failed_sync_changes_noth
     assert_eq!(dc.can_read("bob", "alice.txt"), Some(true));
     let (leaks, missing, report) = verify(&t).await;
     assert_eq!((leaks, missing), (0, 0), "{report}");
+    // The second appliance has not synced since: its holdings differ by bob's grant, until it
+    // syncs too.
+    let changed = holdings(&t).await;
+    assert_ne!(changed, first);
+    assert_eq!(holdings(&t2).await, first);
+    let s2 = sync(&t2, 1).await;
+    assert_eq!(s2["last_run"]["counts"]["permissions"], 1, "{s2}");
+    assert_eq!(holdings(&t2).await, changed);
 
     // A rename: the document keeps its id; its path (what citations show) and title follow the
     // file, and its readers stay those of the file.
@@ -348,6 +395,11 @@ async fn smb_share_acls_decide_who_retrieves_what_and_a_failed_sync_changes_noth
     );
     let (leaks, missing, report) = verify(&t).await;
     assert_eq!((leaks, missing), (0, 0), "{report}");
+    // The second appliance converges on the rename too (title, path and content version).
+    assert_ne!(holdings(&t).await, changed);
+    sync(&t2, 2).await;
+    assert_eq!(holdings(&t2).await, holdings(&t).await);
+    drop(t2);
 
     // The DC stops: the sync fails loudly and changes nothing (no deletion, no grant change).
     let last_success = s["last_success"].clone();
