@@ -23,6 +23,17 @@ const QUERY: &str = "quarterly liquidity report";
 /// The operator's `[ldap]` and `[[connectors]]` for the DC (sign-in ids are sAMAccountNames,
 /// the names the connector grants to).
 fn config(dc: &Dc, pw_file: &std::path::Path) -> Config {
+    let parsed =
+        Config::from_toml(&toml(dc, pw_file), std::path::Path::new("airlock.toml")).unwrap();
+    Config {
+        ldap: parsed.ldap,
+        connectors: parsed.connectors,
+        ..test_config()
+    }
+}
+
+/// [`config`]'s sections as the operator's TOML.
+fn toml(dc: &Dc, pw_file: &std::path::Path) -> String {
     let realm = dc.get("REALM").to_lowercase();
     let base = realm
         .split('.')
@@ -30,7 +41,7 @@ fn config(dc: &Dc, pw_file: &std::path::Path) -> Config {
         .collect::<Vec<_>>()
         .join(",");
     let ca = dc.get("CA_FILE");
-    let text = format!(
+    format!(
         "[ldap]\nurl = \"ldaps://127.0.0.1:636\"\nca_file = \"{ca}\"\n\
          bind_dn = \"svc-airlock@{realm}\"\nbind_password_file = \"{pw}\"\n\
          user_base = \"CN=Users,{base}\"\nuser_filter = \"(sAMAccountName={{username}})\"\n\
@@ -45,13 +56,82 @@ fn config(dc: &Dc, pw_file: &std::path::Path) -> Config {
          exclude = [\"**/*.tmp\", \"scratch/**\"]\n",
         pw = pw_file.display(),
         domain = dc.get("DOMAIN"),
+    )
+}
+
+/// The real binary (`airlock demo`, which execs `airlock serve`) under strace with the lockdown
+/// required and `toml`'s `[[connectors]]`: its first sync of the share succeeds through the
+/// lockdown, and every IPv4/IPv6 connect goes to 127.0.0.1 on the file server's port (445) or
+/// the directory's (636), the two the configuration names.
+fn traced_sync_connects_only_to_the_source(toml: &str, items: u64) {
+    use crate::sandbox::{STRACE, http, inet_connects, stop_traced, traced_demo_ready};
+    assert!(
+        std::path::Path::new(STRACE).exists(),
+        "{STRACE} is not installed (.ci/run installs it)"
     );
-    let parsed = Config::from_toml(&text, std::path::Path::new("airlock.toml")).unwrap();
-    Config {
-        ldap: parsed.ldap,
-        connectors: parsed.connectors,
-        ..test_config()
+    let dir = tempfile::tempdir().unwrap();
+    let staging = dir.path().join("staging");
+    crate::support::small_staging(&staging);
+    let data = dir.path().join("data");
+    let toml_path = dir.path().join("connectors.toml");
+    std::fs::write(&toml_path, toml).unwrap();
+    let log = dir.path().join("strace.txt");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (mut strace, logs) = traced_demo_ready(&log, &data, &staging, &toml_path, port);
+    let tokens: Value =
+        serde_json::from_slice(&std::fs::read(data.join("demo/tokens.json")).unwrap()).unwrap();
+    let operator = tokens["admin"].as_str().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let status = loop {
+        let (code, body) = http(
+            "GET",
+            &format!("http://127.0.0.1:{port}/v1/connectors"),
+            operator,
+            None,
+        );
+        assert_eq!(code, 200, "{body}");
+        let s = body["data"][0].clone();
+        if s["runs"].as_u64().unwrap_or(0) >= 1 && s["running"] == false {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no sync ended: {body}");
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    stop_traced(&mut strace);
+    let logs = logs.join().unwrap();
+    assert!(status["last_run"]["error"].is_null(), "{status}\n{logs}");
+    assert_eq!(status["items"], items, "{status}");
+    assert!(
+        logs.lines().any(|l| l.contains("egress lockdown active")
+            && l.contains("tcp_connect_allowed_ports")
+            && l.contains("445")
+            && l.contains("636")),
+        "the daemon must log its lockdown with the share's and the directory's ports:\n{logs}"
+    );
+    let trace = std::fs::read_to_string(&log).unwrap();
+    let inet = inet_connects(&trace);
+    for port in [445, 636] {
+        let to = format!("sin_port=htons({port})");
+        assert!(
+            inet.iter().any(|l| l.contains(&to)),
+            "no connect to port {port}:\n{trace}"
+        );
     }
+    for l in &inet {
+        assert!(
+            l.contains("127.0.0.1")
+                && (l.contains("sin_port=htons(445)") || l.contains("sin_port=htons(636)")),
+            "a connect outside the configured source:\n{l}"
+        );
+    }
+    eprintln!(
+        "{} connects, all to 127.0.0.1:445 or :636 (the share and its directory)",
+        inet.len()
+    );
 }
 
 /// The source's status once a sync after the `runs`-th has ended.
@@ -400,6 +480,12 @@ async fn smb_share_acls_decide_who_retrieves_what_and_a_failed_sync_changes_noth
     sync(&t2, 2).await;
     assert_eq!(holdings(&t2).await, holdings(&t).await);
     drop(t2);
+
+    // The real binary under the egress lockdown syncs the same share and dials nothing else.
+    let text = toml(&dc, &pw_file);
+    tokio::task::spawn_blocking(move || traced_sync_connects_only_to_the_source(&text, 4))
+        .await
+        .unwrap();
 
     // The DC stops: the sync fails loudly and changes nothing (no deletion, no grant change).
     let last_success = s["last_success"].clone();
