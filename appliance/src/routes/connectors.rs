@@ -28,6 +28,25 @@ pub async fn list(State(state): State<AppState>, Admin(_): Admin) -> Result<Json
     Ok(Json(json!({"data": status})))
 }
 
+/// A refused trigger: 404 for an alias not configured, 409 while a sync of it runs.
+fn refused(e: TriggerError) -> ApiError {
+    match e {
+        TriggerError::Unknown(_) => ApiError::NotFound(e.to_string()),
+        TriggerError::AlreadyRunning(_) => ApiError::Conflict(e.to_string()),
+    }
+}
+
+/// The daemon's connectors, or the 404 an alias gets when none is configured.
+fn configured(
+    state: &AppState,
+    alias: &str,
+) -> Result<std::sync::Arc<crate::connectors::Connectors>, ApiError> {
+    state
+        .connectors()
+        .cloned()
+        .ok_or_else(|| refused(TriggerError::Unknown(alias.to_owned())))
+}
+
 /// `POST /v1/connectors/{alias}/sync` → 202 `{"source", "status": "requested"}`: the source's
 /// task starts a sync now. 404 for an alias not configured, 409 while one runs or is requested.
 pub async fn sync(
@@ -37,14 +56,8 @@ pub async fn sync(
     Path(alias): Path<String>,
 ) -> Result<Response, ApiError> {
     let services = state.services()?;
-    let connectors = state
-        .connectors()
-        .cloned()
-        .ok_or_else(|| ApiError::NotFound(TriggerError::Unknown(alias.clone()).to_string()))?;
-    connectors.request_sync(&alias).map_err(|e| match e {
-        TriggerError::Unknown(_) => ApiError::NotFound(e.to_string()),
-        TriggerError::AlreadyRunning(_) => ApiError::Conflict(e.to_string()),
-    })?;
+    let connectors = configured(&state, &alias)?;
+    connectors.request_sync(&alias).map_err(refused)?;
     let source = alias.clone();
     blocking(move || {
         services.acl.audit_admin(
@@ -73,17 +86,11 @@ pub async fn verify(
     Path(alias): Path<String>,
 ) -> Result<Json<crate::connectors::DriftReport>, ApiError> {
     let services = state.services()?;
-    let connectors = state
-        .connectors()
-        .cloned()
-        .ok_or_else(|| ApiError::NotFound(TriggerError::Unknown(alias.clone()).to_string()))?;
+    let connectors = configured(&state, &alias)?;
     let report = connectors
         .verify(&alias, services.clone())
         .await
-        .map_err(|e| match e {
-            TriggerError::Unknown(_) => ApiError::NotFound(e.to_string()),
-            TriggerError::AlreadyRunning(_) => ApiError::Conflict(e.to_string()),
-        })?
+        .map_err(refused)?
         .map_err(|e| ApiError::UpstreamFailed(format!("connector `{alias}`: {e}")))?;
     let detail = json!({"action": "connector_verify", "source": alias,
         "documents_checked": report.documents_checked, "leaks": report.leaks,
@@ -108,12 +115,9 @@ pub async fn holdings(
     Path(alias): Path<String>,
 ) -> Result<Json<crate::connectors::Holdings>, ApiError> {
     let services = state.services()?;
-    let connectors = state
-        .connectors()
-        .cloned()
-        .ok_or_else(|| ApiError::NotFound(TriggerError::Unknown(alias.clone()).to_string()))?;
+    let connectors = configured(&state, &alias)?;
     let holdings = blocking(move || match connectors.holdings(&alias, &services) {
-        Err(e) => Err(ApiError::NotFound(e.to_string())),
+        Err(e) => Err(refused(e)),
         Ok(h) => h.map_err(ApiError::internal),
     })
     .await?;

@@ -76,11 +76,7 @@ fn traced_sync_connects_only_to_the_source(toml: &str, items: u64) {
     let toml_path = dir.path().join("connectors.toml");
     std::fs::write(&toml_path, toml).unwrap();
     let log = dir.path().join("strace.txt");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = crate::sandbox::free_port();
     let (mut strace, logs) = traced_demo_ready(&log, &data, &staging, &toml_path, port);
     let tokens: Value =
         serde_json::from_slice(&std::fs::read(data.join("demo/tokens.json")).unwrap()).unwrap();

@@ -290,7 +290,7 @@ pub(crate) fn traced(out: &Path, args: &[&str]) -> Command {
     c
 }
 
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
