@@ -332,14 +332,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             _ => a.out.clone(),
         };
         write_reports(&dir, &report)?;
-        let line = format!(
-            "{}: {} cases, {} leaking, {} failed -> {}",
-            rung_label(opts.rung),
-            report.overall.cases,
-            report.leaks(),
-            report.failed(),
-            dir.display()
-        );
+        let line = report_line(opts.rung, "", &report, &dir);
         bar.suspend(|| eprintln!("{line}"));
         leaks += report.leaks();
         failed += report.failed();
@@ -353,16 +346,8 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             write_reports(&fs_dir, &same)?;
             leaks += same.leaks();
             failed += same.failed();
-            bar.suspend(|| {
-                eprintln!(
-                    "{}: final state, {} cases, {} leaking, {} failed -> {}",
-                    rung_label(opts.rung),
-                    same.overall.cases,
-                    same.leaks(),
-                    same.failed(),
-                    fs_dir.display()
-                )
-            });
+            let line = report_line(opts.rung, "final state, ", &same, &fs_dir);
+            bar.suspend(|| eprintln!("{line}"));
             per_rung.push(same);
         } else {
             per_rung.push(report);
@@ -487,8 +472,16 @@ fn run_options(a: &RunArgs, operators: bool, interrupted: &Arc<AtomicBool>) -> R
     }
 }
 
-fn rung_label(rung: Option<u8>) -> String {
-    rung.map_or("auto rung".into(), |r| format!("rung {r}"))
+/// The line announcing a pass's report (`pass`: `""`, or `"final state, "`).
+fn report_line(rung: Option<u8>, pass: &str, report: &Report, dir: &Path) -> String {
+    format!(
+        "{}: {pass}{} cases, {} leaking, {} failed -> {}",
+        rung.map_or("auto rung".into(), |r| format!("rung {r}")),
+        report.overall.cases,
+        report.leaks(),
+        report.failed(),
+        dir.display()
+    )
 }
 
 /// The rung table of a run over several rungs: `rungs.md` (printed too) and `rungs.html`.
