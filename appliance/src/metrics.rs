@@ -256,172 +256,11 @@ impl Metrics {
         };
         m.rack.register(&mut r);
         m.connectors.register(&mut r);
-        r.register(
-            "requests",
-            "HTTP requests by route template and status",
-            m.requests.clone(),
-        );
-        r.register(
-            "request_duration_seconds",
-            "Time from request to response head (a stream's start), by route template",
-            m.request_duration.clone(),
-        );
-        r.register(
-            "iam_sync_last_success_timestamp_seconds",
-            "When the last full IAM sync (snapshot or directory) was applied, Unix seconds (0: never)",
-            m.iam_sync_last_success.clone(),
-        );
-        r.register(
-            "ttft_seconds",
-            "Time to first token of chat completions",
-            m.ttft.clone(),
-        );
-        r.register(
-            "tpot_seconds",
-            "Time per output token after the first",
-            m.tpot.clone(),
-        );
-        r.register(
-            "queue_depth",
-            "Requests waiting for the generation engine",
-            m.queue_depth.clone(),
-        );
-        r.register("inflight", "HTTP requests being served", m.inflight.clone());
-        r.register(
-            "ladder_rung",
-            "Current degradation ladder rung (0 = full quality)",
-            m.ladder_rung.clone(),
-        );
-        r.register(
-            "rung_transitions",
-            "Ladder rung changes",
-            m.rung_transitions.clone(),
-        );
-        r.register(
-            "ladder_rung_seconds",
-            "Seconds spent at each ladder rung",
-            m.rung_seconds_total.clone(),
-        );
-        r.register(
-            "ladder_pressure",
-            "Last load observation of the ladder controller (1.0 = one signal at its full level)",
-            m.ladder_pressure.clone(),
-        );
-        r.register(
-            "shed",
-            "Requests shed by the ladder (503)",
-            m.shed_total.clone(),
-        );
-        r.register(
-            "rate_limited",
-            "Requests refused by a per-user quota (429)",
-            m.rate_limited_total.clone(),
-        );
-        r.register(
-            "retrieval_stage_seconds",
-            "Latency of each request stage",
-            m.stage_seconds.clone(),
-        );
-        r.register(
-            "recheck_drops",
-            "Chunks dropped by the access re-check just before the prompt",
-            m.recheck_drops.clone(),
-        );
-        r.register(
-            "break_glass",
-            "Access changes applied by break-glass, without a second person's approval",
-            m.break_glass.clone(),
-        );
-        r.register(
-            "sources_below_floor",
-            "Retrieved chunks kept out of a chat prompt: similarity below min_source_similarity",
-            m.below_floor.clone(),
-        );
-        r.register(
-            "no_source_answers",
-            "Chat answers given without generation: no readable source was relevant enough",
-            m.no_source_answers.clone(),
-        );
-        r.register(
-            "unsupported_answers",
-            "Generated chat answers whose own content no source supports",
-            m.unsupported_answers.clone(),
-        );
-        r.register(
-            "unmatched_names",
-            "Chat questions naming something none of their sources mentions (answered without sources)",
-            m.unmatched_names.clone(),
-        );
-        r.register(
-            "sources_out_of_focus",
-            "Retrieved chunks kept out of a chat prompt: their document misses a name of the question another has, or matches the question less well than another (source_focus)",
-            m.out_of_focus.clone(),
-        );
-        r.register(
-            "focus_sentences_embedded",
-            "Candidate sentences embedded for source focus's semantic judgement (semantic_focus)",
-            m.focus_sentences.clone(),
-        );
-        r.register(
-            "facet_questions",
-            "Chat questions about two subjects, retrieved once per subject (facet_retrieval)",
-            m.facet_questions.clone(),
-        );
-        r.register(
-            "generation_cancelled",
-            "Generations cancelled because the client went away",
-            m.cancelled.clone(),
-        );
-        r.register(
-            "engine_active_sequences",
-            "Sequences the engine is decoding",
-            m.engine_active.clone(),
-        );
-        r.register(
-            "kv_bytes",
-            "Bytes of KV cache held by the engine",
-            m.kv_bytes.clone(),
-        );
-        r.register(
-            "prefix_cache_hits",
-            "Requests that reused the shared system-prompt prefix KV (since start)",
-            m.prefix_hits.clone(),
-        );
-        r.register(
-            "prefix_cache_tokens_saved",
-            "Prompt tokens not prefilled thanks to the shared system-prompt prefix (since start)",
-            m.prefix_tokens_saved.clone(),
-        );
-        r.register(
-            "generated_tokens",
-            "Completion tokens generated",
-            m.generated_tokens.clone(),
-        );
-        r.register(
-            "prompt_tokens",
-            "Prompt tokens prefilled",
-            m.prompt_tokens.clone(),
-        );
-        r.register(
-            "bundle_info",
-            "The installed bundle (value 1, version label)",
-            m.bundle_info.clone(),
-        );
-        r.register(
-            "connections_open",
-            "Client connections held",
-            m.connections_open.clone(),
-        );
-        r.register(
-            "connections_refused",
-            "Client connections refused at a connection limit (503), by limit",
-            m.connections_refused.clone(),
-        );
-        r.register(
-            "feedback",
-            "Answer ratings stored through POST /v1/feedback (new or replaced), by rating",
-            m.feedback_total.clone(),
-        );
+        m.register_http(&mut r);
+        m.register_ladder(&mut r);
+        m.register_answers(&mut r);
+        m.register_engine(&mut r);
+        m.register_service(&mut r);
         for limit in ["global", "per_ip"] {
             drop(m.connections_refused.get_or_create(&LimitLabel { limit }));
         }
@@ -433,6 +272,196 @@ impl Metrics {
         }
         *m.registry.lock() = r;
         m
+    }
+
+    /// HTTP serving: requests, their latency, the IAM sync and the generation queue.
+    fn register_http(&self, r: &mut Registry) {
+        r.register(
+            "requests",
+            "HTTP requests by route template and status",
+            self.requests.clone(),
+        );
+        r.register(
+            "request_duration_seconds",
+            "Time from request to response head (a stream's start), by route template",
+            self.request_duration.clone(),
+        );
+        r.register(
+        "iam_sync_last_success_timestamp_seconds",
+        "When the last full IAM sync (snapshot or directory) was applied, Unix seconds (0: never)",
+        self.iam_sync_last_success.clone(),
+    );
+        r.register(
+            "ttft_seconds",
+            "Time to first token of chat completions",
+            self.ttft.clone(),
+        );
+        r.register(
+            "tpot_seconds",
+            "Time per output token after the first",
+            self.tpot.clone(),
+        );
+        r.register(
+            "queue_depth",
+            "Requests waiting for the generation engine",
+            self.queue_depth.clone(),
+        );
+        r.register(
+            "inflight",
+            "HTTP requests being served",
+            self.inflight.clone(),
+        );
+    }
+
+    /// Degradation ladder, shedding and quotas.
+    fn register_ladder(&self, r: &mut Registry) {
+        r.register(
+            "ladder_rung",
+            "Current degradation ladder rung (0 = full quality)",
+            self.ladder_rung.clone(),
+        );
+        r.register(
+            "rung_transitions",
+            "Ladder rung changes",
+            self.rung_transitions.clone(),
+        );
+        r.register(
+            "ladder_rung_seconds",
+            "Seconds spent at each ladder rung",
+            self.rung_seconds_total.clone(),
+        );
+        r.register(
+            "ladder_pressure",
+            "Last load observation of the ladder controller (1.0 = one signal at its full level)",
+            self.ladder_pressure.clone(),
+        );
+        r.register(
+            "shed",
+            "Requests shed by the ladder (503)",
+            self.shed_total.clone(),
+        );
+        r.register(
+            "rate_limited",
+            "Requests refused by a per-user quota (429)",
+            self.rate_limited_total.clone(),
+        );
+    }
+
+    /// The answer path: retrieval stages, access re-check, source selection, cancellation.
+    fn register_answers(&self, r: &mut Registry) {
+        r.register(
+            "retrieval_stage_seconds",
+            "Latency of each request stage",
+            self.stage_seconds.clone(),
+        );
+        r.register(
+            "recheck_drops",
+            "Chunks dropped by the access re-check just before the prompt",
+            self.recheck_drops.clone(),
+        );
+        r.register(
+            "break_glass",
+            "Access changes applied by break-glass, without a second person's approval",
+            self.break_glass.clone(),
+        );
+        r.register(
+            "sources_below_floor",
+            "Retrieved chunks kept out of a chat prompt: similarity below min_source_similarity",
+            self.below_floor.clone(),
+        );
+        r.register(
+            "no_source_answers",
+            "Chat answers given without generation: no readable source was relevant enough",
+            self.no_source_answers.clone(),
+        );
+        r.register(
+            "unsupported_answers",
+            "Generated chat answers whose own content no source supports",
+            self.unsupported_answers.clone(),
+        );
+        r.register(
+        "unmatched_names",
+        "Chat questions naming something none of their sources mentions (answered without sources)",
+        self.unmatched_names.clone(),
+    );
+        r.register(
+        "sources_out_of_focus",
+        "Retrieved chunks kept out of a chat prompt: their document misses a name of the question another has, or matches the question less well than another (source_focus)",
+        self.out_of_focus.clone(),
+    );
+        r.register(
+            "focus_sentences_embedded",
+            "Candidate sentences embedded for source focus's semantic judgement (semantic_focus)",
+            self.focus_sentences.clone(),
+        );
+        r.register(
+            "facet_questions",
+            "Chat questions about two subjects, retrieved once per subject (facet_retrieval)",
+            self.facet_questions.clone(),
+        );
+        r.register(
+            "generation_cancelled",
+            "Generations cancelled because the client went away",
+            self.cancelled.clone(),
+        );
+    }
+
+    /// The local generation engine.
+    fn register_engine(&self, r: &mut Registry) {
+        r.register(
+            "engine_active_sequences",
+            "Sequences the engine is decoding",
+            self.engine_active.clone(),
+        );
+        r.register(
+            "kv_bytes",
+            "Bytes of KV cache held by the engine",
+            self.kv_bytes.clone(),
+        );
+        r.register(
+            "prefix_cache_hits",
+            "Requests that reused the shared system-prompt prefix KV (since start)",
+            self.prefix_hits.clone(),
+        );
+        r.register(
+            "prefix_cache_tokens_saved",
+            "Prompt tokens not prefilled thanks to the shared system-prompt prefix (since start)",
+            self.prefix_tokens_saved.clone(),
+        );
+        r.register(
+            "generated_tokens",
+            "Completion tokens generated",
+            self.generated_tokens.clone(),
+        );
+        r.register(
+            "prompt_tokens",
+            "Prompt tokens prefilled",
+            self.prompt_tokens.clone(),
+        );
+    }
+
+    /// The installed bundle, client connections and feedback.
+    fn register_service(&self, r: &mut Registry) {
+        r.register(
+            "bundle_info",
+            "The installed bundle (value 1, version label)",
+            self.bundle_info.clone(),
+        );
+        r.register(
+            "connections_open",
+            "Client connections held",
+            self.connections_open.clone(),
+        );
+        r.register(
+            "connections_refused",
+            "Client connections refused at a connection limit (503), by limit",
+            self.connections_refused.clone(),
+        );
+        r.register(
+            "feedback",
+            "Answer ratings stored through POST /v1/feedback (new or replaced), by rating",
+            self.feedback_total.clone(),
+        );
     }
 
     /// Records the latency of one stage.

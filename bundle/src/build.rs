@@ -169,6 +169,106 @@ pub fn build(
             format!("zstd level {} is not in 1..=19", options.zstd_level),
         ));
     }
+    let (sources, binary) = hash_sources(from, options, progress)?;
+    let models = read_catalogue(&sources)?;
+
+    // Fail fast (before compressing gigabytes) on what the manifest check would refuse.
+    let provisional = Manifest {
+        format: MANIFEST_FORMAT.into(),
+        name: options.name.clone(),
+        version: options.version.clone(),
+        created: options
+            .created
+            .to_offset(time::UtcOffset::UTC)
+            .format(&Rfc3339)
+            .expect("RFC 3339 formatting"),
+        min_previous_version: options.min_previous_version.clone(),
+        files: sources.iter().map(|s| s.entry.clone()).collect(),
+        models,
+        binary,
+        payload_frame: PayloadFrame {
+            size: 0,
+            sha256: "0".repeat(64),
+        },
+    };
+    provisional.validate(&options.limits).map_err(|r| match r {
+        Refusal::Manifest { reason } => input(from, reason),
+        other => input(from, other.to_string()),
+    })?;
+
+    let mtime = u64::try_from(options.created.unix_timestamp()).unwrap_or(0);
+    let dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let name = out
+        .file_name()
+        .ok_or_else(|| input(out, "output path has no file name"))?
+        .to_string_lossy()
+        .into_owned();
+    let target = Target {
+        payload_tmp: dir.join(format!(".{name}.payload-{}", std::process::id())),
+        tmp: dir.join(format!(".{name}.tmp-{}", std::process::id())),
+        out,
+        dir,
+    };
+    let written = (|| -> Result<Manifest> {
+        // 1. The payload frame, hashed as it is written.
+        let payload_frame = write_payload(
+            &target.payload_tmp,
+            &sources,
+            options.zstd_level,
+            mtime,
+            progress,
+        )?;
+
+        // 2. The manifest pins the payload frame, then is signed as stored.
+        let manifest = Manifest {
+            payload_frame,
+            ..provisional
+        };
+        let manifest_bytes = manifest.to_json();
+        if manifest_bytes.len() as u64 > options.limits.max_manifest_size {
+            return Err(input(
+                from,
+                "manifest is over the manifest size limit (too many files?)",
+            ));
+        }
+        let envelope = SignatureEnvelope::new(
+            signers
+                .iter()
+                .map(|k| k.sign(airlock_signing::Purpose::Manifest, &manifest_bytes))
+                .collect(),
+        );
+        let signature_bytes = envelope.to_json();
+
+        // 3. The metadata frame, then the payload frame, into a temp file renamed into place.
+        write_bundle(&target, &manifest_bytes, &signature_bytes, mtime)?;
+        Ok(manifest)
+    })();
+    let _ = fs::remove_file(&target.payload_tmp);
+    if written.is_err() {
+        let _ = fs::remove_file(&target.tmp);
+    }
+    written
+}
+
+/// Where a bundle is written: the payload frame's temp file, the bundle's temp file, the
+/// bundle and its directory (synced after the rename).
+struct Target<'a> {
+    payload_tmp: PathBuf,
+    tmp: PathBuf,
+    out: &'a Path,
+    dir: PathBuf,
+}
+
+/// The source directory's files, the binary and the extra files, checked and hashed (progress
+/// reported over their total size), sorted by bundle path; with the binary's manifest entry.
+fn hash_sources(
+    from: &Path,
+    options: &BuildOptions,
+    progress: &dyn Progress,
+) -> Result<(Vec<Source>, Option<BinaryEntry>)> {
     let mut found = Vec::new();
     walk(from, from, &mut found)?;
     found.sort();
@@ -211,23 +311,45 @@ pub fn build(
             mode: 0o644,
         });
     }
-    let mut binary = None;
-    if let Some(bin) = &options.binary {
-        let (size, sha256) = hash_file(bin, progress)?;
-        binary = Some(BinaryEntry {
+    let binary = hash_binary(options, progress, &mut sources)?;
+    hash_extra_files(options, progress, &mut sources)?;
+    sources.sort_by(|a, b| a.entry.path.cmp(&b.entry.path));
+    progress.finish();
+    Ok((sources, binary))
+}
+
+/// The binary, if any, hashed into `sources` (mode 0755); its manifest entry.
+fn hash_binary(
+    options: &BuildOptions,
+    progress: &dyn Progress,
+    sources: &mut Vec<Source>,
+) -> Result<Option<BinaryEntry>> {
+    let Some(bin) = &options.binary else {
+        return Ok(None);
+    };
+    let (size, sha256) = hash_file(bin, progress)?;
+    let binary = BinaryEntry {
+        path: BINARY_PATH.into(),
+        sha256: sha256.clone(),
+    };
+    sources.push(Source {
+        entry: FileEntry {
             path: BINARY_PATH.into(),
-            sha256: sha256.clone(),
-        });
-        sources.push(Source {
-            entry: FileEntry {
-                path: BINARY_PATH.into(),
-                size,
-                sha256,
-            },
-            disk: bin.clone(),
-            mode: 0o755,
-        });
-    }
+            size,
+            sha256,
+        },
+        disk: bin.clone(),
+        mode: 0o755,
+    });
+    Ok(Some(binary))
+}
+
+/// The extra files hashed into `sources`; a path the bundle already has is refused.
+fn hash_extra_files(
+    options: &BuildOptions,
+    progress: &dyn Progress,
+    sources: &mut Vec<Source>,
+) -> Result<()> {
     for (rel, disk) in &options.extra_files {
         path::check(rel).map_err(|r| input(disk, format!("path {rel:?} is not allowed: {r}")))?;
         if rel == MANIFEST_NAME
@@ -250,109 +372,60 @@ pub fn build(
             mode: 0o644,
         });
     }
-    sources.sort_by(|a, b| a.entry.path.cmp(&b.entry.path));
-    progress.finish();
+    Ok(())
+}
 
-    let models = match sources.iter().find(|s| s.entry.path == CATALOGUE_NAME) {
-        Some(s) => {
-            let bytes = fs::read(&s.disk).map_err(|e| Error::io(&s.disk, e))?;
-            serde_json::from_slice::<Vec<ModelEntry>>(&bytes)
-                .map_err(|e| input(&s.disk, format!("not a model catalogue: {e}")))?
-        }
-        None => Vec::new(),
-    };
-
-    // Fail fast (before compressing gigabytes) on what the manifest check would refuse.
-    let provisional = Manifest {
-        format: MANIFEST_FORMAT.into(),
-        name: options.name.clone(),
-        version: options.version.clone(),
-        created: options
-            .created
-            .to_offset(time::UtcOffset::UTC)
-            .format(&Rfc3339)
-            .expect("RFC 3339 formatting"),
-        min_previous_version: options.min_previous_version.clone(),
-        files: sources.iter().map(|s| s.entry.clone()).collect(),
-        models,
-        binary,
-        payload_frame: PayloadFrame {
-            size: 0,
-            sha256: "0".repeat(64),
+/// The model catalogue the sources carry, if any.
+fn read_catalogue(sources: &[Source]) -> Result<Vec<ModelEntry>> {
+    Ok(
+        match sources.iter().find(|s| s.entry.path == CATALOGUE_NAME) {
+            Some(s) => {
+                let bytes = fs::read(&s.disk).map_err(|e| Error::io(&s.disk, e))?;
+                serde_json::from_slice::<Vec<ModelEntry>>(&bytes)
+                    .map_err(|e| input(&s.disk, format!("not a model catalogue: {e}")))?
+            }
+            None => Vec::new(),
         },
-    };
-    provisional.validate(&options.limits).map_err(|r| match r {
-        Refusal::Manifest { reason } => input(from, reason),
-        other => input(from, other.to_string()),
-    })?;
+    )
+}
 
-    let mtime = u64::try_from(options.created.unix_timestamp()).unwrap_or(0);
-    let dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    let name = out
-        .file_name()
-        .ok_or_else(|| input(out, "output path has no file name"))?
-        .to_string_lossy()
-        .into_owned();
-    let payload_tmp = dir.join(format!(".{name}.payload-{}", std::process::id()));
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let written = (|| -> Result<Manifest> {
-        // 1. The payload frame, hashed as it is written.
-        let payload_frame =
-            write_payload(&payload_tmp, &sources, options.zstd_level, mtime, progress)?;
-
-        // 2. The manifest pins the payload frame, then is signed as stored.
-        let manifest = Manifest {
-            payload_frame,
-            ..provisional
-        };
-        let manifest_bytes = manifest.to_json();
-        if manifest_bytes.len() as u64 > options.limits.max_manifest_size {
-            return Err(input(
-                from,
-                "manifest is over the manifest size limit (too many files?)",
-            ));
-        }
-        let envelope = SignatureEnvelope::new(
-            signers
-                .iter()
-                .map(|k| k.sign(airlock_signing::Purpose::Manifest, &manifest_bytes))
-                .collect(),
-        );
-        let signature_bytes = envelope.to_json();
-
-        // 3. The metadata frame, then the payload frame, into a temp file renamed into place.
-        let mut meta = Vec::with_capacity(manifest_bytes.len() + signature_bytes.len() + 2048);
-        for (name, bytes) in [
-            (MANIFEST_NAME, &manifest_bytes),
-            (SIGNATURES_NAME, &signature_bytes),
-        ] {
-            let mut h = header(bytes.len() as u64, 0o644, mtime);
-            h.set_path(name).map_err(|e| Error::io(name, e))?;
-            h.set_cksum();
-            meta.extend_from_slice(h.as_bytes());
-            meta.extend_from_slice(bytes);
-            meta.resize(meta.len().div_ceil(512) * 512, 0);
-        }
-        let mut file = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        file.write_all(&format::metadata_frame(&meta))
-            .map_err(|e| Error::io(&tmp, e))?;
-        let mut payload = File::open(&payload_tmp).map_err(|e| Error::io(&payload_tmp, e))?;
-        io::copy(&mut payload, &mut file).map_err(|e| Error::io(&tmp, e))?;
-        file.sync_all().map_err(|e| Error::io(&tmp, e))?;
-        fs::rename(&tmp, out).map_err(|e| Error::io(out, e))?;
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io(&dir, e))?;
-        Ok(manifest)
-    })();
-    let _ = fs::remove_file(&payload_tmp);
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
+/// The metadata frame (manifest and signatures) then the payload frame, written to the temp
+/// file, synced and renamed into place.
+fn write_bundle(
+    target: &Target<'_>,
+    manifest_bytes: &[u8],
+    signature_bytes: &[u8],
+    mtime: u64,
+) -> Result<()> {
+    let Target {
+        payload_tmp,
+        tmp,
+        out,
+        dir,
+    } = target;
+    let mut meta = Vec::with_capacity(manifest_bytes.len() + signature_bytes.len() + 2048);
+    for (name, bytes) in [
+        (MANIFEST_NAME, manifest_bytes),
+        (SIGNATURES_NAME, signature_bytes),
+    ] {
+        let mut h = header(bytes.len() as u64, 0o644, mtime);
+        h.set_path(name).map_err(|e| Error::io(name, e))?;
+        h.set_cksum();
+        meta.extend_from_slice(h.as_bytes());
+        meta.extend_from_slice(bytes);
+        meta.resize(meta.len().div_ceil(512) * 512, 0);
     }
-    written
+    let mut file = File::create(tmp).map_err(|e| Error::io(tmp, e))?;
+    file.write_all(&format::metadata_frame(&meta))
+        .map_err(|e| Error::io(tmp, e))?;
+    let mut payload = File::open(payload_tmp).map_err(|e| Error::io(payload_tmp, e))?;
+    io::copy(&mut payload, &mut file).map_err(|e| Error::io(tmp, e))?;
+    file.sync_all().map_err(|e| Error::io(tmp, e))?;
+    fs::rename(tmp, out).map_err(|e| Error::io(out, e))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Error::io(dir, e))?;
+    Ok(())
 }
 
 /// Counts and hashes what is written through it.

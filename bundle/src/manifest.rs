@@ -177,7 +177,14 @@ impl Manifest {
         if !is_sha256_hex(&self.payload_frame.sha256) {
             return Err(bad("payload_frame.sha256 is not 64 lowercase hex digits"));
         }
+        self.validate_files(limits)?;
+        self.validate_models()?;
+        self.validate_binary()
+    }
 
+    /// The file list: within the entry, file and total size limits, safe paths sorted without
+    /// repeats, none named like the metadata or also a directory of another, digests well-formed.
+    fn validate_files(&self, limits: &Limits) -> Result<(), Refusal> {
         let count = self.files.len() as u64;
         if count > limits.max_entries {
             return Err(Refusal::TooManyEntries {
@@ -188,40 +195,7 @@ impl Manifest {
         let mut total: u64 = 0;
         let mut dirs = BTreeSet::new();
         for (i, f) in self.files.iter().enumerate() {
-            path::check(&f.path).map_err(|reason| Refusal::UnsafePath {
-                path: f.path.clone(),
-                reason,
-            })?;
-            if f.path == MANIFEST_NAME || f.path == SIGNATURES_NAME {
-                return Err(bad(format!("payload file may not be named {:?}", f.path)));
-            }
-            if i > 0 {
-                let prev = &self.files[i - 1].path;
-                if prev == &f.path {
-                    return Err(Refusal::DuplicatePath {
-                        path: f.path.clone(),
-                    });
-                }
-                if prev > &f.path {
-                    return Err(bad(format!(
-                        "files are not sorted by path ({:?} after {prev:?})",
-                        f.path
-                    )));
-                }
-            }
-            if !is_sha256_hex(&f.sha256) {
-                return Err(bad(format!(
-                    "file {:?}: sha256 is not 64 lowercase hex digits",
-                    f.path
-                )));
-            }
-            if f.size > limits.max_file_size {
-                return Err(Refusal::FileTooLarge {
-                    path: f.path.clone(),
-                    size: f.size,
-                    limit: limits.max_file_size,
-                });
-            }
+            self.validate_file(i, f, limits)?;
             total = total.saturating_add(f.size);
             let mut prefix = 0;
             while let Some(pos) = f.path[prefix..].find('/') {
@@ -241,7 +215,51 @@ impl Manifest {
                 f.path
             )));
         }
+        Ok(())
+    }
 
+    /// File `i` of the list, `f`, on its own and against the one before it.
+    fn validate_file(&self, i: usize, f: &FileEntry, limits: &Limits) -> Result<(), Refusal> {
+        path::check(&f.path).map_err(|reason| Refusal::UnsafePath {
+            path: f.path.clone(),
+            reason,
+        })?;
+        if f.path == MANIFEST_NAME || f.path == SIGNATURES_NAME {
+            return Err(bad(format!("payload file may not be named {:?}", f.path)));
+        }
+        if i > 0 {
+            let prev = &self.files[i - 1].path;
+            if prev == &f.path {
+                return Err(Refusal::DuplicatePath {
+                    path: f.path.clone(),
+                });
+            }
+            if prev > &f.path {
+                return Err(bad(format!(
+                    "files are not sorted by path ({:?} after {prev:?})",
+                    f.path
+                )));
+            }
+        }
+        if !is_sha256_hex(&f.sha256) {
+            return Err(bad(format!(
+                "file {:?}: sha256 is not 64 lowercase hex digits",
+                f.path
+            )));
+        }
+        if f.size > limits.max_file_size {
+            return Err(Refusal::FileTooLarge {
+                path: f.path.clone(),
+                size: f.size,
+                limit: limits.max_file_size,
+            });
+        }
+        Ok(())
+    }
+
+    /// The model catalogue: ids and aliases non-empty and unique, every model's files in the
+    /// bundle.
+    fn validate_models(&self) -> Result<(), Refusal> {
         let mut ids = BTreeSet::new();
         let mut aliases = BTreeMap::new();
         for m in &self.models {
@@ -266,7 +284,11 @@ impl Manifest {
                 }
             }
         }
+        Ok(())
+    }
 
+    /// The binary, if any: at [`BINARY_PATH`], a file of the bundle with the same digest.
+    fn validate_binary(&self) -> Result<(), Refusal> {
         if let Some(b) = &self.binary {
             if b.path != BINARY_PATH {
                 return Err(bad(format!(

@@ -16,7 +16,7 @@ use airlock_signing::{KeyId, Keyring, Purpose, SignatureEnvelope};
 use sha2::{Digest, Sha256};
 
 use crate::format::{self, FRAME_DESCRIPTOR, RAW_BLOCK, WINDOW_DESCRIPTOR, ZSTD_MAGIC};
-use crate::manifest::FileEntry;
+use crate::manifest::{FileEntry, PayloadFrame};
 use crate::{
     Error, Limits, MANIFEST_NAME, Manifest, Progress, Refusal, Result, SIGNATURES_NAME, path,
 };
@@ -716,50 +716,7 @@ impl Ctx<'_> {
         let mut seen = vec![false; files.len()];
         for entry in entries.by_ref() {
             let mut entry = entry.map_err(|e| self.classify(&e))?;
-            let path = self.check_entry(&mut entry)?;
-            let Ok(index) = files.binary_search_by(|f| f.path.as_str().cmp(&path)) else {
-                return Err(if path == MANIFEST_NAME || path == SIGNATURES_NAME {
-                    Refusal::DuplicatePath { path }
-                } else {
-                    Refusal::NotInManifest { path }
-                }
-                .into());
-            };
-            if std::mem::replace(&mut seen[index], true) {
-                return Err(Refusal::DuplicatePath { path }.into());
-            }
-            let declared = &files[index];
-            if entry.size() != declared.size {
-                return Err(Refusal::SizeMismatch {
-                    path,
-                    declared: declared.size,
-                    actual: entry.size(),
-                }
-                .into());
-            }
-            let failed = Cell::new(false);
-            let mut hashing = HashingReader {
-                inner: &mut entry,
-                hasher: Sha256::new(),
-                count: 0,
-                failed: &failed,
-            };
-            let stored = sink.file(declared, &mut hashing);
-            // Drain whatever the sink left, so size and digest cover the whole entry.
-            let drained = io::copy(&mut hashing, &mut io::sink());
-            if failed.get() {
-                let e = drained
-                    .err()
-                    .unwrap_or_else(|| io::Error::other("entry read failed"));
-                return Err(self.classify(&e).into());
-            }
-            stored?;
-            if hashing.count != declared.size {
-                return Err(Refusal::Truncated.into());
-            }
-            if hex::encode(hashing.hasher.finalize()) != declared.sha256 {
-                return Err(Refusal::DigestMismatch { path }.into());
-            }
+            self.payload_entry(&mut entry, files, &mut seen, sink)?;
         }
         if let Some(i) = seen.iter().position(|s| !s) {
             return Err(Refusal::Missing {
@@ -767,10 +724,70 @@ impl Ctx<'_> {
             }
             .into());
         }
+        self.check_padding(archive.into_inner())?;
+        self.check_payload_frame(&verified.manifest.payload_frame)?;
+        Ok(verified)
+    }
 
-        // After the end-of-archive block only zero padding may follow, then the stream ends
-        // (reading to the end also makes the decoder check the frame's content checksum).
-        let mut rest = archive.into_inner();
+    /// One payload entry: listed in the manifest once, of its declared size, streamed to the
+    /// sink (and drained after it) with its digest checked.
+    fn payload_entry<R: Read>(
+        &self,
+        entry: &mut tar::Entry<'_, R>,
+        files: &[FileEntry],
+        seen: &mut [bool],
+        sink: &mut dyn Sink,
+    ) -> std::result::Result<(), Failure> {
+        let path = self.check_entry(entry)?;
+        let Ok(index) = files.binary_search_by(|f| f.path.as_str().cmp(&path)) else {
+            return Err(if path == MANIFEST_NAME || path == SIGNATURES_NAME {
+                Refusal::DuplicatePath { path }
+            } else {
+                Refusal::NotInManifest { path }
+            }
+            .into());
+        };
+        if std::mem::replace(&mut seen[index], true) {
+            return Err(Refusal::DuplicatePath { path }.into());
+        }
+        let declared = &files[index];
+        if entry.size() != declared.size {
+            return Err(Refusal::SizeMismatch {
+                path,
+                declared: declared.size,
+                actual: entry.size(),
+            }
+            .into());
+        }
+        let failed = Cell::new(false);
+        let mut hashing = HashingReader {
+            inner: entry,
+            hasher: Sha256::new(),
+            count: 0,
+            failed: &failed,
+        };
+        let stored = sink.file(declared, &mut hashing);
+        // Drain whatever the sink left, so size and digest cover the whole entry.
+        let drained = io::copy(&mut hashing, &mut io::sink());
+        if failed.get() {
+            let e = drained
+                .err()
+                .unwrap_or_else(|| io::Error::other("entry read failed"));
+            return Err(self.classify(&e).into());
+        }
+        stored?;
+        if hashing.count != declared.size {
+            return Err(Refusal::Truncated.into());
+        }
+        if hex::encode(hashing.hasher.finalize()) != declared.sha256 {
+            return Err(Refusal::DigestMismatch { path }.into());
+        }
+        Ok(())
+    }
+
+    /// After the end-of-archive block only zero padding may follow, then the stream ends
+    /// (reading to the end also makes the decoder check the frame's content checksum).
+    fn check_padding(&self, mut rest: impl Read) -> std::result::Result<(), Failure> {
         let mut buf = vec![0u8; 64 * 1024];
         let mut padding = 0u64;
         loop {
@@ -792,29 +809,28 @@ impl Ctx<'_> {
                 .into());
             }
         }
+        Ok(())
+    }
+
+    /// The decoder's report: no failure, and the payload frame read whole with the size and
+    /// digest the manifest pins.
+    fn check_payload_frame(&self, expected: &PayloadFrame) -> std::result::Result<(), Failure> {
         let mut report = self.report.lock().expect("decode report");
         if let Some(r) = report.failure.take() {
             return Err(r.into());
         }
-        let expected = &verified.manifest.payload_frame;
         match report.payload.take() {
-            Some((size, _)) if size != expected.size => {
-                return Err(Refusal::PayloadFrame {
-                    reason: format!("size {size} differs from the manifest's {}", expected.size),
-                }
-                .into());
+            Some((size, _)) if size != expected.size => Err(Refusal::PayloadFrame {
+                reason: format!("size {size} differs from the manifest's {}", expected.size),
             }
-            Some((_, sha256)) if sha256 != expected.sha256 => {
-                return Err(Refusal::PayloadFrame {
-                    reason: "SHA-256 differs from the manifest".into(),
-                }
-                .into());
+            .into()),
+            Some((_, sha256)) if sha256 != expected.sha256 => Err(Refusal::PayloadFrame {
+                reason: "SHA-256 differs from the manifest".into(),
             }
-            Some(_) => {}
-            None => return Err(Refusal::Truncated.into()),
+            .into()),
+            Some(_) => Ok(()),
+            None => Err(Refusal::Truncated.into()),
         }
-        drop(report);
-        Ok(verified)
     }
 }
 

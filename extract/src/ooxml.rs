@@ -131,193 +131,14 @@ pub(crate) fn extract_docx(
         title,
         ..Extracted::default()
     };
-    let mut sections = Sections::default();
-    let mut counters: HashMap<String, u32> = HashMap::new();
-    let mut tables: Vec<TableBuild> = Vec::new();
-    let mut p_text = String::new();
-    let mut p_style: Option<String> = None;
-    let mut p_num: Option<String> = None;
-    let mut p_outline: Option<u8> = None;
-    let mut in_t = false;
-    // Inside mc:Fallback (a duplicate of mc:Choice), w:delText or w:instrText: text skipped.
-    let mut skip: u32 = 0;
+    let mut body = DocxBody::new(&styles, &numbering);
     let mut result: Result<(), Refusal> = Ok(());
     let found = zip.walk_xml("word/document.xml", limits, |ev| {
-        match ev {
-            Ev::Start(s) => match tag(s) {
-                b"Fallback" | b"delText" | b"instrText" => skip += 1,
-                _ if skip > 0 => {}
-                b"t" => in_t = true,
-                b"tbl" => tables.push(TableBuild::default()),
-                b"tr" => {
-                    if let Some(t) = tables.last_mut() {
-                        t.row = Some(Vec::new());
-                    }
-                }
-                b"tc" => {
-                    if let Some(t) = tables.last_mut() {
-                        t.cell = Some(String::new());
-                    }
-                }
-                b"p" => {
-                    p_text.clear();
-                    p_style = None;
-                    p_num = None;
-                    p_outline = None;
-                }
-                _ => {}
-            },
-            Ev::Empty(s) if skip == 0 => match tag(s) {
-                b"pStyle" => p_style = attr(s, b"val"),
-                b"numId" => p_num = attr(s, b"val"),
-                b"outlineLvl" => p_outline = attr(s, b"val").and_then(|v| v.parse().ok()),
-                b"tab" | b"br" | b"cr" => p_text.push(' '),
-                _ => {}
-            },
-            Ev::Text(t) if in_t && skip == 0 => p_text.push_str(t),
-            Ev::End(n) => match n {
-                b"Fallback" | b"delText" | b"instrText" => skip = skip.saturating_sub(1),
-                _ if skip > 0 => {}
-                b"t" => in_t = false,
-                b"p" => {
-                    let text = p_text.split_whitespace().collect::<Vec<_>>().join(" ");
-                    if let Some(t) = tables.last_mut() {
-                        if let Some(cell) = t.cell.as_mut() {
-                            if !cell.is_empty() && !text.is_empty() {
-                                cell.push(' ');
-                            }
-                            cell.push_str(&text);
-                        }
-                        return Ok(());
-                    }
-                    if text.is_empty() {
-                        return Ok(());
-                    }
-                    let style = p_style
-                        .as_ref()
-                        .and_then(|id| styles.get(id).cloned().map(|s| (id, s)));
-                    let level = p_outline
-                        .or_else(|| style.as_ref().and_then(|(id, s)| heading_level(id, s)));
-                    let anchor = |sections: &Sections| Anchor {
-                        section: sections.path(),
-                        ..Anchor::default()
-                    };
-                    let r = if let Some(level) = level {
-                        let depth = sections.enter(level, &text);
-                        budget.push(
-                            &mut out.blocks,
-                            Block {
-                                kind: BlockKind::Heading(depth),
-                                text,
-                                anchor: anchor(&sections),
-                            },
-                        )
-                    } else {
-                        let style_name = style
-                            .as_ref()
-                            .map(|(_, s)| s.name.to_ascii_lowercase())
-                            .unwrap_or_default();
-                        let list = p_num.as_ref().filter(|n| *n != "0").map(|n| {
-                            (
-                                n.clone(),
-                                numbering
-                                    .get(n)
-                                    .copied()
-                                    .unwrap_or(!style_name.contains("number")),
-                            )
-                        });
-                        let list = list.or_else(|| {
-                            (style_name.contains("list")
-                                || style.as_ref().is_some_and(|(_, s)| s.num))
-                            .then(|| (style_name.clone(), !style_name.contains("number")))
-                        });
-                        match list {
-                            Some((key, bullet)) => {
-                                let prefix = if bullet {
-                                    "- ".to_owned()
-                                } else {
-                                    let c = counters.entry(key).or_insert(0);
-                                    *c += 1;
-                                    format!("{c}. ")
-                                };
-                                budget.push(
-                                    &mut out.blocks,
-                                    Block {
-                                        kind: BlockKind::ListItem,
-                                        text: prefix + &text,
-                                        anchor: anchor(&sections),
-                                    },
-                                )
-                            }
-                            None => {
-                                counters.clear();
-                                budget.push(
-                                    &mut out.blocks,
-                                    Block {
-                                        kind: BlockKind::Paragraph,
-                                        text,
-                                        anchor: anchor(&sections),
-                                    },
-                                )
-                            }
-                        }
-                    };
-                    if let Err(e) = r {
-                        result = Err(e.clone());
-                        return Err(e);
-                    }
-                }
-                b"tc" => {
-                    if let Some(t) = tables.last_mut() {
-                        let cell = t.cell.take().unwrap_or_default();
-                        if let Some(row) = t.row.as_mut() {
-                            row.push(cell.replace(" | ", " / "));
-                        }
-                    }
-                }
-                b"tr" => {
-                    if let Some(t) = tables.last_mut()
-                        && let Some(row) = t.row.take()
-                        && row.iter().any(|c| !c.is_empty())
-                    {
-                        t.rows.push(row);
-                    }
-                }
-                b"tbl" => {
-                    let t = tables.pop().unwrap_or_default();
-                    let lines: Vec<String> = t.rows.iter().map(|r| r.join(" | ")).collect();
-                    if let Some(parent) = tables.last_mut() {
-                        // A table in a table cell: its rows become the cell's text.
-                        if let Some(cell) = parent.cell.as_mut() {
-                            cell.push_str(&lines.join("; "));
-                        }
-                        return Ok(());
-                    }
-                    if lines.is_empty() {
-                        return Ok(());
-                    }
-                    let header_rows = u32::from(lines.len() > 1);
-                    let r = budget.push(
-                        &mut out.blocks,
-                        Block {
-                            kind: BlockKind::Table { header_rows },
-                            text: lines.join("\n"),
-                            anchor: Anchor {
-                                section: sections.path(),
-                                ..Anchor::default()
-                            },
-                        },
-                    );
-                    if let Err(e) = r {
-                        result = Err(e.clone());
-                        return Err(e);
-                    }
-                }
-                _ => {}
-            },
-            _ => {}
+        let r = body.event(ev, budget, &mut out.blocks);
+        if let Err(e) = &r {
+            result = Err(e.clone());
         }
-        Ok(())
+        r
     })?;
     result?;
     if !found {
@@ -331,6 +152,244 @@ pub(crate) fn extract_docx(
     }
     out.units = 1;
     Ok(out)
+}
+
+/// The paragraph being read: its text and the properties that make it a heading or a list item.
+#[derive(Default)]
+struct DocxPara {
+    text: String,
+    style: Option<String>,
+    num: Option<String>,
+    outline: Option<u8>,
+}
+
+/// The walk over `word/document.xml`: the heading stack, list counters, open tables and the
+/// paragraph being read.
+struct DocxBody<'s> {
+    styles: &'s HashMap<String, Style>,
+    numbering: &'s HashMap<String, bool>,
+    sections: Sections,
+    counters: HashMap<String, u32>,
+    tables: Vec<TableBuild>,
+    para: DocxPara,
+    in_t: bool,
+    /// Inside mc:Fallback (a duplicate of mc:Choice), w:delText or w:instrText: text skipped.
+    skip: u32,
+}
+
+impl<'s> DocxBody<'s> {
+    fn new(styles: &'s HashMap<String, Style>, numbering: &'s HashMap<String, bool>) -> Self {
+        DocxBody {
+            styles,
+            numbering,
+            sections: Sections::default(),
+            counters: HashMap::new(),
+            tables: Vec::new(),
+            para: DocxPara::default(),
+            in_t: false,
+            skip: 0,
+        }
+    }
+
+    fn event(
+        &mut self,
+        ev: Ev<'_, '_>,
+        budget: &mut Budget,
+        blocks: &mut Vec<Block>,
+    ) -> Result<(), Refusal> {
+        match ev {
+            Ev::Start(s) => self.start(tag(s)),
+            Ev::Empty(s) if self.skip == 0 => match tag(s) {
+                b"pStyle" => self.para.style = attr(s, b"val"),
+                b"numId" => self.para.num = attr(s, b"val"),
+                b"outlineLvl" => self.para.outline = attr(s, b"val").and_then(|v| v.parse().ok()),
+                b"tab" | b"br" | b"cr" => self.para.text.push(' '),
+                _ => {}
+            },
+            Ev::Text(t) if self.in_t && self.skip == 0 => self.para.text.push_str(t),
+            Ev::End(n) => return self.end(n, budget, blocks),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, name: &[u8]) {
+        match name {
+            b"Fallback" | b"delText" | b"instrText" => self.skip += 1,
+            _ if self.skip > 0 => {}
+            b"t" => self.in_t = true,
+            b"tbl" => self.tables.push(TableBuild::default()),
+            b"tr" => {
+                if let Some(t) = self.tables.last_mut() {
+                    t.row = Some(Vec::new());
+                }
+            }
+            b"tc" => {
+                if let Some(t) = self.tables.last_mut() {
+                    t.cell = Some(String::new());
+                }
+            }
+            b"p" => self.para = DocxPara::default(),
+            _ => {}
+        }
+    }
+
+    fn end(
+        &mut self,
+        name: &[u8],
+        budget: &mut Budget,
+        blocks: &mut Vec<Block>,
+    ) -> Result<(), Refusal> {
+        match name {
+            b"Fallback" | b"delText" | b"instrText" => self.skip = self.skip.saturating_sub(1),
+            _ if self.skip > 0 => {}
+            b"t" => self.in_t = false,
+            b"p" => return self.end_paragraph(budget, blocks),
+            b"tc" => {
+                if let Some(t) = self.tables.last_mut() {
+                    let cell = t.cell.take().unwrap_or_default();
+                    if let Some(row) = t.row.as_mut() {
+                        row.push(cell.replace(" | ", " / "));
+                    }
+                }
+            }
+            b"tr" => {
+                if let Some(t) = self.tables.last_mut()
+                    && let Some(row) = t.row.take()
+                    && row.iter().any(|c| !c.is_empty())
+                {
+                    t.rows.push(row);
+                }
+            }
+            b"tbl" => return self.end_table(budget, blocks),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A paragraph ends: into the open table cell, or a heading, list item or paragraph block.
+    fn end_paragraph(
+        &mut self,
+        budget: &mut Budget,
+        blocks: &mut Vec<Block>,
+    ) -> Result<(), Refusal> {
+        let text = self
+            .para
+            .text
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        if let Some(t) = self.tables.last_mut() {
+            if let Some(cell) = t.cell.as_mut() {
+                if !cell.is_empty() && !text.is_empty() {
+                    cell.push(' ');
+                }
+                cell.push_str(&text);
+            }
+            return Ok(());
+        }
+        if text.is_empty() {
+            return Ok(());
+        }
+        let block = self.paragraph_block(text);
+        budget.push(blocks, block)
+    }
+
+    /// The block of a non-empty paragraph outside tables: a heading (entering its section), a
+    /// list item (numbered ones counted per list) or a paragraph (which resets the counters).
+    fn paragraph_block(&mut self, text: String) -> Block {
+        let styles = self.styles;
+        let style = self
+            .para
+            .style
+            .as_ref()
+            .and_then(|id| styles.get(id).cloned().map(|s| (id, s)));
+        let level = self
+            .para
+            .outline
+            .or_else(|| style.as_ref().and_then(|(id, s)| heading_level(id, s)));
+        if let Some(level) = level {
+            let depth = self.sections.enter(level, &text);
+            return Block {
+                kind: BlockKind::Heading(depth),
+                text,
+                anchor: self.anchor(),
+            };
+        }
+        let style_name = style
+            .as_ref()
+            .map(|(_, s)| s.name.to_ascii_lowercase())
+            .unwrap_or_default();
+        let list = self.para.num.as_ref().filter(|n| *n != "0").map(|n| {
+            (
+                n.clone(),
+                self.numbering
+                    .get(n)
+                    .copied()
+                    .unwrap_or(!style_name.contains("number")),
+            )
+        });
+        let list = list.or_else(|| {
+            (style_name.contains("list") || style.as_ref().is_some_and(|(_, s)| s.num))
+                .then(|| (style_name.clone(), !style_name.contains("number")))
+        });
+        match list {
+            Some((key, bullet)) => {
+                let prefix = if bullet {
+                    "- ".to_owned()
+                } else {
+                    let c = self.counters.entry(key).or_insert(0);
+                    *c += 1;
+                    format!("{c}. ")
+                };
+                Block {
+                    kind: BlockKind::ListItem,
+                    text: prefix + &text,
+                    anchor: self.anchor(),
+                }
+            }
+            None => {
+                self.counters.clear();
+                Block {
+                    kind: BlockKind::Paragraph,
+                    text,
+                    anchor: self.anchor(),
+                }
+            }
+        }
+    }
+
+    /// A table ends: its rows become the enclosing cell's text, or a table block.
+    fn end_table(&mut self, budget: &mut Budget, blocks: &mut Vec<Block>) -> Result<(), Refusal> {
+        let t = self.tables.pop().unwrap_or_default();
+        let lines: Vec<String> = t.rows.iter().map(|r| r.join(" | ")).collect();
+        if let Some(parent) = self.tables.last_mut() {
+            // A table in a table cell: its rows become the cell's text.
+            if let Some(cell) = parent.cell.as_mut() {
+                cell.push_str(&lines.join("; "));
+            }
+            return Ok(());
+        }
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let header_rows = u32::from(lines.len() > 1);
+        budget.push(
+            blocks,
+            Block {
+                kind: BlockKind::Table { header_rows },
+                text: lines.join("\n"),
+                anchor: self.anchor(),
+            },
+        )
+    }
+
+    fn anchor(&self) -> Anchor {
+        Anchor {
+            section: self.sections.path(),
+            ..Anchor::default()
+        }
+    }
 }
 
 /// The heading level of a paragraph style: its outline level, or a "heading N" / "Title" name.

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use lopdf::content::Content;
+use lopdf::content::{Content, Operation};
 use lopdf::{Dictionary, Document, Encoding, LoadOptions, Object, ObjectId, Stream};
 
 use crate::limits::Budget;
@@ -298,6 +298,37 @@ struct TextState {
     font: Option<Vec<u8>>,
 }
 
+/// The graphics and text state while one content stream is interpreted.
+struct RunState {
+    ctm: M,
+    gstack: Vec<(M, TextState)>,
+    ts: TextState,
+    font_id: Option<ObjectId>,
+    tm: M,
+    tlm: M,
+}
+
+impl RunState {
+    fn new(ctm: M) -> Self {
+        Self {
+            ctm,
+            gstack: Vec::new(),
+            ts: TextState {
+                size: 0.0,
+                char_space: 0.0,
+                word_space: 0.0,
+                hscale: 1.0,
+                leading: 0.0,
+                rise: 0.0,
+                font: None,
+            },
+            font_id: None,
+            tm: M::ID,
+            tlm: M::ID,
+        }
+    }
+}
+
 /// What the pages of one file share: fonts and inflated streams by object id (a form drawn
 /// on every page, or a hundred times on one, is inflated once), and the content interpreted so
 /// far.
@@ -429,7 +460,6 @@ impl<'a, 's> Interp<'a, 's> {
     }
 
     fn run(&mut self, data: &[u8], resources: &[&'a Dictionary], ctm0: M) -> Result<(), Refusal> {
-        let doc = self.doc;
         let limits = self.limits;
         self.shared.content += data.len() as u64;
         if self.shared.content > limits.max_pdf_content_bytes {
@@ -440,136 +470,141 @@ impl<'a, 's> Interp<'a, 's> {
             ));
         }
         check_operands(data, limits.max_pdf_operands)?;
-        let mut ctm = ctm0;
-        let mut gstack: Vec<(M, TextState)> = Vec::new();
-        let mut ts = TextState {
-            size: 0.0,
-            char_space: 0.0,
-            word_space: 0.0,
-            hscale: 1.0,
-            leading: 0.0,
-            rise: 0.0,
-            font: None,
-        };
-        let mut font_id: Option<ObjectId> = None;
-        let mut tm = M::ID;
-        let mut tlm = M::ID;
+        let mut st = RunState::new(ctm0);
         for op in Content::decode_iter(data) {
             let Ok(op) = op else { break };
             self.ops += 1;
             if self.ops > MAX_OPS_PER_PAGE {
                 break;
             }
-            let o = &op.operands;
-            let f = |i: usize| o.get(i).and_then(num).unwrap_or(0.0);
-            match op.operator.as_str() {
-                "q" if gstack.len() < 256 => gstack.push((ctm, ts.clone())),
-                "Q" => {
-                    if let Some((c, t)) = gstack.pop() {
-                        ctm = c;
-                        ts = t;
-                        font_id = match &ts.font {
-                            Some(n) => self.font(resources, n)?,
-                            None => None,
-                        };
-                    }
-                }
-                "cm" => {
-                    if let Some(m) = M::from_operands(o) {
-                        ctm = m.then(ctm);
-                    }
-                }
-                "BT" => {
-                    tm = M::ID;
-                    tlm = M::ID;
-                }
-                "Tf" => {
-                    if let Some(Object::Name(n)) = o.first() {
-                        ts.font = Some(n.clone());
-                        font_id = self.font(resources, n)?;
-                    }
-                    ts.size = f(1);
-                }
-                "Tc" => ts.char_space = f(0),
-                "Tw" => ts.word_space = f(0),
-                "Tz" => ts.hscale = f(0) / 100.0,
-                "TL" => ts.leading = f(0),
-                "Ts" => ts.rise = f(0),
-                "Td" => {
-                    tlm = M::translate(f(0), f(1)).then(tlm);
-                    tm = tlm;
-                }
-                "TD" => {
-                    ts.leading = -f(1);
-                    tlm = M::translate(f(0), f(1)).then(tlm);
-                    tm = tlm;
-                }
-                "Tm" => {
-                    if let Some(m) = M::from_operands(o) {
-                        tm = m;
-                        tlm = m;
-                    }
-                }
-                "T*" => {
-                    tlm = M::translate(0.0, -ts.leading).then(tlm);
-                    tm = tlm;
-                }
-                "Tj" | "'" | "\"" | "TJ" => {
-                    if op.operator == "'" || op.operator == "\"" {
-                        if op.operator == "\"" {
-                            ts.word_space = f(0);
-                            ts.char_space = f(1);
-                        }
-                        tlm = M::translate(0.0, -ts.leading).then(tlm);
-                        tm = tlm;
-                    }
-                    let parts: Vec<&Object> = match (op.operator.as_str(), o.last()) {
-                        ("TJ", Some(Object::Array(a))) => a.iter().collect(),
-                        (_, Some(s)) => vec![s],
-                        _ => continue,
+            self.op(&op, &mut st, resources)?;
+        }
+        Ok(())
+    }
+
+    /// One content-stream operation: graphics and text state, text shown, images counted,
+    /// forms drawn.
+    fn op(
+        &mut self,
+        op: &Operation,
+        st: &mut RunState,
+        resources: &[&'a Dictionary],
+    ) -> Result<(), Refusal> {
+        let o = &op.operands;
+        let f = |i: usize| o.get(i).and_then(num).unwrap_or(0.0);
+        match op.operator.as_str() {
+            "q" if st.gstack.len() < 256 => st.gstack.push((st.ctm, st.ts.clone())),
+            "Q" => {
+                if let Some((c, t)) = st.gstack.pop() {
+                    st.ctm = c;
+                    st.ts = t;
+                    st.font_id = match &st.ts.font {
+                        Some(n) => self.font(resources, n)?,
+                        None => None,
                     };
-                    for p in parts {
-                        match p {
-                            Object::String(bytes, _) => {
-                                self.ops += 1;
-                                if self.ops > MAX_OPS_PER_PAGE {
-                                    break;
-                                }
-                                let font = font_id.and_then(|id| self.shared.fonts.get(&id));
-                                let (item, next) = show(bytes, font, &ts, tm, ctm);
-                                tm = next;
-                                if let Some(item) = item {
-                                    self.shared.text += item.text.len() as u64;
-                                    if self.shared.text > limits.max_text_bytes {
-                                        return Err(Refusal::limit(
-                                            "max_text_bytes",
-                                            self.shared.text,
-                                            limits.max_text_bytes,
-                                        ));
-                                    }
-                                    self.items.push(item);
-                                }
-                            }
-                            other => {
-                                if let Some(adj) = num(other) {
-                                    let tx = -adj / 1000.0 * ts.size * ts.hscale;
-                                    tm = M::translate(tx, 0.0).then(tm);
-                                }
-                            }
+                }
+            }
+            "cm" => {
+                if let Some(m) = M::from_operands(o) {
+                    st.ctm = m.then(st.ctm);
+                }
+            }
+            "BT" => {
+                st.tm = M::ID;
+                st.tlm = M::ID;
+            }
+            "Tf" => {
+                if let Some(Object::Name(n)) = o.first() {
+                    st.ts.font = Some(n.clone());
+                    st.font_id = self.font(resources, n)?;
+                }
+                st.ts.size = f(1);
+            }
+            "Tc" => st.ts.char_space = f(0),
+            "Tw" => st.ts.word_space = f(0),
+            "Tz" => st.ts.hscale = f(0) / 100.0,
+            "TL" => st.ts.leading = f(0),
+            "Ts" => st.ts.rise = f(0),
+            "Td" => {
+                st.tlm = M::translate(f(0), f(1)).then(st.tlm);
+                st.tm = st.tlm;
+            }
+            "TD" => {
+                st.ts.leading = -f(1);
+                st.tlm = M::translate(f(0), f(1)).then(st.tlm);
+                st.tm = st.tlm;
+            }
+            "Tm" => {
+                if let Some(m) = M::from_operands(o) {
+                    st.tm = m;
+                    st.tlm = m;
+                }
+            }
+            "T*" => {
+                st.tlm = M::translate(0.0, -st.ts.leading).then(st.tlm);
+                st.tm = st.tlm;
+            }
+            "Tj" | "'" | "\"" | "TJ" => return self.show_text(op, st),
+            "BI" | "ID" | "EI" => self.images += 1,
+            "Do" => {
+                if let Some(Object::Name(n)) = o.first() {
+                    self.form(resources, n, st.ctm)?;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// `Tj`, `'`, `"` and `TJ`: the strings placed (each counted as an operation, their text
+    /// against `max_text_bytes`), the `TJ` adjustments applied.
+    fn show_text(&mut self, op: &Operation, st: &mut RunState) -> Result<(), Refusal> {
+        let limits = self.limits;
+        let o = &op.operands;
+        let f = |i: usize| o.get(i).and_then(num).unwrap_or(0.0);
+        if op.operator == "'" || op.operator == "\"" {
+            if op.operator == "\"" {
+                st.ts.word_space = f(0);
+                st.ts.char_space = f(1);
+            }
+            st.tlm = M::translate(0.0, -st.ts.leading).then(st.tlm);
+            st.tm = st.tlm;
+        }
+        let parts: Vec<&Object> = match (op.operator.as_str(), o.last()) {
+            ("TJ", Some(Object::Array(a))) => a.iter().collect(),
+            (_, Some(s)) => vec![s],
+            _ => return Ok(()),
+        };
+        for p in parts {
+            match p {
+                Object::String(bytes, _) => {
+                    self.ops += 1;
+                    if self.ops > MAX_OPS_PER_PAGE {
+                        break;
+                    }
+                    let font = st.font_id.and_then(|id| self.shared.fonts.get(&id));
+                    let (item, next) = show(bytes, font, &st.ts, st.tm, st.ctm);
+                    st.tm = next;
+                    if let Some(item) = item {
+                        self.shared.text += item.text.len() as u64;
+                        if self.shared.text > limits.max_text_bytes {
+                            return Err(Refusal::limit(
+                                "max_text_bytes",
+                                self.shared.text,
+                                limits.max_text_bytes,
+                            ));
                         }
+                        self.items.push(item);
                     }
                 }
-                "BI" | "ID" | "EI" => self.images += 1,
-                "Do" => {
-                    let Some(Object::Name(n)) = o.first() else {
-                        continue;
-                    };
-                    self.form(resources, n, ctm)?;
+                other => {
+                    if let Some(adj) = num(other) {
+                        let tx = -adj / 1000.0 * st.ts.size * st.ts.hscale;
+                        st.tm = M::translate(tx, 0.0).then(st.tm);
+                    }
                 }
-                _ => {}
             }
         }
-        let _ = doc;
         Ok(())
     }
 
@@ -850,42 +885,7 @@ fn load_font<'a>(
             }
             Err(_) => None,
         };
-        let mut dw = 1000.0;
-        let mut w = HashMap::new();
-        if let Ok(Object::Array(desc)) = dict.get_deref(b"DescendantFonts", doc)
-            && let Some(first) = desc.first()
-            && let Ok((_, d)) = doc.dereference(first)
-            && let Ok(d) = d.as_dict()
-        {
-            dw = d.get(b"DW").ok().and_then(num).unwrap_or(1000.0);
-            if let Ok(Object::Array(arr)) = d.get_deref(b"W", doc) {
-                let mut i = 0;
-                while i + 1 < arr.len() && w.len() < 65_536 {
-                    let Some(c0) = num(&arr[i]) else { break };
-                    match doc.dereference(&arr[i + 1]).map(|(_, o)| o) {
-                        Ok(Object::Array(ws)) => {
-                            for (k, x) in ws.iter().enumerate().take(65_536) {
-                                if let Some(x) = num(x) {
-                                    w.insert(c0 as u32 + k as u32, x);
-                                }
-                            }
-                            i += 2;
-                        }
-                        Ok(o) => {
-                            let (Some(c1), Some(x)) = (num(o), arr.get(i + 2).and_then(num)) else {
-                                break;
-                            };
-                            let (c0, c1) = (c0 as u32, (c1 as u32).min(c0 as u32 + 65_536));
-                            for c in c0..=c1 {
-                                w.insert(c, x);
-                            }
-                            i += 3;
-                        }
-                        Err(_) => break,
-                    }
-                }
-            }
-        }
+        let (dw, w) = cid_widths(doc, dict);
         return Ok(Font {
             encoding,
             widths: Widths::Cid { dw, w },
@@ -898,7 +898,60 @@ fn load_font<'a>(
         Err(e @ lopdf::Error::Decompress(_)) => return Err(err(e, limits)),
         Err(_) => None,
     };
-    let widths = match (
+    Ok(Font {
+        encoding,
+        widths: simple_widths(doc, dict, &base),
+        two_byte: false,
+        bold,
+    })
+}
+
+/// A Type0 font's default width and per-code widths (`/DW` and `/W` of its first descendant
+/// font), at most 65,536 codes.
+fn cid_widths(doc: &Document, dict: &Dictionary) -> (f32, HashMap<u32, f32>) {
+    let mut dw = 1000.0;
+    let mut w = HashMap::new();
+    if let Ok(Object::Array(desc)) = dict.get_deref(b"DescendantFonts", doc)
+        && let Some(first) = desc.first()
+        && let Ok((_, d)) = doc.dereference(first)
+        && let Ok(d) = d.as_dict()
+    {
+        dw = d.get(b"DW").ok().and_then(num).unwrap_or(1000.0);
+        if let Ok(Object::Array(arr)) = d.get_deref(b"W", doc) {
+            let mut i = 0;
+            while i + 1 < arr.len() && w.len() < 65_536 {
+                let Some(c0) = num(&arr[i]) else { break };
+                match doc.dereference(&arr[i + 1]).map(|(_, o)| o) {
+                    Ok(Object::Array(ws)) => {
+                        for (k, x) in ws.iter().enumerate().take(65_536) {
+                            if let Some(x) = num(x) {
+                                w.insert(c0 as u32 + k as u32, x);
+                            }
+                        }
+                        i += 2;
+                    }
+                    Ok(o) => {
+                        let (Some(c1), Some(x)) = (num(o), arr.get(i + 2).and_then(num)) else {
+                            break;
+                        };
+                        let (c0, c1) = (c0 as u32, (c1 as u32).min(c0 as u32 + 65_536));
+                        for c in c0..=c1 {
+                            w.insert(c, x);
+                        }
+                        i += 3;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+    (dw, w)
+}
+
+/// A simple font's widths: `/Widths` from `/FirstChar`, else the standard font's table, else a
+/// fixed width (600 for Courier, 500 otherwise).
+fn simple_widths(doc: &Document, dict: &Dictionary, base: &str) -> Widths {
+    match (
         dict.get_deref(b"Widths", doc),
         dict.get(b"FirstChar").ok().and_then(num),
     ) {
@@ -923,7 +976,7 @@ fn load_font<'a>(
                 missing,
             }
         }
-        _ => match standard_widths(&base) {
+        _ => match standard_widths(base) {
             Some(t) => Widths::Standard(t),
             None => Widths::Fixed(if base.to_ascii_lowercase().contains("courier") {
                 600.0
@@ -931,13 +984,7 @@ fn load_font<'a>(
                 500.0
             }),
         },
-    };
-    Ok(Font {
-        encoding,
-        widths,
-        two_byte: false,
-        bold,
-    })
+    }
 }
 
 // --- layout ----------------------------------------------------------------------------------
@@ -1270,33 +1317,16 @@ fn layout_blocks(
     budget: &mut Budget,
     out: &mut Vec<Block>,
 ) -> Result<(), Refusal> {
-    let anchor = |sections: &[(u8, String)]| Anchor {
-        page: Some(page),
-        section: sections.iter().map(|(_, t)| t.clone()).collect(),
-        ..Anchor::default()
+    let mut lay = PageLayout {
+        page,
+        sections,
+        budget,
+        out,
+        para: String::new(),
+        para_kind: BlockKind::Paragraph,
     };
-    let mut para = String::new();
-    let mut para_kind = BlockKind::Paragraph;
     let mut prev: Option<&Line> = None;
     let mut i = 0;
-    macro_rules! flush {
-        () => {
-            if !para.is_empty() {
-                budget.push(
-                    out,
-                    Block {
-                        kind: para_kind,
-                        text: std::mem::take(&mut para),
-                        anchor: anchor(sections),
-                    },
-                )?;
-            }
-            #[allow(unused_assignments)]
-            {
-                para_kind = BlockKind::Paragraph;
-            }
-        };
-    }
     while i < lines.len() {
         let l = &lines[i];
         // A table: consecutive lines of two or more cells.
@@ -1305,20 +1335,7 @@ fn layout_blocks(
                 .get(i + 1)
                 .is_some_and(|n| n.segs.len() >= 2 && n.column == l.column)
         {
-            flush!();
-            let mut rows = Vec::new();
-            while i < lines.len() && lines[i].segs.len() >= 2 && lines[i].column == l.column {
-                rows.push(lines[i].text().replace('\n', " "));
-                i += 1;
-            }
-            budget.push(
-                out,
-                Block {
-                    kind: BlockKind::Table { header_rows: 1 },
-                    text: rows.join("\n"),
-                    anchor: anchor(sections),
-                },
-            )?;
+            i = lay.table(&lines, i)?;
             prev = None;
             continue;
         }
@@ -1327,56 +1344,13 @@ fn layout_blocks(
         if let Some(rank) = heading_sizes.iter().position(|&s| s == size_key)
             && l.segs.len() == 1
         {
-            // Consecutive lines of one heading size are one (wrapped) heading.
-            let mut title = text;
-            while let Some(n) = lines.get(i + 1)
-                && n.segs.len() == 1
-                && (n.size * 2.0).round() as i32 == size_key
-                && (l.y - n.y).abs() < 2.0 * l.size
-                && n.column == l.column
-            {
-                join_line(&mut title, &n.text());
-                i += 1;
-            }
-            flush!();
-            let level = (rank + 1) as u8;
-            while sections.last().is_some_and(|(lv, _)| *lv >= level) {
-                sections.pop();
-            }
-            sections.push((level, title.clone()));
-            budget.push(
-                out,
-                Block {
-                    kind: BlockKind::Heading(sections.len().min(6) as u8),
-                    text: title,
-                    anchor: anchor(sections),
-                },
-            )?;
+            i = lay.sized_heading(&lines, i, rank, text)?;
             prev = None;
-            i += 1;
             continue;
         }
-        let bold_heading = l.bold
-            && l.size >= body * 0.95
-            && text.len() <= 80
-            && !text.ends_with('.')
-            && prev.is_none_or(|p| !p.bold || p.column != l.column);
-        let next_plain = lines.get(i + 1).is_some_and(|n| !n.bold);
-        if bold_heading && next_plain && heading_sizes.is_empty() {
-            flush!();
-            let level = 6u8;
-            while sections.last().is_some_and(|(lv, _)| *lv >= level) {
-                sections.pop();
-            }
-            sections.push((level, text.clone()));
-            budget.push(
-                out,
-                Block {
-                    kind: BlockKind::Heading(sections.len().min(6) as u8),
-                    text,
-                    anchor: anchor(sections),
-                },
-            )?;
+        if is_bold_heading(l, prev, lines.get(i + 1), &text, body) && heading_sizes.is_empty() {
+            lay.flush()?;
+            lay.heading(6, text)?;
             prev = None;
             i += 1;
             continue;
@@ -1389,17 +1363,120 @@ fn layout_blocks(
                 && p.bold == l.bold
         });
         if !continues || is_list_start(&text) {
-            flush!();
+            lay.flush()?;
             if is_list_start(&text) {
-                para_kind = BlockKind::ListItem;
+                lay.para_kind = BlockKind::ListItem;
             }
         }
-        join_line(&mut para, &text);
+        join_line(&mut lay.para, &text);
         prev = Some(l);
         i += 1;
     }
-    flush!();
-    Ok(())
+    lay.flush()
+}
+
+/// A bold line at about body size, short, not ending a sentence, after no bold line of its
+/// column and before a plain one: a heading when the file has no larger heading sizes.
+fn is_bold_heading(
+    l: &Line,
+    prev: Option<&Line>,
+    next: Option<&Line>,
+    text: &str,
+    body: f32,
+) -> bool {
+    let bold_heading = l.bold
+        && l.size >= body * 0.95
+        && text.len() <= 80
+        && !text.ends_with('.')
+        && prev.is_none_or(|p| !p.bold || p.column != l.column);
+    let next_plain = next.is_some_and(|n| !n.bold);
+    bold_heading && next_plain
+}
+
+/// One page's blocks being laid out: the paragraph being joined and the heading stack (which
+/// goes on to the next page).
+struct PageLayout<'p> {
+    page: u32,
+    sections: &'p mut Vec<(u8, String)>,
+    budget: &'p mut Budget,
+    out: &'p mut Vec<Block>,
+    para: String,
+    para_kind: BlockKind,
+}
+
+impl PageLayout<'_> {
+    fn anchor(&self) -> Anchor {
+        Anchor {
+            page: Some(self.page),
+            section: self.sections.iter().map(|(_, t)| t.clone()).collect(),
+            ..Anchor::default()
+        }
+    }
+
+    fn push(&mut self, kind: BlockKind, text: String) -> Result<(), Refusal> {
+        let anchor = self.anchor();
+        self.budget.push(self.out, Block { kind, text, anchor })
+    }
+
+    /// The paragraph being joined, if any, becomes a block; the next starts as a paragraph.
+    fn flush(&mut self) -> Result<(), Refusal> {
+        if !self.para.is_empty() {
+            let text = std::mem::take(&mut self.para);
+            self.push(self.para_kind, text)?;
+        }
+        self.para_kind = BlockKind::Paragraph;
+        Ok(())
+    }
+
+    /// A heading of `level`: the section stack cut to above it, then it entered.
+    fn heading(&mut self, level: u8, title: String) -> Result<(), Refusal> {
+        while self.sections.last().is_some_and(|(lv, _)| *lv >= level) {
+            self.sections.pop();
+        }
+        self.sections.push((level, title.clone()));
+        self.push(BlockKind::Heading(self.sections.len().min(6) as u8), title)
+    }
+
+    /// The table starting at line `i` (its rows the lines of two or more cells in the same
+    /// column); returns the index of the line after it.
+    fn table(&mut self, lines: &[Line], mut i: usize) -> Result<usize, Refusal> {
+        let column = lines[i].column;
+        self.flush()?;
+        let mut rows = Vec::new();
+        while i < lines.len() && lines[i].segs.len() >= 2 && lines[i].column == column {
+            rows.push(lines[i].text().replace('\n', " "));
+            i += 1;
+        }
+        self.push(BlockKind::Table { header_rows: 1 }, rows.join("\n"))?;
+        Ok(i)
+    }
+
+    /// A heading by font size (`rank` among the heading sizes) starting at line `i`:
+    /// consecutive lines of one heading size are one (wrapped) heading. Returns the index of
+    /// the line after it.
+    fn sized_heading(
+        &mut self,
+        lines: &[Line],
+        mut i: usize,
+        rank: usize,
+        text: String,
+    ) -> Result<usize, Refusal> {
+        let l = &lines[i];
+        let size_key = (l.size * 2.0).round() as i32;
+        let mut title = text;
+        while let Some(n) = lines.get(i + 1)
+            && n.segs.len() == 1
+            && (n.size * 2.0).round() as i32 == size_key
+            && (l.y - n.y).abs() < 2.0 * l.size
+            && n.column == l.column
+        {
+            join_line(&mut title, &n.text());
+            i += 1;
+        }
+        self.flush()?;
+        self.heading((rank + 1) as u8, title)?;
+        Ok(i + 1)
+    }
 }
 
 #[cfg(test)]

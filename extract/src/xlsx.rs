@@ -27,20 +27,7 @@ pub(crate) fn extract(
     // of shared strings (at most one per cell). Only then does calamine read the same parts.
     let mut zip = Zip::open(bytes, Format::Xlsx, limits)?;
     let title = core_title(&mut zip, limits)?;
-    let mut strings: u64 = 0;
-    for name in zip.names() {
-        zip.check_part(&name, limits, |ev| {
-            if let Ev::Start(s) = ev
-                && tag(s) == b"si"
-            {
-                strings += 1;
-                if strings > limits.max_cells {
-                    return Err(Refusal::limit("max_cells", strings, limits.max_cells));
-                }
-            }
-            Ok(())
-        })?;
-    }
+    check_parts(&mut zip, limits)?;
     let mut wb: Xlsx<_> = calamine::open_workbook_from_rs(Cursor::new(bytes))
         .map_err(|e| Refusal::malformed(Format::Xlsx, e))?;
     let sheets = wb.sheet_names();
@@ -59,121 +46,177 @@ pub(crate) fn extract(
     // held to the same limit while it is read.
     let mut cell_bytes: u64 = 0;
     for sheet in &sheets {
-        let mut rows: BTreeMap<u32, Vec<(u32, String)>> = BTreeMap::new();
-        {
-            let mut reader = wb
-                .worksheet_cells_reader(sheet)
-                .map_err(|e| Refusal::malformed(Format::Xlsx, format!("sheet {sheet}: {e}")))?;
-            while let Some(cell) = reader
-                .next_cell()
-                .map_err(|e| Refusal::malformed(Format::Xlsx, format!("sheet {sheet}: {e}")))?
-            {
-                let v = value(cell.get_value());
-                if v.is_empty() {
-                    continue;
-                }
-                budget.cell()?;
-                cell_bytes += v.len() as u64;
-                if cell_bytes > limits.max_text_bytes {
-                    return Err(Refusal::limit(
-                        "max_text_bytes",
-                        cell_bytes,
-                        limits.max_text_bytes,
-                    ));
-                }
-                let (r, c) = cell.get_position();
-                rows.entry(r).or_default().push((c, v));
-            }
-        }
+        let rows = sheet_rows(&mut wb, sheet, limits, budget, &mut cell_bytes)?;
         out.units += 1;
-        let mut anchor = Anchor {
-            sheet: Some(sheet.clone()),
-            section: vec![sheet.clone()],
-            ..Anchor::default()
-        };
         if rows.is_empty() {
             continue;
         }
-        budget.push(
-            &mut out.blocks,
-            Block {
-                kind: BlockKind::Heading(1),
-                text: sheet.clone(),
-                anchor: anchor.clone(),
-            },
-        )?;
-        // Title lines: a sheet often starts with its caption in A1 ("Bradwell Station Road
-        // branch limits"), maybe a subtitle, then the table. A leading row of one cell while a
-        // later row has several is such a line: it becomes a heading under the sheet's (so every
-        // chunk of the table carries it in its section path), never the table's header.
-        let mut titles = 0;
-        while rows.len() > 1 && titles < MAX_TITLE_ROWS {
-            let (&r, first) = rows.iter().next().expect("non-empty");
-            if first.len() != 1 || !rows.values().skip(1).any(|c| c.len() > 1) {
-                break;
-            }
-            let text = first[0].1.clone();
-            rows.remove(&r);
-            titles += 1;
-            anchor.section.push(text.clone());
-            let mut a = anchor.clone();
-            a.rows = Some((r + 1, r + 1));
-            budget.push(
-                &mut out.blocks,
-                Block {
-                    kind: BlockKind::Heading(2),
-                    text,
-                    anchor: a,
-                },
-            )?;
-        }
-        let min_c = rows
-            .values()
-            .flat_map(|r| r.iter().map(|(c, _)| *c))
-            .min()
-            .unwrap_or(0);
-        let max_c = rows
-            .values()
-            .flat_map(|r| r.iter().map(|(c, _)| *c))
-            .max()
-            .unwrap_or(0);
-        let line = |cells: &[(u32, String)]| -> String {
-            if max_c - min_c <= 64 {
-                let mut v = vec![""; (max_c - min_c + 1) as usize];
-                for (c, s) in cells {
-                    v[(c - min_c) as usize] = s;
-                }
-                v.join(" | ")
-            } else {
-                cells
-                    .iter()
-                    .map(|(_, s)| s.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" | ")
-            }
-        };
-        let mut it = rows.iter();
-        let (hr, header) = it.next().map(|(r, c)| (*r, line(c))).unwrap_or_default();
-        let data: Vec<(u32, String)> = it.map(|(r, c)| (r + 1, line(c))).collect();
-        if data.is_empty() {
-            let mut a = anchor.clone();
-            a.rows = Some((hr + 1, hr + 1));
-            budget.push(
-                &mut out.blocks,
-                Block {
-                    kind: BlockKind::Table { header_rows: 1 },
-                    text: header,
-                    anchor: a,
-                },
-            )?;
-        } else {
-            push_table(&mut out.blocks, budget, &header, &data, &anchor)?;
-        }
+        push_sheet(sheet, rows, budget, &mut out.blocks)?;
     }
     if out.title.is_none() {
         out.title = sheets.first().cloned();
     }
     Ok(out)
+}
+
+/// Every part walked with the XML guards, shared strings counted against `max_cells`.
+fn check_parts(zip: &mut Zip<'_>, limits: &Limits) -> Result<(), Refusal> {
+    let mut strings: u64 = 0;
+    for name in zip.names() {
+        zip.check_part(&name, limits, |ev| {
+            if let Ev::Start(s) = ev
+                && tag(s) == b"si"
+            {
+                strings += 1;
+                if strings > limits.max_cells {
+                    return Err(Refusal::limit("max_cells", strings, limits.max_cells));
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// A sheet's non-empty cells by row (0-based) as (column, text), each counted against the
+/// budget and the cells' text so far against `max_text_bytes`.
+fn sheet_rows(
+    wb: &mut Xlsx<Cursor<&[u8]>>,
+    sheet: &str,
+    limits: &Limits,
+    budget: &mut Budget,
+    cell_bytes: &mut u64,
+) -> Result<BTreeMap<u32, Vec<(u32, String)>>, Refusal> {
+    let mut rows: BTreeMap<u32, Vec<(u32, String)>> = BTreeMap::new();
+    let mut reader = wb
+        .worksheet_cells_reader(sheet)
+        .map_err(|e| Refusal::malformed(Format::Xlsx, format!("sheet {sheet}: {e}")))?;
+    while let Some(cell) = reader
+        .next_cell()
+        .map_err(|e| Refusal::malformed(Format::Xlsx, format!("sheet {sheet}: {e}")))?
+    {
+        let v = value(cell.get_value());
+        if v.is_empty() {
+            continue;
+        }
+        budget.cell()?;
+        *cell_bytes += v.len() as u64;
+        if *cell_bytes > limits.max_text_bytes {
+            return Err(Refusal::limit(
+                "max_text_bytes",
+                *cell_bytes,
+                limits.max_text_bytes,
+            ));
+        }
+        let (r, c) = cell.get_position();
+        rows.entry(r).or_default().push((c, v));
+    }
+    Ok(rows)
+}
+
+/// A non-empty sheet's blocks: its heading, its title lines, then its table.
+fn push_sheet(
+    sheet: &str,
+    mut rows: BTreeMap<u32, Vec<(u32, String)>>,
+    budget: &mut Budget,
+    blocks: &mut Vec<Block>,
+) -> Result<(), Refusal> {
+    let mut anchor = Anchor {
+        sheet: Some(sheet.to_owned()),
+        section: vec![sheet.to_owned()],
+        ..Anchor::default()
+    };
+    budget.push(
+        blocks,
+        Block {
+            kind: BlockKind::Heading(1),
+            text: sheet.to_owned(),
+            anchor: anchor.clone(),
+        },
+    )?;
+    push_title_rows(&mut rows, &mut anchor, budget, blocks)?;
+    let line = row_line(&rows);
+    let mut it = rows.iter();
+    let (hr, header) = it.next().map(|(r, c)| (*r, line(c))).unwrap_or_default();
+    let data: Vec<(u32, String)> = it.map(|(r, c)| (r + 1, line(c))).collect();
+    if data.is_empty() {
+        let mut a = anchor.clone();
+        a.rows = Some((hr + 1, hr + 1));
+        budget.push(
+            blocks,
+            Block {
+                kind: BlockKind::Table { header_rows: 1 },
+                text: header,
+                anchor: a,
+            },
+        )
+    } else {
+        push_table(blocks, budget, &header, &data, &anchor)
+    }
+}
+
+/// Title lines: a sheet often starts with its caption in A1 ("Bradwell Station Road branch
+/// limits"), maybe a subtitle, then the table. A leading row of one cell while a later row has
+/// several is such a line: it becomes a heading under the sheet's (so every chunk of the table
+/// carries it in its section path), never the table's header.
+fn push_title_rows(
+    rows: &mut BTreeMap<u32, Vec<(u32, String)>>,
+    anchor: &mut Anchor,
+    budget: &mut Budget,
+    blocks: &mut Vec<Block>,
+) -> Result<(), Refusal> {
+    let mut titles = 0;
+    while rows.len() > 1 && titles < MAX_TITLE_ROWS {
+        let (&r, first) = rows.iter().next().expect("non-empty");
+        if first.len() != 1 || !rows.values().skip(1).any(|c| c.len() > 1) {
+            break;
+        }
+        let text = first[0].1.clone();
+        rows.remove(&r);
+        titles += 1;
+        anchor.section.push(text.clone());
+        let mut a = anchor.clone();
+        a.rows = Some((r + 1, r + 1));
+        budget.push(
+            blocks,
+            Block {
+                kind: BlockKind::Heading(2),
+                text,
+                anchor: a,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// A row's text: its cells in their columns (empty ones kept) when the sheet spans at most 65
+/// columns, else the non-empty cells only; `" | "` between.
+fn row_line(rows: &BTreeMap<u32, Vec<(u32, String)>>) -> impl Fn(&[(u32, String)]) -> String {
+    let min_c = rows
+        .values()
+        .flat_map(|r| r.iter().map(|(c, _)| *c))
+        .min()
+        .unwrap_or(0);
+    let max_c = rows
+        .values()
+        .flat_map(|r| r.iter().map(|(c, _)| *c))
+        .max()
+        .unwrap_or(0);
+    move |cells: &[(u32, String)]| -> String {
+        if max_c - min_c <= 64 {
+            let mut v = vec![""; (max_c - min_c + 1) as usize];
+            for (c, s) in cells {
+                v[(c - min_c) as usize] = s;
+            }
+            v.join(" | ")
+        } else {
+            cells
+                .iter()
+                .map(|(_, s)| s.as_str())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        }
+    }
 }
 
 /// A cell's display text: numbers without float noise, dates as ISO dates.

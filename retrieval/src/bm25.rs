@@ -254,28 +254,18 @@ impl Bm25Index {
             .collect())
     }
 
-    /// MaxScore over one segment's postings of the query's terms, offering every visible
-    /// document that could enter the top `k` to `top` with its exact score.
-    fn max_score_segment(
+    /// The cursors of a MaxScore pass over one segment: the query terms that can score a
+    /// visible document here (weight known, visible postings here), with their postings and
+    /// the largest score of any of them, in query order.
+    fn max_score_cursors(
         &self,
         seg: &SegmentReader,
         terms: &[Term],
         weights: &[Option<Bm25Weight>],
         row: &[Option<(Arc<SegTerm>, u64)>],
-        filter: &dyn ChunkFilter,
-        top: &mut TopK,
-    ) -> Result<()> {
-        // The terms that can score a visible document here: weight known, visible postings here.
-        struct Cursor {
-            /// Position of the term in the query (score summation order).
-            term: usize,
-            weight: Bm25Weight,
-            /// Largest score of any of its postings in this segment.
-            ub: f32,
-            postings: SegmentPostings,
-        }
+    ) -> Result<Vec<MaxScoreCursor>> {
         let inv = seg.inverted_index(self.f_text).map_err(|e| self.err(e))?;
-        let mut cursors: Vec<Cursor> = Vec::new();
+        let mut cursors: Vec<MaxScoreCursor> = Vec::new();
         for (i, (w, st)) in weights.iter().zip(row).enumerate() {
             let (Some(w), Some((st, visible_here))) = (w, st) else {
                 continue;
@@ -295,13 +285,28 @@ impl Bm25Index {
                 .iter()
                 .map(|&(norm, tf)| w.score(norm, tf))
                 .fold(0f32, f32::max);
-            cursors.push(Cursor {
+            cursors.push(MaxScoreCursor {
                 term: i,
                 weight: w.clone(),
                 ub,
                 postings,
             });
         }
+        Ok(cursors)
+    }
+
+    /// MaxScore over one segment's postings of the query's terms, offering every visible
+    /// document that could enter the top `k` to `top` with its exact score.
+    fn max_score_segment(
+        &self,
+        seg: &SegmentReader,
+        terms: &[Term],
+        weights: &[Option<Bm25Weight>],
+        row: &[Option<(Arc<SegTerm>, u64)>],
+        filter: &dyn ChunkFilter,
+        top: &mut TopK,
+    ) -> Result<()> {
+        let mut cursors = self.max_score_cursors(seg, terms, weights, row)?;
         if cursors.is_empty() {
             return Ok(());
         }
@@ -607,6 +612,16 @@ fn analyzer(cfg: &Bm25Config) -> TextAnalyzer {
         b = b.filter_dynamic(Stemmer::new(Language::English));
     }
     b.build()
+}
+
+/// A query term in a MaxScore pass over one segment.
+struct MaxScoreCursor {
+    /// Position of the term in the query (score summation order).
+    term: usize,
+    weight: Bm25Weight,
+    /// Largest score of any of its postings in this segment.
+    ub: f32,
+    postings: SegmentPostings,
 }
 
 /// What a search needs of one term's postings in one segment, read once: the chunk ids of its

@@ -32,7 +32,9 @@ use crate::error::{Error, Result};
 use crate::fusion;
 use crate::ingest::{self, DocumentInput};
 use crate::originals::Originals;
-use crate::store::{self, Committed, DocumentInfo, NewChunk, NewDocument, Store, UpsertOutcome};
+use crate::store::{
+    self, ChunkRow, Committed, DocumentInfo, NewChunk, NewDocument, Store, UpsertOutcome,
+};
 use crate::traits::{Embed, Rerank};
 use crate::visibility::{ChunkMap, Visibility};
 use crate::write_lock::IndexWriteLock;
@@ -1411,56 +1413,7 @@ impl Retrieval {
                 timings,
             });
         }
-        let n_cand = cfg.candidates.max(req.k);
-        let qvec = if needs_vector {
-            let t = Instant::now();
-            let mut v = self.embedder.embed(&[req.query])?;
-            timings.embed_ms = ms(t);
-            v.pop()
-        } else {
-            None
-        };
-        let bm25_hits = if req.mode != SearchMode::Vector {
-            let t = Instant::now();
-            let set = self.visible_set(&snap, allow, &vis);
-            let h = idx.bm25.search(
-                req.query,
-                n_cand,
-                &vis,
-                &set,
-                visible_chunk_count(allow, &snap),
-            )?;
-            timings.bm25_ms = ms(t);
-            h
-        } else {
-            Vec::new()
-        };
-        let vec_hits = match (&idx.vector, &qvec) {
-            (Some(v), Some(q)) => {
-                let t = Instant::now();
-                let h = v.search(q, n_cand, &vis)?;
-                timings.vector_ms = ms(t);
-                h
-            }
-            _ => Vec::new(),
-        };
-        let t = Instant::now();
-        let mut cands = match req.mode {
-            SearchMode::Bm25 => fusion::single(&bm25_hits, fusion::Source::Bm25),
-            SearchMode::Vector => fusion::single(&vec_hits, fusion::Source::Vector),
-            SearchMode::Hybrid => fusion::rrf(&bm25_hits, &vec_hits, cfg.rrf_k),
-        };
-        timings.fuse_ms = ms(t);
-        if req.rescore
-            && let (Some(v), Some(q)) = (&idx.vector, &qvec)
-        {
-            let t = Instant::now();
-            let depth = cfg.rescore_depth.max(req.k).min(cands.len());
-            let ids: Vec<u32> = cands[..depth].iter().map(|c| c.chunk).collect();
-            let exact = v.rescore(q, &ids)?;
-            fusion::apply_rescore(&mut cands, depth, &exact, req.mode, cfg.rrf_k);
-            timings.rescore_ms = ms(t);
-        }
+        let cands = self.candidates(req, &snap, &idx, allow, &vis, &mut timings)?;
         // Texts: enough candidates for the reranker and for k live results.
         let t = Instant::now();
         let want = if req.rerank && self.reranker.is_some() {
@@ -1468,51 +1421,13 @@ impl Retrieval {
         } else {
             req.k
         };
-        let mut rows = Vec::with_capacity(want);
-        self.with_reader(|conn| {
-            for c in &cands {
-                if rows.len() >= want {
-                    break;
-                }
-                if !vis.visible(c.chunk) {
-                    debug_assert!(false, "search produced an invisible chunk {}", c.chunk);
-                    continue;
-                }
-                // A chunk deleted after the snapshot was taken has no row: skip it.
-                if let Some(row) = Store::chunk(conn, c.chunk)? {
-                    rows.push((c.clone(), row));
-                }
-            }
-            Ok(())
-        })?;
+        let mut rows = self.fetch_rows(&cands, want, &vis)?;
         timings.fetch_ms = ms(t);
         if req.rerank
             && let Some(rr) = &self.reranker
         {
             let t = Instant::now();
-            let texts: Vec<String> = rows
-                .iter()
-                .map(|(_, r)| store::index_text(&r.title, &r.text))
-                .collect();
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let scores = rr.score(req.query, &refs)?;
-            if scores.len() != rows.len() {
-                return Err(Error::Model(crate::ModelError(format!(
-                    "reranker {} returned {} scores for {} passages",
-                    rr.name(),
-                    scores.len(),
-                    rows.len()
-                ))));
-            }
-            for ((c, _), s) in rows.iter_mut().zip(scores) {
-                c.stage.rerank = Some(s);
-                c.score = s;
-            }
-            rows.sort_by(|a, b| {
-                b.0.score
-                    .total_cmp(&a.0.score)
-                    .then(a.0.chunk.cmp(&b.0.chunk))
-            });
+            rerank_rows(rr.as_ref(), req.query, &mut rows)?;
             timings.rerank_ms = ms(t);
         }
         rows.truncate(req.k);
@@ -1537,6 +1452,100 @@ impl Retrieval {
         );
         timings.total_ms = ms(total);
         Ok(SearchResponse { results, timings })
+    }
+
+    /// The first stage of a search: the query embedded (unless BM25 only), BM25 and vector
+    /// candidates, fused by the mode, then rescored exactly if asked; each step timed.
+    fn candidates(
+        &self,
+        req: &SearchRequest<'_>,
+        snap: &Snapshot,
+        idx: &Indexes,
+        allow: &AllowSet,
+        vis: &Visibility<'_>,
+        timings: &mut Timings,
+    ) -> Result<Vec<fusion::Candidate>> {
+        let cfg = &self.config.search;
+        let needs_vector = req.mode != SearchMode::Bm25;
+        let n_cand = cfg.candidates.max(req.k);
+        let qvec = if needs_vector {
+            let t = Instant::now();
+            let mut v = self.embedder.embed(&[req.query])?;
+            timings.embed_ms = ms(t);
+            v.pop()
+        } else {
+            None
+        };
+        let bm25_hits = if req.mode != SearchMode::Vector {
+            let t = Instant::now();
+            let set = self.visible_set(snap, allow, vis);
+            let h = idx.bm25.search(
+                req.query,
+                n_cand,
+                vis,
+                &set,
+                visible_chunk_count(allow, snap),
+            )?;
+            timings.bm25_ms = ms(t);
+            h
+        } else {
+            Vec::new()
+        };
+        let vec_hits = match (&idx.vector, &qvec) {
+            (Some(v), Some(q)) => {
+                let t = Instant::now();
+                let h = v.search(q, n_cand, vis)?;
+                timings.vector_ms = ms(t);
+                h
+            }
+            _ => Vec::new(),
+        };
+        let t = Instant::now();
+        let mut cands = match req.mode {
+            SearchMode::Bm25 => fusion::single(&bm25_hits, fusion::Source::Bm25),
+            SearchMode::Vector => fusion::single(&vec_hits, fusion::Source::Vector),
+            SearchMode::Hybrid => fusion::rrf(&bm25_hits, &vec_hits, cfg.rrf_k),
+        };
+        timings.fuse_ms = ms(t);
+        if req.rescore
+            && let (Some(v), Some(q)) = (&idx.vector, &qvec)
+        {
+            let t = Instant::now();
+            let depth = cfg.rescore_depth.max(req.k).min(cands.len());
+            let ids: Vec<u32> = cands[..depth].iter().map(|c| c.chunk).collect();
+            let exact = v.rescore(q, &ids)?;
+            fusion::apply_rescore(&mut cands, depth, &exact, req.mode, cfg.rrf_k);
+            timings.rescore_ms = ms(t);
+        }
+        Ok(cands)
+    }
+
+    /// The stored rows of the first `want` candidates that still have one (a chunk deleted
+    /// after the snapshot was taken has none), in candidate order.
+    fn fetch_rows(
+        &self,
+        cands: &[fusion::Candidate],
+        want: usize,
+        vis: &Visibility<'_>,
+    ) -> Result<Vec<(fusion::Candidate, ChunkRow)>> {
+        let mut rows = Vec::with_capacity(want);
+        self.with_reader(|conn| {
+            for c in cands {
+                if rows.len() >= want {
+                    break;
+                }
+                if !vis.visible(c.chunk) {
+                    debug_assert!(false, "search produced an invisible chunk {}", c.chunk);
+                    continue;
+                }
+                // A chunk deleted after the snapshot was taken has no row: skip it.
+                if let Some(row) = Store::chunk(conn, c.chunk)? {
+                    rows.push((c.clone(), row));
+                }
+            }
+            Ok(())
+        })?;
+        Ok(rows)
     }
 
     /// The chunks `vis` accepts, cached per snapshot and allow set (see [`VisibleSets`]).
@@ -1582,6 +1591,39 @@ impl Retrieval {
         }
         r
     }
+}
+
+/// Scores `rows` against `query` with the reranker and sorts them by that score (ties by chunk
+/// id); a reranker returning another number of scores than passages is an error.
+fn rerank_rows(
+    rr: &dyn Rerank,
+    query: &str,
+    rows: &mut [(fusion::Candidate, ChunkRow)],
+) -> Result<()> {
+    let texts: Vec<String> = rows
+        .iter()
+        .map(|(_, r)| store::index_text(&r.title, &r.text))
+        .collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let scores = rr.score(query, &refs)?;
+    if scores.len() != rows.len() {
+        return Err(Error::Model(crate::ModelError(format!(
+            "reranker {} returned {} scores for {} passages",
+            rr.name(),
+            scores.len(),
+            rows.len()
+        ))));
+    }
+    for ((c, _), s) in rows.iter_mut().zip(scores) {
+        c.stage.rerank = Some(s);
+        c.score = s;
+    }
+    rows.sort_by(|a, b| {
+        b.0.score
+            .total_cmp(&a.0.score)
+            .then(a.0.chunk.cmp(&b.0.chunk))
+    });
+    Ok(())
 }
 
 /// Which half of a committed write [`Retrieval::publish`] makes visible.

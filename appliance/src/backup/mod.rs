@@ -254,31 +254,7 @@ fn sibling(p: &Path, suffix: &str) -> anyhow::Result<PathBuf> {
 
 /// Takes a backup of the data directory `data` into the new file `out`.
 pub fn backup(data: &Path, out: &Path, opts: BackupOptions) -> anyhow::Result<BackupReport> {
-    let db = crate::startup::db_path(data);
-    if !db.is_file() {
-        bail!(
-            "{} is not an Airlock data directory (no {})",
-            data.display(),
-            db.display()
-        );
-    }
-    if out.exists() {
-        bail!("{} exists: refusing to overwrite a backup", out.display());
-    }
-    let data = data
-        .canonicalize()
-        .with_context(|| format!("resolving {}", data.display()))?;
-    let out_dir = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    if out_dir.canonicalize().is_ok_and(|d| d.starts_with(&data)) {
-        bail!(
-            "{} is inside the data directory {}: write the backup elsewhere",
-            out.display(),
-            data.display()
-        );
-    }
+    let data = check_backup_paths(data, out)?;
     let partial = sibling(out, &format!(".partial-{}", std::process::id()))?;
     let staging = sibling(out, &format!(".staging-{}", std::process::id()))?;
     fs::create_dir(&staging)
@@ -288,80 +264,13 @@ pub fn backup(data: &Path, out: &Path, opts: BackupOptions) -> anyhow::Result<Ba
 
     let mut files = Vec::new();
     walk(&data, &data, &mut files)?;
-    let index_root = crate::startup::index_root(&data);
-    fs::create_dir_all(&index_root)?;
+    let Consistent {
+        staged,
+        generation,
+        locked,
+    } = copy_consistent(&data, &files, &staging)?;
 
-    // The consistent part, under the engine's write lock.
-    let lock = match IndexWriteLock::try_acquire(&index_root)? {
-        Some(l) => l,
-        None => {
-            eprintln!("==> waiting for the running write (ingest, delete, reindex) to finish");
-            IndexWriteLock::acquire(&index_root)?
-        }
-    };
-    let locked_at = std::time::Instant::now();
-    let mut staged: Vec<(String, PathBuf)> = Vec::new();
-    for (rel, p) in &files {
-        if !rel.starts_with("index/") && is_sqlite(p) {
-            let dst = staging.join(rel);
-            fs::create_dir_all(dst.parent().expect("a file path has a parent"))?;
-            sqlite_backup(p, &dst)?;
-            staged.push((rel.clone(), dst));
-        }
-    }
-    let generation = airlock_retrieval::stored_index_generation(&staging.join("airlock.db"))
-        .context("reading the index generation of the copied database")?;
-    let gen_dir = index_root.join(generation.to_string());
-    if gen_dir.is_dir() {
-        copy_stable(&data, &gen_dir, &staging)?;
-        let mut copied = Vec::new();
-        walk(
-            &staging,
-            &staging.join(rel_of(&data, &gen_dir)?),
-            &mut copied,
-        )?;
-        staged.extend(copied);
-    }
-    // The original files the copied database names (content-addressed, written before and
-    // removed after the rows that name them, under the same lock).
-    let originals = airlock_retrieval::originals_dir(&index_root);
-    if originals.is_dir() {
-        copy_stable(&data, &originals, &staging)?;
-        let copied_dir = staging.join(rel_of(&data, &originals)?);
-        if copied_dir.is_dir() {
-            // (absent when there is no original yet)
-            let mut copied = Vec::new();
-            walk(&staging, &copied_dir, &mut copied)?;
-            staged.extend(copied);
-        }
-    }
-    drop(lock);
-    let locked = locked_at.elapsed();
-
-    let mut sources = Vec::new();
-    let mut keys_left_out = Vec::new();
-    let staged_paths: std::collections::BTreeSet<&str> =
-        staged.iter().map(|(r, _)| r.as_str()).collect();
-    for (rel, p) in files {
-        if staged_paths.contains(rel.as_str())
-            || rel.starts_with("index/")
-            || rel.starts_with("originals/")
-        {
-            continue;
-        }
-        if opts.no_bundles && rel.starts_with("bundles/") {
-            continue;
-        }
-        if is_private_key(&rel) && !opts.include_keys {
-            keys_left_out.push(rel);
-            continue;
-        }
-        sources.push(source(rel, p)?);
-    }
-    for (rel, p) in staged {
-        sources.push(source(rel, p)?);
-    }
-    sources.sort_by(|a, b| a.entry.path.cmp(&b.entry.path));
+    let (sources, keys_left_out) = backup_sources(files, staged, &opts)?;
     let bundle = airlock_bundle::Store::open(&data)
         .ok()
         .and_then(|s| s.state().ok())
@@ -389,6 +298,137 @@ pub fn backup(data: &Path, out: &Path, opts: BackupOptions) -> anyhow::Result<Ba
         keys_left_out,
         locked,
     })
+}
+
+/// `data` is a data directory and `out` a new file outside it; `data` resolved.
+fn check_backup_paths(data: &Path, out: &Path) -> anyhow::Result<PathBuf> {
+    let db = crate::startup::db_path(data);
+    if !db.is_file() {
+        bail!(
+            "{} is not an Airlock data directory (no {})",
+            data.display(),
+            db.display()
+        );
+    }
+    if out.exists() {
+        bail!("{} exists: refusing to overwrite a backup", out.display());
+    }
+    let data = data
+        .canonicalize()
+        .with_context(|| format!("resolving {}", data.display()))?;
+    let out_dir = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if out_dir.canonicalize().is_ok_and(|d| d.starts_with(&data)) {
+        bail!(
+            "{} is inside the data directory {}: write the backup elsewhere",
+            out.display(),
+            data.display()
+        );
+    }
+    Ok(data)
+}
+
+/// What [`copy_consistent`] copied under the engine's write lock.
+struct Consistent {
+    /// (path in the data directory, copy in the staging directory).
+    staged: Vec<(String, PathBuf)>,
+    /// The index generation the copied database names.
+    generation: u64,
+    /// How long the lock was held.
+    locked: Duration,
+}
+
+/// The consistent part, under the engine's write lock: the SQLite databases outside the index
+/// (online backups), the index generation the copied database names, and the original files.
+fn copy_consistent(
+    data: &Path,
+    files: &[(String, PathBuf)],
+    staging: &Path,
+) -> anyhow::Result<Consistent> {
+    let index_root = crate::startup::index_root(data);
+    fs::create_dir_all(&index_root)?;
+    let lock = match IndexWriteLock::try_acquire(&index_root)? {
+        Some(l) => l,
+        None => {
+            eprintln!("==> waiting for the running write (ingest, delete, reindex) to finish");
+            IndexWriteLock::acquire(&index_root)?
+        }
+    };
+    let locked_at = std::time::Instant::now();
+    let mut staged: Vec<(String, PathBuf)> = Vec::new();
+    for (rel, p) in files {
+        if !rel.starts_with("index/") && is_sqlite(p) {
+            let dst = staging.join(rel);
+            fs::create_dir_all(dst.parent().expect("a file path has a parent"))?;
+            sqlite_backup(p, &dst)?;
+            staged.push((rel.clone(), dst));
+        }
+    }
+    let generation = airlock_retrieval::stored_index_generation(&staging.join("airlock.db"))
+        .context("reading the index generation of the copied database")?;
+    let gen_dir = index_root.join(generation.to_string());
+    if gen_dir.is_dir() {
+        copy_stable(data, &gen_dir, staging)?;
+        let mut copied = Vec::new();
+        walk(staging, &staging.join(rel_of(data, &gen_dir)?), &mut copied)?;
+        staged.extend(copied);
+    }
+    // The original files the copied database names (content-addressed, written before and
+    // removed after the rows that name them, under the same lock).
+    let originals = airlock_retrieval::originals_dir(&index_root);
+    if originals.is_dir() {
+        copy_stable(data, &originals, staging)?;
+        let copied_dir = staging.join(rel_of(data, &originals)?);
+        if copied_dir.is_dir() {
+            // (absent when there is no original yet)
+            let mut copied = Vec::new();
+            walk(staging, &copied_dir, &mut copied)?;
+            staged.extend(copied);
+        }
+    }
+    drop(lock);
+    Ok(Consistent {
+        staged,
+        generation,
+        locked: locked_at.elapsed(),
+    })
+}
+
+/// The archive's sources, sorted: the data directory's other files (the index and originals
+/// only as staged; bundles and private keys as `opts` says), then the staged copies; with the
+/// private keys left out.
+fn backup_sources(
+    files: Vec<(String, PathBuf)>,
+    staged: Vec<(String, PathBuf)>,
+    opts: &BackupOptions,
+) -> anyhow::Result<(Vec<Source>, Vec<String>)> {
+    let mut sources = Vec::new();
+    let mut keys_left_out = Vec::new();
+    let staged_paths: std::collections::BTreeSet<&str> =
+        staged.iter().map(|(r, _)| r.as_str()).collect();
+    for (rel, p) in files {
+        if staged_paths.contains(rel.as_str())
+            || rel.starts_with("index/")
+            || rel.starts_with("originals/")
+        {
+            continue;
+        }
+        if opts.no_bundles && rel.starts_with("bundles/") {
+            continue;
+        }
+        if is_private_key(&rel) && !opts.include_keys {
+            keys_left_out.push(rel);
+            continue;
+        }
+        sources.push(source(rel, p)?);
+    }
+    for (rel, p) in staged {
+        sources.push(source(rel, p)?);
+    }
+    sources.sort_by(|a, b| a.entry.path.cmp(&b.entry.path));
+    Ok((sources, keys_left_out))
 }
 
 /// Removes a file when dropped (an archive being written; gone after its rename).

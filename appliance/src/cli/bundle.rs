@@ -2,7 +2,7 @@
 //! `airlock rollback`: the signed-bundle supply chain on the command line.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use airlock_bundle::{
@@ -286,160 +286,19 @@ fn human(bytes: u64) -> String {
 /// Runs `airlock bundle ...`.
 pub fn bundle(cmd: BundleCommand) -> anyhow::Result<bool> {
     match cmd {
-        BundleCommand::Build(args) => {
-            let keys = args
-                .sign
-                .iter()
-                .map(|p| Ok(KeyPair::load(p)?))
-                .collect::<anyhow::Result<Vec<_>>>()?;
-            let signers: Vec<&KeyPair> = keys.iter().collect();
-            let mut options = BuildOptions::new(args.name, args.version);
-            options.created = created(args.created.as_deref())?;
-            options.binary = args.binary;
-            options.zstd_level = args.zstd_level;
-            options.min_previous_version = args.min_previous;
-            // Every bundle carries the SBOM of the airlock binary that built it (issue 19).
-            let sbom = sbom_file(&args.out)?;
-            options
-                .extra_files
-                .push((crate::sbom::SBOM_PATH.into(), sbom.clone()));
-            if let Some(bin) = &options.binary
-                && !same_binary(bin)
-            {
-                eprintln!(
-                    "warning: {} is not this airlock binary; {} describes the binary that built \
-                     the bundle (build with the binary you ship)",
-                    bin.display(),
-                    crate::sbom::SBOM_PATH
-                );
-            }
-            let built = build(&args.from, &options, &signers, &args.out, &Bar::new());
-            let _ = std::fs::remove_file(&sbom);
-            let manifest = built?;
-            println!(
-                "built {} {} {}: {} files, {}, {} model(s), signed by {}",
-                args.out.display(),
-                manifest.name,
-                manifest.version,
-                manifest.files.len(),
-                human(manifest.total_size()),
-                manifest.models.len(),
-                signers
-                    .iter()
-                    .map(|k| k.key_id().to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
+        BundleCommand::Build(args) => build_bundle(args)?,
         BundleCommand::Verify {
             file,
             keyring,
             data,
-        } => {
-            let ring = keyring.load(&data)?;
-            let v = verify_file(&file, &ring, &Limits::default(), &Bar::new())?;
-            println!(
-                "ok {}: {} {}, {} files, {}, signed by {} of threshold {} ({})",
-                file.display(),
-                v.manifest.name,
-                v.manifest.version,
-                v.manifest.files.len(),
-                human(v.manifest.total_size()),
-                v.signers.len(),
-                ring.threshold(),
-                v.signers
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-        }
-        BundleCommand::Inspect { file, json } => {
-            let u = inspect_file(&file, &Limits::default())?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&u.manifest)?);
-                return Ok(true);
-            }
-            let m = &u.manifest;
-            println!(
-                "{} (NOT verified; use `airlock bundle verify`)",
-                file.display()
-            );
-            println!("name      {}", m.name);
-            println!("version   {}", m.version);
-            println!("created   {}", m.created);
-            if let Some(min) = &m.min_previous_version {
-                println!("requires  current >= {min}");
-            }
-            println!("files     {} ({})", m.files.len(), human(m.total_size()));
-            for f in &m.files {
-                println!("  {:>10}  {}  {}", human(f.size), &f.sha256[..16], f.path);
-            }
-            for model in &m.models {
-                println!(
-                    "model     {} ({:?}) alias {} [{}]",
-                    model.id,
-                    model.role,
-                    model.alias,
-                    model.files.join(", ")
-                );
-            }
-            if let Some(b) = &m.binary {
-                println!("binary    {} sha256 {}", b.path, b.sha256);
-            }
-            for s in &u.signatures.signatures {
-                println!("signed by {}", s.key_id);
-            }
-        }
-        BundleCommand::Stage(args) => {
-            let models = args.models()?;
-            let provenance = match &args.provenance {
-                None => None,
-                Some(p) => {
-                    let bytes = std::fs::read(p)
-                        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?;
-                    let v: serde_json::Map<String, serde_json::Value> =
-                        serde_json::from_slice(&bytes).map_err(|e| {
-                            anyhow::anyhow!("{}: not a JSON object: {e}", p.display())
-                        })?;
-                    Some(v)
-                }
-            };
-            let (path, lines) =
-                airlock_inference::stage::stage(&args.staging, &models, provenance.as_ref())?;
-            for l in lines {
-                println!("{l}");
-            }
-            println!("wrote {}", path.display());
-        }
+        } => verify_bundle(&file, &keyring, &data)?,
+        BundleCommand::Inspect { file, json } => inspect_bundle(&file, json)?,
+        BundleCommand::Stage(args) => stage_models(&args)?,
         BundleCommand::Sbom => {
             use std::io::Write;
             std::io::stdout().write_all(&crate::sbom::cyclonedx())?;
         }
-        BundleCommand::List { data } => {
-            let (state, bundles) = Store::open(&data.data)?.list()?;
-            if bundles.is_empty() {
-                println!("no bundles installed in {}", data.data.display());
-            }
-            for b in &bundles {
-                let role = if b.is_current {
-                    "current"
-                } else if b.is_previous {
-                    "previous"
-                } else {
-                    ""
-                };
-                let (name, created) = b
-                    .manifest
-                    .as_ref()
-                    .map(|m| (m.name.as_str(), m.created.as_str()))
-                    .unwrap_or(("?", "?"));
-                println!("{:<12} {:<8} {name} {created}", b.version.to_string(), role);
-            }
-            if let Some(h) = &state.highest_installed {
-                println!("rollback floor: installs must be above {h}");
-            }
-        }
+        BundleCommand::List { data } => list_bundles(&data)?,
         BundleCommand::VerifyInstalled { keyring, data } => {
             let ring = keyring.trusted(&data)?;
             let installed = Store::open(&data.data)?.verify_installed(&ring, &Bar::new())?;
@@ -454,6 +313,165 @@ pub fn bundle(cmd: BundleCommand) -> anyhow::Result<bool> {
         }
     }
     Ok(true)
+}
+
+/// `airlock bundle build`: the bundle, carrying the SBOM of this binary.
+fn build_bundle(args: BuildArgs) -> anyhow::Result<()> {
+    let keys = args
+        .sign
+        .iter()
+        .map(|p| Ok(KeyPair::load(p)?))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let signers: Vec<&KeyPair> = keys.iter().collect();
+    let mut options = BuildOptions::new(args.name, args.version);
+    options.created = created(args.created.as_deref())?;
+    options.binary = args.binary;
+    options.zstd_level = args.zstd_level;
+    options.min_previous_version = args.min_previous;
+    // Every bundle carries the SBOM of the airlock binary that built it (issue 19).
+    let sbom = sbom_file(&args.out)?;
+    options
+        .extra_files
+        .push((crate::sbom::SBOM_PATH.into(), sbom.clone()));
+    if let Some(bin) = &options.binary
+        && !same_binary(bin)
+    {
+        eprintln!(
+            "warning: {} is not this airlock binary; {} describes the binary that built \
+             the bundle (build with the binary you ship)",
+            bin.display(),
+            crate::sbom::SBOM_PATH
+        );
+    }
+    let built = build(&args.from, &options, &signers, &args.out, &Bar::new());
+    let _ = std::fs::remove_file(&sbom);
+    let manifest = built?;
+    println!(
+        "built {} {} {}: {} files, {}, {} model(s), signed by {}",
+        args.out.display(),
+        manifest.name,
+        manifest.version,
+        manifest.files.len(),
+        human(manifest.total_size()),
+        manifest.models.len(),
+        signers
+            .iter()
+            .map(|k| k.key_id().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
+/// `airlock bundle verify`.
+fn verify_bundle(file: &Path, keyring: &KeyringArgs, data: &DataArgs) -> anyhow::Result<()> {
+    let ring = keyring.load(data)?;
+    let v = verify_file(file, &ring, &Limits::default(), &Bar::new())?;
+    println!(
+        "ok {}: {} {}, {} files, {}, signed by {} of threshold {} ({})",
+        file.display(),
+        v.manifest.name,
+        v.manifest.version,
+        v.manifest.files.len(),
+        human(v.manifest.total_size()),
+        v.signers.len(),
+        ring.threshold(),
+        v.signers
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    Ok(())
+}
+
+/// `airlock bundle inspect`: the manifest, unverified, as JSON or as text.
+fn inspect_bundle(file: &Path, json: bool) -> anyhow::Result<()> {
+    let u = inspect_file(file, &Limits::default())?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&u.manifest)?);
+        return Ok(());
+    }
+    let m = &u.manifest;
+    println!(
+        "{} (NOT verified; use `airlock bundle verify`)",
+        file.display()
+    );
+    println!("name      {}", m.name);
+    println!("version   {}", m.version);
+    println!("created   {}", m.created);
+    if let Some(min) = &m.min_previous_version {
+        println!("requires  current >= {min}");
+    }
+    println!("files     {} ({})", m.files.len(), human(m.total_size()));
+    for f in &m.files {
+        println!("  {:>10}  {}  {}", human(f.size), &f.sha256[..16], f.path);
+    }
+    for model in &m.models {
+        println!(
+            "model     {} ({:?}) alias {} [{}]",
+            model.id,
+            model.role,
+            model.alias,
+            model.files.join(", ")
+        );
+    }
+    if let Some(b) = &m.binary {
+        println!("binary    {} sha256 {}", b.path, b.sha256);
+    }
+    for s in &u.signatures.signatures {
+        println!("signed by {}", s.key_id);
+    }
+    Ok(())
+}
+
+/// `airlock bundle stage`: the models' catalogue in the staging directory.
+fn stage_models(args: &StageArgs) -> anyhow::Result<()> {
+    let models = args.models()?;
+    let provenance = match &args.provenance {
+        None => None,
+        Some(p) => {
+            let bytes = std::fs::read(p)
+                .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", p.display()))?;
+            let v: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(&bytes)
+                .map_err(|e| anyhow::anyhow!("{}: not a JSON object: {e}", p.display()))?;
+            Some(v)
+        }
+    };
+    let (path, lines) =
+        airlock_inference::stage::stage(&args.staging, &models, provenance.as_ref())?;
+    for l in lines {
+        println!("{l}");
+    }
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// `airlock bundle list`: the installed bundles and the rollback floor.
+fn list_bundles(data: &DataArgs) -> anyhow::Result<()> {
+    let (state, bundles) = Store::open(&data.data)?.list()?;
+    if bundles.is_empty() {
+        println!("no bundles installed in {}", data.data.display());
+    }
+    for b in &bundles {
+        let role = if b.is_current {
+            "current"
+        } else if b.is_previous {
+            "previous"
+        } else {
+            ""
+        };
+        let (name, created) = b
+            .manifest
+            .as_ref()
+            .map(|m| (m.name.as_str(), m.created.as_str()))
+            .unwrap_or(("?", "?"));
+        println!("{:<12} {:<8} {name} {created}", b.version.to_string(), role);
+    }
+    if let Some(h) = &state.highest_installed {
+        println!("rollback floor: installs must be above {h}");
+    }
+    Ok(())
 }
 
 /// Stops the process at the install stage named by `AIRLOCK_FAILPOINT`.

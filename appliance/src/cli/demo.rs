@@ -123,131 +123,14 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
     lock_down_setup(&data, &rack_ports, config.require_sandbox())?;
 
     // 1. Demo signing key and the pinned keyring (root of trust).
-    let key = demo.join("keys").join("demo.key");
-    if !key.exists() {
-        step("generating the demo signing key");
-        super::keys::keygen(KeygenArgs {
-            out: demo.join("keys"),
-            name: "demo".into(),
-        })?;
-    }
-    if !pinned_keyring(&data).exists() {
-        step("pinning the demo keyring (threshold 1)");
-        super::keys::keyring(KeyringCommand::Init {
-            keys: vec![demo.join("keys").join("demo.pub")],
-            threshold: 1,
-            out: None,
-            data: args.data.clone(),
-        })?;
-    }
-
+    let key = ensure_keys(&args, &data, &demo)?;
     // 2. Build, sign and install the demo bundle (once).
-    let store = airlock_bundle::Store::open(&data)
-        .with_context(|| format!("opening the bundle store in {}", data.display()))?;
-    if store.current()?.is_none() {
-        if !args.staging.join("catalogue.json").is_file() {
-            bail!(
-                "{} has no staged models: run scripts/fetch-models.sh first",
-                args.staging.display()
-            );
-        }
-        let file = demo.join(format!("airlock-demo-{DEMO_VERSION}.tar.zst"));
-        step(&format!(
-            "building and signing the demo bundle {DEMO_VERSION}"
-        ));
-        super::bundle::bundle(BundleCommand::Build(BuildArgs {
-            from: args.staging.clone(),
-            version: DEMO_VERSION.parse().context("demo version")?,
-            sign: vec![key.clone()],
-            out: file.clone(),
-            name: "airlock-demo".into(),
-            binary: None,
-            zstd_level: 3,
-            min_previous: None,
-            created: None,
-        }))?;
-        step("verifying and installing the bundle");
-        super::bundle::install(InstallArgs {
-            file,
-            keyring: KeyringArgs { keyring: None },
-            data: args.data.clone(),
-        })?;
-    } else {
-        step("a verified bundle is already installed");
-    }
+    ensure_bundle(&args, &data, &demo, &key)?;
 
     let tokens_path = demo.join("tokens.json");
     let mut opened: Option<crate::Services> = None;
     if !tokens_path.exists() {
-        // 3. Open the appliance exactly as the daemon does (verifies the bundle, loads models).
-        step("opening the appliance (verifying the bundle, loading the embedder)");
-        let services = crate::startup::open(&config).context("opening the appliance")?;
-        let mut tokens = BTreeMap::new();
-        let admin_token = match services.acl.user(ADMIN) {
-            Some(_) => services.acl.issue_token(ACTOR, ADMIN)?,
-            None => services.acl.add_user(
-                ACTOR,
-                ADMIN,
-                &NewUser {
-                    groups: vec![],
-                    roles: vec![Role::Admin, Role::Operator],
-                    local: true,
-                },
-            )?,
-        };
-        tokens.insert(ADMIN.to_owned(), admin_token);
-        let approver_token = match services.acl.user(APPROVER) {
-            Some(_) => services.acl.issue_token(ACTOR, APPROVER)?,
-            None => services.acl.add_user(
-                ACTOR,
-                APPROVER,
-                &NewUser {
-                    groups: vec![],
-                    roles: vec![Role::Admin, Role::Operator],
-                    local: true,
-                },
-            )?,
-        };
-        tokens.insert(APPROVER.to_owned(), approver_token);
-        if !args.no_sample_data {
-            // Permissions first (grants may name documents not stored yet), then the three
-            // files (seconds), then the corpora queued: the daemon ingests them while it serves.
-            let users = if args.sample_data.exists() {
-                step(&format!(
-                    "corpus: the sample datasets in {} (bank-dev, Cranfield)",
-                    args.sample_data.display()
-                ));
-                let users = apply_sample_permissions(&services, &args.sample_data)?;
-                load_sample_files(&services, &args.sample_files, CRANFIELD_GROUP)?;
-                queue_sample_corpora(&data, &args.sample_data)?;
-                users
-            } else {
-                step(&format!(
-                    "corpus: no sample datasets at {}; using the repository's real documents ({})",
-                    args.sample_data.display(),
-                    args.repo_corpus
-                        .iter()
-                        .map(|p| p.display().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-                let users = apply_repo_permissions(&services, &args.repo_corpus)?;
-                load_sample_files(&services, &args.sample_files, FILES_GROUP)?;
-                queue_repo_corpus(&data, &args.repo_corpus)?;
-                users
-            };
-            for u in users {
-                let t = services.acl.issue_token(ACTOR, &u)?;
-                tokens.insert(u, t);
-            }
-        }
-        write_private(&tokens_path, &serde_json::to_vec_pretty(&tokens)?)?;
-        step(&format!(
-            "{} tokens written to {}",
-            tokens.len(),
-            tokens_path.display()
-        ));
-        opened = Some(services);
+        opened = Some(set_up_users(&args, &data, &config, &tokens_path)?);
     } else {
         step(&format!("reusing {}", tokens_path.display()));
     }
@@ -279,6 +162,147 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
         tokens_path.display()
     );
     exec_serve(&data, args.port)
+}
+
+/// The demo signing key (generated once) and the pinned keyring of its public key; the key's
+/// path.
+fn ensure_keys(args: &DemoArgs, data: &Path, demo: &Path) -> anyhow::Result<PathBuf> {
+    let key = demo.join("keys").join("demo.key");
+    if !key.exists() {
+        step("generating the demo signing key");
+        super::keys::keygen(KeygenArgs {
+            out: demo.join("keys"),
+            name: "demo".into(),
+        })?;
+    }
+    if !pinned_keyring(data).exists() {
+        step("pinning the demo keyring (threshold 1)");
+        super::keys::keyring(KeyringCommand::Init {
+            keys: vec![demo.join("keys").join("demo.pub")],
+            threshold: 1,
+            out: None,
+            data: args.data.clone(),
+        })?;
+    }
+    Ok(key)
+}
+
+/// The demo bundle built from the staged models, signed with `key` and installed, unless a
+/// bundle is installed already.
+fn ensure_bundle(args: &DemoArgs, data: &Path, demo: &Path, key: &Path) -> anyhow::Result<()> {
+    let store = airlock_bundle::Store::open(data)
+        .with_context(|| format!("opening the bundle store in {}", data.display()))?;
+    if store.current()?.is_none() {
+        if !args.staging.join("catalogue.json").is_file() {
+            bail!(
+                "{} has no staged models: run scripts/fetch-models.sh first",
+                args.staging.display()
+            );
+        }
+        let file = demo.join(format!("airlock-demo-{DEMO_VERSION}.tar.zst"));
+        step(&format!(
+            "building and signing the demo bundle {DEMO_VERSION}"
+        ));
+        super::bundle::bundle(BundleCommand::Build(BuildArgs {
+            from: args.staging.clone(),
+            version: DEMO_VERSION.parse().context("demo version")?,
+            sign: vec![key.to_path_buf()],
+            out: file.clone(),
+            name: "airlock-demo".into(),
+            binary: None,
+            zstd_level: 3,
+            min_previous: None,
+            created: None,
+        }))?;
+        step("verifying and installing the bundle");
+        super::bundle::install(InstallArgs {
+            file,
+            keyring: KeyringArgs { keyring: None },
+            data: args.data.clone(),
+        })?;
+    } else {
+        step("a verified bundle is already installed");
+    }
+    Ok(())
+}
+
+/// Step 3: opens the appliance exactly as the daemon does (verifies the bundle, loads models),
+/// makes the two local admins and, unless told not to, the sample data and its users, and
+/// writes every user's token to `tokens_path`; the open appliance.
+fn set_up_users(
+    args: &DemoArgs,
+    data: &Path,
+    config: &Config,
+    tokens_path: &Path,
+) -> anyhow::Result<crate::Services> {
+    step("opening the appliance (verifying the bundle, loading the embedder)");
+    let services = crate::startup::open(config).context("opening the appliance")?;
+    let mut tokens = BTreeMap::new();
+    tokens.insert(ADMIN.to_owned(), local_admin_token(&services, ADMIN)?);
+    tokens.insert(APPROVER.to_owned(), local_admin_token(&services, APPROVER)?);
+    if !args.no_sample_data {
+        for u in load_sample_data(args, &services, data)? {
+            let t = services.acl.issue_token(ACTOR, &u)?;
+            tokens.insert(u, t);
+        }
+    }
+    write_private(tokens_path, &serde_json::to_vec_pretty(&tokens)?)?;
+    step(&format!(
+        "{} tokens written to {}",
+        tokens.len(),
+        tokens_path.display()
+    ));
+    Ok(services)
+}
+
+/// A token of the local admin `user`, made (admin and operator) if missing.
+fn local_admin_token(services: &crate::Services, user: &str) -> anyhow::Result<String> {
+    Ok(match services.acl.user(user) {
+        Some(_) => services.acl.issue_token(ACTOR, user)?,
+        None => services.acl.add_user(
+            ACTOR,
+            user,
+            &NewUser {
+                groups: vec![],
+                roles: vec![Role::Admin, Role::Operator],
+                local: true,
+            },
+        )?,
+    })
+}
+
+/// Permissions first (grants may name documents not stored yet), then the three files
+/// (seconds), then the corpora queued: the daemon ingests them while it serves. The sample
+/// datasets when present, else the repository's documents; the users the permissions name.
+fn load_sample_data(
+    args: &DemoArgs,
+    services: &crate::Services,
+    data: &Path,
+) -> anyhow::Result<Vec<String>> {
+    Ok(if args.sample_data.exists() {
+        step(&format!(
+            "corpus: the sample datasets in {} (bank-dev, Cranfield)",
+            args.sample_data.display()
+        ));
+        let users = apply_sample_permissions(services, &args.sample_data)?;
+        load_sample_files(services, &args.sample_files, CRANFIELD_GROUP)?;
+        queue_sample_corpora(data, &args.sample_data)?;
+        users
+    } else {
+        step(&format!(
+            "corpus: no sample datasets at {}; using the repository's real documents ({})",
+            args.sample_data.display(),
+            args.repo_corpus
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        let users = apply_repo_permissions(services, &args.repo_corpus)?;
+        load_sample_files(services, &args.sample_files, FILES_GROUP)?;
+        queue_repo_corpus(data, &args.repo_corpus)?;
+        users
+    })
 }
 
 /// Ingests [`SAMPLE_FILES`] from `dir` as files (originals kept), each with its grant to

@@ -276,45 +276,8 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
     // Set when Ctrl-C or SIGTERM stops an owned daemon: the runner starts no further case and
     // ends without a report.
     let interrupted = Arc::new(AtomicBool::new(false));
-    // The daemon: an operator's, or one this process owns on a scratch data directory.
-    let (client, mut tokens, owned) = match (&a.against, &a.tokens) {
-        (Some(url), Some(path)) => {
-            let tokens: Tokens = gate::read_json(path)
-                .with_context(|| format!("reading tokens from {}", path.display()))?;
-            let tls = TlsOptions {
-                ca_file: a.ca_file.clone(),
-                client_cert: a.client_cert.clone(),
-                client_key: a.client_key.clone(),
-            };
-            if url.starts_with("https://") && tls.ca_file.is_none() {
-                bail!("{url}: --ca-file (or AIRLOCK_CA_FILE) is required to verify the daemon");
-            }
-            let client = Client::with_tls(url, Duration::from_secs(a.request_timeout_secs), &tls)
-                .map_err(anyhow::Error::msg)?;
-            if let Err(e) = client.probe_ready() {
-                bail!("{url} is not ready (GET /readyz did not return 200): {e}");
-            }
-            (client, tokens, None)
-        }
-        _ => {
-            let daemon = OwnedDaemon::start(&a, interrupted.clone())?;
-            let client = Client::new(&daemon.base, Duration::from_secs(a.request_timeout_secs));
-            if !client.ready() {
-                bail!("the owned daemon on {} is not ready", daemon.base);
-            }
-            let tokens = Tokens::from([
-                ("admin".to_owned(), daemon.admin_token.clone()),
-                ("approver".to_owned(), daemon.approver_token.clone()),
-            ]);
-            (client, tokens, Some(daemon))
-        }
-    };
-    let bar = ProgressBar::new(0);
-    bar.set_style(
-        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
-            .expect("static template")
-            .progress_chars("=> "),
-    );
+    let (client, mut tokens, owned) = connect(&a, &interrupted)?;
+    let bar = progress_bar();
     let priority = match a.priority {
         PriorityArg::Batch => Priority::Batch,
         PriorityArg::Interactive => Priority::Interactive,
@@ -325,52 +288,8 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         .with_retry_log(Arc::new(move |line| {
             retry_bar.suspend(|| eprintln!("{line}"))
         }));
-    // On a pipe or log file the bar is hidden: print a plain line per step every ten seconds
-    // and when the step completes.
-    let lines = (!std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .then(|| std::sync::Mutex::new(std::time::Instant::now()));
-    let progress = |what: &str, done: usize, total: usize| {
-        let new_step = bar.message() != what;
-        if new_step {
-            bar.set_message(what.to_owned());
-            bar.reset();
-        }
-        bar.set_length(total as u64);
-        bar.set_position(done as u64);
-        if let Some(last) = &lines {
-            let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
-            if new_step {
-                *last = std::time::Instant::now();
-            }
-            if done == total || last.elapsed() >= Duration::from_secs(10) {
-                *last = std::time::Instant::now();
-                eprintln!(
-                    "{what}: {done}/{total}, {:.1}/s, eta {}",
-                    bar.per_sec(),
-                    indicatif::HumanDuration(bar.eta())
-                );
-            }
-        }
-    };
-    let mut opts = RunOptions {
-        rung: None,
-        // An owned daemon's rung is pinned on the daemon itself (below), so eval users need no
-        // admin role; an operator's daemon accepts a forced rung from admin tokens only.
-        rung_in_requests: owned.is_none(),
-        concurrency: usize::from(a.concurrency),
-        top_k: a.top_k,
-        mode: a.mode.clone(),
-        answers: !a.no_answers,
-        answer_cases: a.answer_cases,
-        max_tokens: a.max_tokens,
-        record_answers: a.record_answers,
-        model: a.model.clone(),
-        setup: !a.no_setup && a.from_state.is_none(),
-        stop: Some(interrupted.clone()),
-        plain_baseline: a.plain_baseline,
-        plain_top_k: a.plain_top_k as usize,
-        sources_only: a.sources_only,
-    };
+    let progress = progress_reporter(&bar);
+    let mut opts = run_options(&a, owned.is_none(), &interrupted);
     let golden = runner::is_golden_set(&a.set);
     let set = if golden {
         Some(GoldenSet::read(&a.set)?)
@@ -413,15 +332,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             _ => a.out.clone(),
         };
         write_reports(&dir, &report)?;
-        let line = format!(
-            "{}: {} cases, {} leaking, {} failed -> {}",
-            opts.rung
-                .map_or("auto rung".into(), |r| format!("rung {r}")),
-            report.overall.cases,
-            report.leaks(),
-            report.failed(),
-            dir.display()
-        );
+        let line = report_line(opts.rung, "", &report, &dir);
         bar.suspend(|| eprintln!("{line}"));
         leaks += report.leaks();
         failed += report.failed();
@@ -435,17 +346,8 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
             write_reports(&fs_dir, &same)?;
             leaks += same.leaks();
             failed += same.failed();
-            bar.suspend(|| {
-                eprintln!(
-                    "{}: final state, {} cases, {} leaking, {} failed -> {}",
-                    opts.rung
-                        .map_or("auto rung".into(), |r| format!("rung {r}")),
-                    same.overall.cases,
-                    same.leaks(),
-                    same.failed(),
-                    fs_dir.display()
-                )
-            });
+            let line = report_line(opts.rung, "final state, ", &same, &fs_dir);
+            bar.suspend(|| eprintln!("{line}"));
             per_rung.push(same);
         } else {
             per_rung.push(report);
@@ -456,19 +358,7 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
         d.stop()?;
     }
     if per_rung.len() > 1 {
-        let mut table = rung_table(&per_rung);
-        if set.is_some() {
-            table = format!(
-                "Cases valid in the set's final state (after `iam_v2` and the deletions), the \
-                 same cases at every rung.\n\n{table}"
-            );
-        }
-        std::fs::write(a.out.join("rungs.md"), &table)?;
-        std::fs::write(
-            a.out.join("rungs.html"),
-            airlock_eval::html::render_rungs(&per_rung),
-        )?;
-        print!("{table}");
+        write_rung_tables(&a.out, &per_rung, set.is_some())?;
     }
     if leaks > 0 {
         bail!("{leaks} case(s) leaked forbidden material (see the reports)");
@@ -476,6 +366,139 @@ fn run_set(a: RunArgs) -> anyhow::Result<()> {
     if failed > 0 {
         bail!("{failed} case(s) failed: their requests got no answer (see `error` in report.json)");
     }
+    Ok(())
+}
+
+/// The daemon: an operator's (`--against` with `--tokens`, checked ready), or one this process
+/// owns on a scratch data directory, with its admin and approver tokens.
+fn connect(
+    a: &RunArgs,
+    interrupted: &Arc<AtomicBool>,
+) -> anyhow::Result<(Client, Tokens, Option<OwnedDaemon>)> {
+    Ok(match (&a.against, &a.tokens) {
+        (Some(url), Some(path)) => {
+            let tokens: Tokens = gate::read_json(path)
+                .with_context(|| format!("reading tokens from {}", path.display()))?;
+            let tls = TlsOptions {
+                ca_file: a.ca_file.clone(),
+                client_cert: a.client_cert.clone(),
+                client_key: a.client_key.clone(),
+            };
+            if url.starts_with("https://") && tls.ca_file.is_none() {
+                bail!("{url}: --ca-file (or AIRLOCK_CA_FILE) is required to verify the daemon");
+            }
+            let client = Client::with_tls(url, Duration::from_secs(a.request_timeout_secs), &tls)
+                .map_err(anyhow::Error::msg)?;
+            if let Err(e) = client.probe_ready() {
+                bail!("{url} is not ready (GET /readyz did not return 200): {e}");
+            }
+            (client, tokens, None)
+        }
+        _ => {
+            let daemon = OwnedDaemon::start(a, interrupted.clone())?;
+            let client = Client::new(&daemon.base, Duration::from_secs(a.request_timeout_secs));
+            if !client.ready() {
+                bail!("the owned daemon on {} is not ready", daemon.base);
+            }
+            let tokens = Tokens::from([
+                ("admin".to_owned(), daemon.admin_token.clone()),
+                ("approver".to_owned(), daemon.approver_token.clone()),
+            ]);
+            (client, tokens, Some(daemon))
+        }
+    })
+}
+
+fn progress_bar() -> ProgressBar {
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} {per_sec} eta {eta}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+/// The runner's progress callback: the bar, and on a pipe or log file (where the bar is
+/// hidden) a plain line per step every ten seconds and when the step completes.
+fn progress_reporter(bar: &ProgressBar) -> impl Fn(&str, usize, usize) + Sync + '_ {
+    let lines = (!std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .then(|| std::sync::Mutex::new(std::time::Instant::now()));
+    move |what: &str, done: usize, total: usize| {
+        let new_step = bar.message() != what;
+        if new_step {
+            bar.set_message(what.to_owned());
+            bar.reset();
+        }
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+        if let Some(last) = &lines {
+            let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+            if new_step {
+                *last = std::time::Instant::now();
+            }
+            if done == total || last.elapsed() >= Duration::from_secs(10) {
+                *last = std::time::Instant::now();
+                eprintln!(
+                    "{what}: {done}/{total}, {:.1}/s, eta {}",
+                    bar.per_sec(),
+                    indicatif::HumanDuration(bar.eta())
+                );
+            }
+        }
+    }
+}
+
+/// The runner's options from the command line (`rung` set per pass).
+fn run_options(a: &RunArgs, operators: bool, interrupted: &Arc<AtomicBool>) -> RunOptions {
+    RunOptions {
+        rung: None,
+        // An owned daemon's rung is pinned on the daemon itself (below), so eval users need no
+        // admin role; an operator's daemon accepts a forced rung from admin tokens only.
+        rung_in_requests: operators,
+        concurrency: usize::from(a.concurrency),
+        top_k: a.top_k,
+        mode: a.mode.clone(),
+        answers: !a.no_answers,
+        answer_cases: a.answer_cases,
+        max_tokens: a.max_tokens,
+        record_answers: a.record_answers,
+        model: a.model.clone(),
+        setup: !a.no_setup && a.from_state.is_none(),
+        stop: Some(interrupted.clone()),
+        plain_baseline: a.plain_baseline,
+        plain_top_k: a.plain_top_k as usize,
+        sources_only: a.sources_only,
+    }
+}
+
+/// The line announcing a pass's report (`pass`: `""`, or `"final state, "`).
+fn report_line(rung: Option<u8>, pass: &str, report: &Report, dir: &Path) -> String {
+    format!(
+        "{}: {pass}{} cases, {} leaking, {} failed -> {}",
+        rung.map_or("auto rung".into(), |r| format!("rung {r}")),
+        report.overall.cases,
+        report.leaks(),
+        report.failed(),
+        dir.display()
+    )
+}
+
+/// The rung table of a run over several rungs: `rungs.md` (printed too) and `rungs.html`.
+fn write_rung_tables(out: &Path, per_rung: &[Report], golden: bool) -> anyhow::Result<()> {
+    let mut table = rung_table(per_rung);
+    if golden {
+        table = format!(
+            "Cases valid in the set's final state (after `iam_v2` and the deletions), the \
+             same cases at every rung.\n\n{table}"
+        );
+    }
+    std::fs::write(out.join("rungs.md"), &table)?;
+    std::fs::write(
+        out.join("rungs.html"),
+        airlock_eval::html::render_rungs(per_rung),
+    )?;
+    print!("{table}");
     Ok(())
 }
 

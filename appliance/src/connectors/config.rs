@@ -215,11 +215,22 @@ impl ConnectorConfig {
                 ),
             ));
         }
-        let at = |what: &str| format!("connector `{}`: {what}", self.alias);
+        self.check_share()?;
+        self.check_credentials()?;
+        self.check_limits()
+    }
+
+    /// `what` about this connector, for an error.
+    fn at(&self, what: &str) -> String {
+        format!("connector `{}`: {what}", self.alias)
+    }
+
+    /// The kind, host, port, share and folder.
+    fn check_share(&self) -> Result<(), (&'static str, String)> {
         if self.kind != "smb" {
             return Err((
                 "connectors.kind",
-                at(&format!("`{}` is not a known kind (only `smb`)", self.kind)),
+                self.at(&format!("`{}` is not a known kind (only `smb`)", self.kind)),
             ));
         }
         if self.host.is_empty()
@@ -230,14 +241,14 @@ impl ConnectorConfig {
         {
             return Err((
                 "connectors.host",
-                at(
+                self.at(
                     "must be a host name or IPv4 address (no scheme, port or path; the port is \
                     `port`)",
                 ),
             ));
         }
         if self.port == Some(0) {
-            return Err(("connectors.port", at("must be between 1 and 65535")));
+            return Err(("connectors.port", self.at("must be between 1 and 65535")));
         }
         if self.share.is_empty()
             || self
@@ -245,7 +256,10 @@ impl ConnectorConfig {
                 .chars()
                 .any(|c| c.is_control() || "/\\".contains(c))
         {
-            return Err(("connectors.share", at("must be a share name (no slashes)")));
+            return Err((
+                "connectors.share",
+                self.at("must be a share name (no slashes)"),
+            ));
         }
         let root = self.root();
         if root.contains('\\')
@@ -255,35 +269,40 @@ impl ConnectorConfig {
         {
             return Err((
                 "connectors.path",
-                at("must be a folder inside the share, `/`-separated, without `.` or `..`"),
+                self.at("must be a folder inside the share, `/`-separated, without `.` or `..`"),
             ));
         }
+        Ok(())
+    }
+
+    /// The service account, its password file and the directory's LDAP endpoint and CA.
+    fn check_credentials(&self) -> Result<(), (&'static str, String)> {
         for (field, v) in [
             ("connectors.domain", &self.domain),
             ("connectors.username", &self.username),
             ("connectors.ldap_bind", &self.ldap_bind),
         ] {
             if v.trim().is_empty() || v.chars().any(char::is_control) {
-                return Err((field, at("must not be empty")));
+                return Err((field, self.at("must not be empty")));
             }
         }
         if self.password_file.as_os_str().is_empty() {
             return Err((
                 "connectors.password_file",
-                at("must name the file holding the service account's password"),
+                self.at("must name the file holding the service account's password"),
             ));
         }
         match self.ldap_endpoint() {
             None => {
                 return Err((
                     "connectors.ldap_url",
-                    at("must be `ldaps://host[:port]` or `ldap://host[:port]`"),
+                    self.at("must be `ldaps://host[:port]` or `ldap://host[:port]`"),
                 ));
             }
             Some(_) if self.ldap_url.starts_with("ldap://") && !self.ldap_start_tls => {
                 return Err((
                     "connectors.ldap_url",
-                    at(
+                    self.at(
                         "plain `ldap://` would send the service account's password in clear: \
                         use `ldaps://` or set `ldap_start_tls = true`",
                     ),
@@ -292,7 +311,7 @@ impl ConnectorConfig {
             Some(_) if self.ldap_url.starts_with("ldaps://") && self.ldap_start_tls => {
                 return Err((
                     "connectors.ldap_start_tls",
-                    at("is for `ldap://` URLs; `ldaps://` is TLS already"),
+                    self.at("is for `ldap://` URLs; `ldaps://` is TLS already"),
                 ));
             }
             Some(_) => {}
@@ -300,40 +319,48 @@ impl ConnectorConfig {
         if self.ldap_ca_file.as_os_str().is_empty() {
             return Err((
                 "connectors.ldap_ca_file",
-                at("must name the CA file the domain controller's certificate chains to"),
+                self.at("must name the CA file the domain controller's certificate chains to"),
             ));
         }
+        Ok(())
+    }
+
+    /// The interval, size, entry and time limits and the include and exclude globs.
+    fn check_limits(&self) -> Result<(), (&'static str, String)> {
         if !INTERVAL_MINUTES.contains(&self.interval_minutes()) {
             return Err((
                 "connectors.interval_minutes",
-                at("must be between 1 and 10080 (one week)"),
+                self.at("must be between 1 and 10080 (one week)"),
             ));
         }
         if !(1..=MAX_FILE_BYTES).contains(&self.max_file_bytes()) {
             return Err((
                 "connectors.max_file_bytes",
-                at("must be between 1 byte and 1 GiB"),
+                self.at("must be between 1 byte and 1 GiB"),
             ));
         }
         if !(1..=MAX_ENTRIES).contains(&self.max_entries()) {
             return Err((
                 "connectors.max_entries",
-                at("must be between 1 and 1000000"),
+                self.at("must be between 1 and 1000000"),
             ));
         }
         if !(1..=600).contains(&self.timeout_secs.unwrap_or(30)) {
-            return Err(("connectors.timeout_secs", at("must be between 1 and 600")));
+            return Err((
+                "connectors.timeout_secs",
+                self.at("must be between 1 and 600"),
+            ));
         }
         for (field, globs) in [
             ("connectors.include", &self.include),
             ("connectors.exclude", &self.exclude),
         ] {
             if globs.len() > MAX_GLOBS {
-                return Err((field, at(&format!("has more than {MAX_GLOBS} globs"))));
+                return Err((field, self.at(&format!("has more than {MAX_GLOBS} globs"))));
             }
             for g in globs {
                 if let Some(why) = airlock_retrieval::sidecar::glob_problem(g) {
-                    return Err((field, at(&format!("glob `{g}` {why}"))));
+                    return Err((field, self.at(&format!("glob `{g}` {why}"))));
                 }
             }
         }

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use airlock_acl::DocGrants;
 use airlock_connectors::access::Readers;
 use airlock_connectors::directory::Directory;
-use airlock_connectors::source::{Change, SmbSource, Source};
+use airlock_connectors::source::{Change, SmbSource, Source, SourceState};
 use airlock_retrieval::{Original, SourceFormat};
 
 use super::config::ConnectorConfig;
@@ -80,107 +80,9 @@ pub(super) async fn sync(
         directory: &directory,
     };
     for change in listed.changes {
-        match change {
-            Change::Upsert {
-                id,
-                path,
-                version: _,
-                readers,
-            } => {
-                let doc = doc_id(&alias, &id);
-                let old = state.items.get(&id).map(|i| i.readers.clone());
-                let outcome = upsert(
-                    &writes,
-                    &mut source,
-                    &doc,
-                    &path,
-                    &readers,
-                    Reuse::SameBytes,
-                )
-                .await
-                .map_err(|e| fail(&counts, e))?;
-                match outcome {
-                    Upserted::Stored => counts.upserted += 1,
-                    Upserted::SameContent => counts.unchanged_content += 1,
-                    Upserted::Refused(reason) => {
-                        counts.failed += 1;
-                        // Stored for nobody new: the old content (if any) for the readers of
-                        // both versions only.
-                        let kept = match &old {
-                            Some(o) => Readers {
-                                users: o.users.intersection(&readers.users).cloned().collect(),
-                            },
-                            None => Readers::default(),
-                        };
-                        if old.is_some() {
-                            let g = grants(&kept, &directory);
-                            let (s, a, d) = (services.clone(), actor.clone(), doc.clone());
-                            blocking(move || {
-                                s.acl
-                                    .set_document_grants(a.as_str(), &d, &g)
-                                    .map(drop)
-                                    .map_err(|e| format!("{d}: updating the grant: {e}"))
-                            })
-                            .await
-                            .map_err(|e| fail(&counts, e))?;
-                        }
-                        if let Some(item) = next.items.get_mut(&id) {
-                            item.version = FAILED.to_owned();
-                            item.readers = kept;
-                        }
-                        next.errors.push((path, reason));
-                    }
-                }
-            }
-            Change::Permissions { id, readers } => {
-                let g = grants(&readers, &directory);
-                let (s, a, d) = (services.clone(), actor.clone(), doc_id(&alias, &id));
-                blocking(move || {
-                    s.acl
-                        .set_document_grants(a.as_str(), &d, &g)
-                        .map(drop)
-                        .map_err(|e| format!("{d}: updating the grant: {e}"))
-                })
-                .await
-                .map_err(|e| fail(&counts, e))?;
-                counts.permissions += 1;
-            }
-            // The document keeps its id. Its title (the file's name) is in every chunk's index
-            // text and its path in the metadata citations show, so a rename re-stores it from
-            // the file (renames are rare; a permission-only change never comes here). A file
-            // that cannot be stored again keeps its old name (its content is still the file's:
-            // the version did not change) and is an item error, retried at the next sync.
-            Change::Moved { id, path } => {
-                let doc = doc_id(&alias, &id);
-                let readers = next.items.get(&id).map(|i| i.readers.clone());
-                let readers = readers.unwrap_or_default();
-                let outcome = upsert(&writes, &mut source, &doc, &path, &readers, Reuse::Never)
-                    .await
-                    .map_err(|e| fail(&counts, e))?;
-                match outcome {
-                    Upserted::Stored | Upserted::SameContent => counts.moved += 1,
-                    Upserted::Refused(reason) => {
-                        counts.failed += 1;
-                        if let Some(item) = next.items.get_mut(&id) {
-                            item.version = FAILED.to_owned();
-                        }
-                        next.errors.push((path, reason));
-                    }
-                }
-            }
-            Change::Delete { id } => {
-                let (s, d) = (services.clone(), doc_id(&alias, &id));
-                blocking(move || {
-                    s.retrieval
-                        .delete(&d)
-                        .map(drop)
-                        .map_err(|e| format!("{d}: tombstoning: {e}"))
-                })
-                .await
-                .map_err(|e| fail(&counts, e))?;
-                counts.deleted += 1;
-            }
-        }
+        apply_change(&writes, &mut source, &state, &mut next, &mut counts, change)
+            .await
+            .map_err(|e| fail(&counts, e))?;
     }
     counts.items = next.items.len();
     let run = LastRun {
@@ -199,6 +101,104 @@ pub(super) async fn sync(
     .await
     .map_err(|e| fail(&saved_counts, e))?;
     Ok(counts)
+}
+
+/// Applies one change of the listing through the daemon's write paths, counting it in
+/// `counts` and recording item errors in `next`. `Err`: the store failed (the sync stops).
+async fn apply_change(
+    w: &Writes<'_>,
+    source: &mut SmbSource,
+    state: &SourceState,
+    next: &mut SourceState,
+    counts: &mut RunCounts,
+    change: Change,
+) -> Result<(), String> {
+    let alias = &w.cfg.alias;
+    match change {
+        Change::Upsert {
+            id,
+            path,
+            version: _,
+            readers,
+        } => {
+            let doc = doc_id(alias, &id);
+            let old = state.items.get(&id).map(|i| i.readers.clone());
+            let outcome = upsert(w, source, &doc, &path, &readers, Reuse::SameBytes).await?;
+            match outcome {
+                Upserted::Stored => counts.upserted += 1,
+                Upserted::SameContent => counts.unchanged_content += 1,
+                Upserted::Refused(reason) => {
+                    counts.failed += 1;
+                    // Stored for nobody new: the old content (if any) for the readers of both
+                    // versions only.
+                    let kept = match &old {
+                        Some(o) => Readers {
+                            users: o.users.intersection(&readers.users).cloned().collect(),
+                        },
+                        None => Readers::default(),
+                    };
+                    if old.is_some() {
+                        write_grant(w, doc, &kept).await?;
+                    }
+                    if let Some(item) = next.items.get_mut(&id) {
+                        item.version = FAILED.to_owned();
+                        item.readers = kept;
+                    }
+                    next.errors.push((path, reason));
+                }
+            }
+        }
+        Change::Permissions { id, readers } => {
+            write_grant(w, doc_id(alias, &id), &readers).await?;
+            counts.permissions += 1;
+        }
+        // The document keeps its id. Its title (the file's name) is in every chunk's index
+        // text and its path in the metadata citations show, so a rename re-stores it from
+        // the file (renames are rare; a permission-only change never comes here). A file
+        // that cannot be stored again keeps its old name (its content is still the file's:
+        // the version did not change) and is an item error, retried at the next sync.
+        Change::Moved { id, path } => {
+            let doc = doc_id(alias, &id);
+            let readers = next.items.get(&id).map(|i| i.readers.clone());
+            let readers = readers.unwrap_or_default();
+            let outcome = upsert(w, source, &doc, &path, &readers, Reuse::Never).await?;
+            match outcome {
+                Upserted::Stored | Upserted::SameContent => counts.moved += 1,
+                Upserted::Refused(reason) => {
+                    counts.failed += 1;
+                    if let Some(item) = next.items.get_mut(&id) {
+                        item.version = FAILED.to_owned();
+                    }
+                    next.errors.push((path, reason));
+                }
+            }
+        }
+        Change::Delete { id } => {
+            let (s, d) = (w.services.clone(), doc_id(alias, &id));
+            blocking(move || {
+                s.retrieval
+                    .delete(&d)
+                    .map(drop)
+                    .map_err(|e| format!("{d}: tombstoning: {e}"))
+            })
+            .await?;
+            counts.deleted += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Sets document `doc`'s grant to that of `readers`.
+async fn write_grant(w: &Writes<'_>, doc: String, readers: &Readers) -> Result<(), String> {
+    let g = grants(readers, w.directory);
+    let (s, a, d) = (w.services.clone(), w.actor.to_owned(), doc);
+    blocking(move || {
+        s.acl
+            .set_document_grants(a.as_str(), &d, &g)
+            .map(drop)
+            .map_err(|e| format!("{d}: updating the grant: {e}"))
+    })
+    .await
 }
 
 /// The grant of `readers`: their directory names (sAMAccountName), no groups (deny ACEs make a

@@ -15,7 +15,7 @@ use serde_json::json;
 use crate::auth::{Admin, Caller};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
-use crate::ldap::{Credentials, Directory, DirectoryError};
+use crate::ldap::{Credentials, Directory, DirectoryError, DirectoryUser};
 use crate::routes::acl::{actor_of, blocking};
 use crate::session;
 use crate::state::AppState;
@@ -243,31 +243,7 @@ pub async fn login(
                 limiter.failed(&username, &address);
             }
             tracing::info!(request_id = %request_id, error = %e, "directory sign-in refused");
-            // Unknown user and wrong password differ only here (the same audit write for both:
-            // the client sees the same body after the same work).
-            let (what, err) = match e {
-                DirectoryError::InvalidCredentials(c) => {
-                    let uid = match &c {
-                        Credentials::WrongPassword(uid) => uid.clone(),
-                        _ => None,
-                    };
-                    (event(c.outcome(), uid), ApiError::InvalidCredentials)
-                }
-                DirectoryError::Disabled(uid) => {
-                    (event("disabled", uid), ApiError::AccountDisabled)
-                }
-                DirectoryError::Unavailable(cause) => (
-                    event("directory_unavailable", None),
-                    ApiError::DirectoryUnavailable(cause),
-                ),
-                // The account's own entry is unusable (no user id, or several): refused.
-                DirectoryError::BadEntry(_) => (
-                    event("bad_entry", None),
-                    ApiError::Forbidden(
-                        "the directory entry of this account does not have exactly one user id",
-                    ),
-                ),
-            };
+            let (what, err) = directory_refusal(e, &event);
             audit(&services.acl, &request_id, what).await;
             return Err(err);
         }
@@ -303,6 +279,41 @@ pub async fn login(
         blocking(move || Ok(acl.end_session(&secret)?)).await?;
         return Err(ApiError::internal("the sign-in could not be audited"));
     }
+    Ok(session_response(&user, &s))
+}
+
+/// The audit event and the error of a refused directory sign-in. Unknown user and wrong
+/// password differ only in the event (the same audit write for both: the client sees the same
+/// body after the same work).
+fn directory_refusal(
+    e: DirectoryError,
+    event: &impl Fn(&'static str, Option<String>) -> Owned,
+) -> (Owned, ApiError) {
+    match e {
+        DirectoryError::InvalidCredentials(c) => {
+            let uid = match &c {
+                Credentials::WrongPassword(uid) => uid.clone(),
+                _ => None,
+            };
+            (event(c.outcome(), uid), ApiError::InvalidCredentials)
+        }
+        DirectoryError::Disabled(uid) => (event("disabled", uid), ApiError::AccountDisabled),
+        DirectoryError::Unavailable(cause) => (
+            event("directory_unavailable", None),
+            ApiError::DirectoryUnavailable(cause),
+        ),
+        // The account's own entry is unusable (no user id, or several): refused.
+        DirectoryError::BadEntry(_) => (
+            event("bad_entry", None),
+            ApiError::Forbidden(
+                "the directory entry of this account does not have exactly one user id",
+            ),
+        ),
+    }
+}
+
+/// The signed-in session's body, with its cookie set.
+fn session_response(user: &DirectoryUser, s: &airlock_acl::NewSession) -> Response {
     let mut resp = Json(json!({
         "user": user.user_id,
         "groups": user.groups,
@@ -313,7 +324,7 @@ pub async fn login(
     let h = resp.headers_mut();
     h.insert(header::SET_COOKIE, session::set_cookie(&s.token));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    Ok(resp)
+    resp
 }
 
 /// `POST /v1/auth/logout` → 204: ends the request's session (cookie) and clears the cookie.

@@ -1063,28 +1063,40 @@ impl Scheduler {
             .fetch_add(prompt_rows as u64, Ordering::Relaxed);
         self.fill_prefix();
 
-        // Sequences that end in this step, with how (None: the client hung up). Their final
-        // events are sent only after the step's counters are published, so a client that has
-        // seen its stream end also sees counters that include its last step.
-        let mut finished: Vec<(usize, Option<FinishReason>)> = Vec::new();
-        let mut generated = 0;
-        // Sample every sequence that got logits in parallel: temperature / top-p sampling walks
-        // the whole vocabulary (152k logits for Qwen), ~1 ms per sequence, which done in turn on
-        // this thread left the second core idle for a noticeable part of a many-stream step.
-        // Each sequence uses only its own logits and random stream, so the tokens are the same.
+        let nexts = self.sample(&owners, logits);
+        let (finished, generated) = self.append_tokens(nexts, step);
+        self.end_finished(finished, generated);
+    }
+
+    /// The next token of every sequence that got logits (`owners[j]` owns `logits[j]`), by
+    /// sequence index. Sampled in parallel: temperature / top-p sampling walks the whole
+    /// vocabulary (152k logits for Qwen), ~1 ms per sequence, which done in turn on this
+    /// thread left the second core idle for a noticeable part of a many-stream step. Each
+    /// sequence uses only its own logits and random stream, so the tokens are the same.
+    fn sample(&mut self, owners: &[usize], logits: Vec<Option<Vec<f32>>>) -> Vec<Option<u32>> {
         let mut by_seq: Vec<Option<Vec<f32>>> = vec![None; self.active.len()];
         for (&i, l) in owners.iter().zip(logits) {
             by_seq[i] = l;
         }
-        let nexts: Vec<Option<u32>> = self
-            .active
+        self.active
             .par_iter_mut()
             .zip(by_seq.par_iter())
             .map(|(s, l)| {
                 l.as_ref()
                     .map(|l| sampling::sample(l, &s.params, &mut s.rng))
             })
-            .collect();
+            .collect()
+    }
+
+    /// Appends each sampled token to its sequence and streams it; returns the sequences that
+    /// end in this step, with how (None: the client hung up), and the tokens generated.
+    fn append_tokens(
+        &mut self,
+        nexts: Vec<Option<u32>>,
+        step: u64,
+    ) -> (Vec<(usize, Option<FinishReason>)>, usize) {
+        let mut finished: Vec<(usize, Option<FinishReason>)> = Vec::new();
+        let mut generated = 0;
         for (i, next) in nexts.into_iter().enumerate() {
             let Some(next) = next else { continue };
             let s = &mut self.active[i];
@@ -1122,6 +1134,13 @@ impl Scheduler {
                 finished.push((i, Some(FinishReason::Length)));
             }
         }
+        (finished, generated)
+    }
+
+    /// Removes the sequences that ended, publishes the step's counters, then sends their
+    /// final events: a client that has seen its stream end also sees counters that include
+    /// its last step.
+    fn end_finished(&mut self, mut finished: Vec<(usize, Option<FinishReason>)>, generated: usize) {
         finished.sort_unstable_by_key(|&(i, _)| i);
         let mut ended = Vec::with_capacity(finished.len());
         for (i, reason) in finished.into_iter().rev() {

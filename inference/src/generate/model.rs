@@ -190,56 +190,9 @@ impl DecoderModel {
         let ct = gguf_file::Content::read(&mut reader)
             .map_err(|e| Error::invalid(&path, format!("not a GGUF file: {e}")))?;
         let bad = |reason: String| Error::invalid(&path, reason);
-
-        let arch_name = ct
-            .metadata
-            .get("general.architecture")
-            .and_then(|v| v.to_string().ok())
-            .cloned()
-            .unwrap_or_default();
-        let arch = match arch_name.as_str() {
-            "llama" => Arch::Llama,
-            "qwen2" => Arch::Qwen2,
-            other => return Err(bad(format!("unsupported architecture {other:?}"))),
-        };
-        let key = |k: &str| format!("{arch_name}.{k}");
-        let uint = |k: &str| -> crate::Result<usize> {
-            ct.metadata
-                .get(&key(k))
-                .and_then(md_uint)
-                .map(|v| v as usize)
-                .ok_or_else(|| Error::invalid(&path, format!("missing metadata {}", key(k))))
-        };
-        let n_layer = uint("block_count")?;
-        let n_embd = uint("embedding_length")?;
-        let n_head = uint("attention.head_count")?;
-        let n_kv_head = uint("attention.head_count_kv").unwrap_or(n_head);
-        let n_ctx_train = uint("context_length")?;
-        if n_head == 0 || n_kv_head == 0 || n_embd % n_head != 0 || n_head % n_kv_head != 0 {
-            return Err(bad(format!(
-                "inconsistent heads: n_embd {n_embd}, n_head {n_head}, n_kv_head {n_kv_head}"
-            )));
-        }
-        let head_dim = n_embd / n_head;
-        let rope_dims = uint("rope.dimension_count").unwrap_or(head_dim);
-        let rope_base = ct
-            .metadata
-            .get(&key("rope.freq_base"))
-            .and_then(md_float)
-            .unwrap_or(10_000.0);
-        let rms_eps = ct
-            .metadata
-            .get(&key("attention.layer_norm_rms_epsilon"))
-            .and_then(md_float)
-            .ok_or_else(|| {
-                bad(format!(
-                    "missing {}",
-                    key("attention.layer_norm_rms_epsilon")
-                ))
-            })?;
-        if rope_dims > head_dim || rope_dims % 2 != 0 {
-            return Err(bad(format!("rope dims {rope_dims} vs head dim {head_dim}")));
-        }
+        // `vocab_size` and `tied_embeddings` are set from the tensors below.
+        let mut cfg = read_config(&ct, &path)?;
+        let n_embd = cfg.n_embd;
 
         let special = read_special_tokens(&ct);
         let mut ld = Loader {
@@ -262,46 +215,12 @@ impl DecoderModel {
             Weight::shared(&tok_embd).map_err(|e| bad(format!("lm_head: {e}")))?
         };
         let out_norm = ld.vector("output_norm.weight", n_embd)?;
-        let kv_dim = n_kv_head * head_dim;
-        let mut layers = Vec::with_capacity(n_layer);
-        for i in 0..n_layer {
-            let p = format!("blk.{i}");
-            let bias = |ld: &mut Loader<'_, '_>, name: &str, len: usize| {
-                if arch == Arch::Qwen2 {
-                    ld.vector(&format!("{p}.{name}.bias"), len).map(Some)
-                } else {
-                    Ok(None)
-                }
-            };
-            layers.push(Layer {
-                bq: bias(&mut ld, "attn_q", n_embd)?,
-                bk: bias(&mut ld, "attn_k", kv_dim)?,
-                bv: bias(&mut ld, "attn_v", kv_dim)?,
-                attn_norm: ld.vector(&format!("{p}.attn_norm.weight"), n_embd)?,
-                ffn_norm: ld.vector(&format!("{p}.ffn_norm.weight"), n_embd)?,
-                wq: ld.qmm(&format!("{p}.attn_q.weight"))?,
-                wk: ld.qmm(&format!("{p}.attn_k.weight"))?,
-                wv: ld.qmm(&format!("{p}.attn_v.weight"))?,
-                wo: ld.qmm(&format!("{p}.attn_output.weight"))?,
-                w_gate: ld.qmm(&format!("{p}.ffn_gate.weight"))?,
-                w_up: ld.qmm(&format!("{p}.ffn_up.weight"))?,
-                w_down: ld.qmm(&format!("{p}.ffn_down.weight"))?,
-            });
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            layers.push(ld.layer(&cfg, i)?);
         }
-        let cfg = ModelConfig {
-            arch,
-            n_layer,
-            n_embd,
-            n_head,
-            n_kv_head,
-            head_dim,
-            rope_dims,
-            rope_base,
-            rms_eps,
-            n_ctx_train,
-            vocab_size,
-            tied_embeddings: !has_output,
-        };
+        cfg.vocab_size = vocab_size;
+        cfg.tied_embeddings = !has_output;
         tracing::debug!(path = %path.display(), ?cfg, "loaded GGUF decoder");
         Ok(Self {
             cfg,
@@ -552,6 +471,75 @@ impl DecoderModel {
     }
 }
 
+/// The hyper-parameters in a GGUF file's metadata, checked for consistency; `vocab_size` and
+/// `tied_embeddings` (which the tensors tell) left 0 and false.
+fn read_config(ct: &gguf_file::Content, path: &Path) -> crate::Result<ModelConfig> {
+    let bad = |reason: String| Error::invalid(path, reason);
+    let arch_name = ct
+        .metadata
+        .get("general.architecture")
+        .and_then(|v| v.to_string().ok())
+        .cloned()
+        .unwrap_or_default();
+    let arch = match arch_name.as_str() {
+        "llama" => Arch::Llama,
+        "qwen2" => Arch::Qwen2,
+        other => return Err(bad(format!("unsupported architecture {other:?}"))),
+    };
+    let key = |k: &str| format!("{arch_name}.{k}");
+    let uint = |k: &str| -> crate::Result<usize> {
+        ct.metadata
+            .get(&key(k))
+            .and_then(md_uint)
+            .map(|v| v as usize)
+            .ok_or_else(|| Error::invalid(path, format!("missing metadata {}", key(k))))
+    };
+    let n_layer = uint("block_count")?;
+    let n_embd = uint("embedding_length")?;
+    let n_head = uint("attention.head_count")?;
+    let n_kv_head = uint("attention.head_count_kv").unwrap_or(n_head);
+    let n_ctx_train = uint("context_length")?;
+    if n_head == 0 || n_kv_head == 0 || n_embd % n_head != 0 || n_head % n_kv_head != 0 {
+        return Err(bad(format!(
+            "inconsistent heads: n_embd {n_embd}, n_head {n_head}, n_kv_head {n_kv_head}"
+        )));
+    }
+    let head_dim = n_embd / n_head;
+    let rope_dims = uint("rope.dimension_count").unwrap_or(head_dim);
+    let rope_base = ct
+        .metadata
+        .get(&key("rope.freq_base"))
+        .and_then(md_float)
+        .unwrap_or(10_000.0);
+    let rms_eps = ct
+        .metadata
+        .get(&key("attention.layer_norm_rms_epsilon"))
+        .and_then(md_float)
+        .ok_or_else(|| {
+            bad(format!(
+                "missing {}",
+                key("attention.layer_norm_rms_epsilon")
+            ))
+        })?;
+    if rope_dims > head_dim || rope_dims % 2 != 0 {
+        return Err(bad(format!("rope dims {rope_dims} vs head dim {head_dim}")));
+    }
+    Ok(ModelConfig {
+        arch,
+        n_layer,
+        n_embd,
+        n_head,
+        n_kv_head,
+        head_dim,
+        rope_dims,
+        rope_base,
+        rms_eps,
+        n_ctx_train,
+        vocab_size: 0,
+        tied_embeddings: false,
+    })
+}
+
 /// Reads named tensors out of an open GGUF file.
 struct Loader<'a, 'r> {
     ct: &'a gguf_file::Content,
@@ -586,6 +574,34 @@ impl Loader<'_, '_> {
             ));
         }
         Ok(v)
+    }
+
+    /// The weights of block `i` (Q/K/V biases for Qwen2).
+    fn layer(&mut self, cfg: &ModelConfig, i: usize) -> crate::Result<Layer> {
+        let n_embd = cfg.n_embd;
+        let kv_dim = cfg.n_kv_head * cfg.head_dim;
+        let p = format!("blk.{i}");
+        let bias = |ld: &mut Self, name: &str, len: usize| {
+            if cfg.arch == Arch::Qwen2 {
+                ld.vector(&format!("{p}.{name}.bias"), len).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        Ok(Layer {
+            bq: bias(self, "attn_q", n_embd)?,
+            bk: bias(self, "attn_k", kv_dim)?,
+            bv: bias(self, "attn_v", kv_dim)?,
+            attn_norm: self.vector(&format!("{p}.attn_norm.weight"), n_embd)?,
+            ffn_norm: self.vector(&format!("{p}.ffn_norm.weight"), n_embd)?,
+            wq: self.qmm(&format!("{p}.attn_q.weight"))?,
+            wk: self.qmm(&format!("{p}.attn_k.weight"))?,
+            wv: self.qmm(&format!("{p}.attn_v.weight"))?,
+            wo: self.qmm(&format!("{p}.attn_output.weight"))?,
+            w_gate: self.qmm(&format!("{p}.ffn_gate.weight"))?,
+            w_up: self.qmm(&format!("{p}.ffn_up.weight"))?,
+            w_down: self.qmm(&format!("{p}.ffn_down.weight"))?,
+        })
     }
 }
 

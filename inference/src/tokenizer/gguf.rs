@@ -56,73 +56,152 @@ pub fn tokenizer_json(
     md: &HashMap<String, Value>,
     source: &Path,
 ) -> Result<(serde_json::Value, GgufTokenizerInfo)> {
-    let bad = |reason: String| Error::invalid(source, reason);
-    let get = |key: &str| {
-        md.get(key)
-            .ok_or_else(|| bad(format!("metadata {key} missing")))
-    };
-    let string = |key: &str| -> Result<String> {
-        get(key)?
-            .to_string()
-            .cloned()
-            .map_err(|e| bad(format!("{key}: {e}")))
-    };
-    let opt_u32 = |key: &str| -> Result<Option<u32>> {
-        md.get(key)
-            .map(|v| v.to_u32().map_err(|e| bad(format!("{key}: {e}"))))
-            .transpose()
-    };
-
-    let model = string("tokenizer.ggml.model")?;
+    let meta = Metadata { md, source };
+    let model = meta.string("tokenizer.ggml.model")?;
     if model != "gpt2" {
-        return Err(bad(format!(
+        return Err(meta.bad(format!(
             "tokenizer.ggml.model {model:?}: only byte-level BPE (\"gpt2\") is supported"
         )));
     }
-    let pre = string("tokenizer.ggml.pre").unwrap_or_else(|_| "default".to_string());
-    let tokens: Vec<String> = get("tokenizer.ggml.tokens")?
-        .to_vec()
-        .map_err(|e| bad(format!("tokens: {e}")))?
-        .iter()
-        .map(|v| v.to_string().cloned())
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| bad(format!("tokens: {e}")))?;
-    let types: Vec<i64> = match md.get("tokenizer.ggml.token_type") {
-        Some(v) => v
-            .to_vec()
-            .map_err(|e| bad(format!("token_type: {e}")))?
-            .iter()
-            .map(|t| t.to_i32().map(i64::from))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|e| bad(format!("token_type: {e}")))?,
-        None => vec![TYPE_NORMAL; tokens.len()],
-    };
-    if types.len() != tokens.len() {
-        return Err(bad(format!(
-            "{} tokens but {} token types",
-            tokens.len(),
-            types.len()
-        )));
-    }
-    let merges: Vec<(String, String)> = get("tokenizer.ggml.merges")?
-        .to_vec()
-        .map_err(|e| bad(format!("merges: {e}")))?
-        .iter()
-        .map(|m| {
-            let m = m.to_string().map_err(|e| bad(format!("merges: {e}")))?;
-            m.split_once(' ')
-                .map(|(a, b)| (a.to_string(), b.to_string()))
-                .ok_or_else(|| bad(format!("merge {m:?} is not \"left right\"")))
-        })
-        .collect::<Result<_>>()?;
+    let pre = meta
+        .string("tokenizer.ggml.pre")
+        .unwrap_or_else(|_| "default".to_string());
+    let (tokens, types) = meta.tokens()?;
+    let merges = meta.merges()?;
 
     let mut vocab = serde_json::Map::with_capacity(tokens.len());
     for (id, tok) in tokens.iter().enumerate() {
         // First id wins, as in llama.cpp's token_to_id map built in order.
         vocab.entry(tok.clone()).or_insert(json!(id));
     }
+    let added = added_tokens(&tokens, &types);
+    let (normalizer, pre_tokenizer) = pre_tokenization(&pre).map_err(|e| meta.bad(e))?;
+
+    let doc = json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": normalizer,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": byte_level(false, false),
+        "decoder": byte_level(true, true),
+        "model": {
+            "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
+            "ignore_merges": false, "vocab": vocab, "merges": merges,
+        },
+    });
+
+    let bos_token_id = meta.opt_u32("tokenizer.ggml.bos_token_id")?;
+    let eos_token_id = meta.opt_u32("tokenizer.ggml.eos_token_id")?;
+    let add_bos_token = match md.get("tokenizer.ggml.add_bos_token") {
+        Some(v) => v
+            .to_bool()
+            .map_err(|e| meta.bad(format!("add_bos_token: {e}")))?,
+        None => false,
+    };
+    let eog = end_of_generation(&tokens, &types, eos_token_id);
+    let chat_template = md
+        .get("tokenizer.chat_template")
+        .map(|v| v.to_string().cloned())
+        .transpose()
+        .map_err(|e| meta.bad(format!("chat_template: {e}")))?;
+    let info = GgufTokenizerInfo {
+        pre,
+        vocab_size: tokens.len(),
+        bos_token_id,
+        eos_token_id,
+        add_bos_token,
+        end_of_generation_ids: eog,
+        chat_template,
+    };
+    Ok((doc, info))
+}
+
+/// A GGUF file's metadata, read with errors naming the file.
+struct Metadata<'a> {
+    md: &'a HashMap<String, Value>,
+    source: &'a Path,
+}
+
+impl Metadata<'_> {
+    fn bad(&self, reason: String) -> Error {
+        Error::invalid(self.source, reason)
+    }
+
+    fn get(&self, key: &str) -> Result<&Value> {
+        self.md
+            .get(key)
+            .ok_or_else(|| self.bad(format!("metadata {key} missing")))
+    }
+
+    fn string(&self, key: &str) -> Result<String> {
+        self.get(key)?
+            .to_string()
+            .cloned()
+            .map_err(|e| self.bad(format!("{key}: {e}")))
+    }
+
+    fn opt_u32(&self, key: &str) -> Result<Option<u32>> {
+        self.md
+            .get(key)
+            .map(|v| v.to_u32().map_err(|e| self.bad(format!("{key}: {e}"))))
+            .transpose()
+    }
+
+    /// The vocabulary and its token types (all normal when the file has none), as many of each.
+    fn tokens(&self) -> Result<(Vec<String>, Vec<i64>)> {
+        let tokens: Vec<String> = self
+            .get("tokenizer.ggml.tokens")?
+            .to_vec()
+            .map_err(|e| self.bad(format!("tokens: {e}")))?
+            .iter()
+            .map(|v| v.to_string().cloned())
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|e| self.bad(format!("tokens: {e}")))?;
+        let types: Vec<i64> = match self.md.get("tokenizer.ggml.token_type") {
+            Some(v) => v
+                .to_vec()
+                .map_err(|e| self.bad(format!("token_type: {e}")))?
+                .iter()
+                .map(|t| t.to_i32().map(i64::from))
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| self.bad(format!("token_type: {e}")))?,
+            None => vec![TYPE_NORMAL; tokens.len()],
+        };
+        if types.len() != tokens.len() {
+            return Err(self.bad(format!(
+                "{} tokens but {} token types",
+                tokens.len(),
+                types.len()
+            )));
+        }
+        Ok((tokens, types))
+    }
+
+    /// The BPE merges, each `"left right"`.
+    fn merges(&self) -> Result<Vec<(String, String)>> {
+        self.get("tokenizer.ggml.merges")?
+            .to_vec()
+            .map_err(|e| self.bad(format!("merges: {e}")))?
+            .iter()
+            .map(|m| {
+                let m = m
+                    .to_string()
+                    .map_err(|e| self.bad(format!("merges: {e}")))?;
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_string(), b.to_string()))
+                    .ok_or_else(|| self.bad(format!("merge {m:?} is not \"left right\"")))
+            })
+            .collect::<Result<_>>()
+    }
+}
+
+/// The control (special) and user-defined tokens, as `added_tokens` entries.
+fn added_tokens(tokens: &[String], types: &[i64]) -> Vec<serde_json::Value> {
     let mut added = Vec::new();
-    for (id, (tok, ty)) in tokens.iter().zip(&types).enumerate() {
+    for (id, (tok, ty)) in tokens.iter().zip(types).enumerate() {
         let special = match *ty {
             TYPE_CONTROL => true,
             TYPE_USER_DEFINED => false,
@@ -133,9 +212,19 @@ pub fn tokenizer_json(
             "normalized": false, "special": special,
         }));
     }
+    added
+}
 
-    let byte_level = |trim_offsets: bool, use_regex: bool| json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": trim_offsets, "use_regex": use_regex});
-    let (normalizer, pre_tokenizer) = match pre.as_str() {
+fn byte_level(trim_offsets: bool, use_regex: bool) -> serde_json::Value {
+    json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": trim_offsets, "use_regex": use_regex})
+}
+
+/// The normalizer and pre-tokenizer of the `tokenizer.ggml.pre` named; the reason for one not
+/// supported.
+fn pre_tokenization(
+    pre: &str,
+) -> std::result::Result<(serde_json::Value, serde_json::Value), String> {
+    Ok(match pre {
         // llama.cpp LLAMA_VOCAB_PRE_TYPE_SMOLLM: "\p{N}" then the GPT-2 regex.
         "smollm" | "starcoder" | "refact" => (
             serde_json::Value::Null,
@@ -154,40 +243,19 @@ pub fn tokenizer_json(
         ),
         "default" | "gpt2" => (serde_json::Value::Null, byte_level(true, true)),
         other => {
-            return Err(bad(format!(
+            return Err(format!(
                 "tokenizer.ggml.pre {other:?} is not supported (smollm, qwen2, gpt2)"
-            )));
+            ));
         }
-    };
+    })
+}
 
-    let doc = json!({
-        "version": "1.0",
-        "truncation": null,
-        "padding": null,
-        "added_tokens": added,
-        "normalizer": normalizer,
-        "pre_tokenizer": pre_tokenizer,
-        "post_processor": byte_level(false, false),
-        "decoder": byte_level(true, true),
-        "model": {
-            "type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
-            "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false,
-            "ignore_merges": false, "vocab": vocab, "merges": merges,
-        },
-    });
-
-    let bos_token_id = opt_u32("tokenizer.ggml.bos_token_id")?;
-    let eos_token_id = opt_u32("tokenizer.ggml.eos_token_id")?;
-    let add_bos_token = match md.get("tokenizer.ggml.add_bos_token") {
-        Some(v) => v
-            .to_bool()
-            .map_err(|e| bad(format!("add_bos_token: {e}")))?,
-        None => false,
-    };
+/// The ids that end a generation turn: the named control tokens, then the EOS id, sorted.
+fn end_of_generation(tokens: &[String], types: &[i64], eos_token_id: Option<u32>) -> Vec<u32> {
     let mut eog: Vec<u32> = Vec::new();
     let mut seen = HashSet::new();
     let named = ["<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<end_of_turn>"];
-    for (id, (tok, ty)) in tokens.iter().zip(&types).enumerate() {
+    for (id, (tok, ty)) in tokens.iter().zip(types).enumerate() {
         if *ty == TYPE_CONTROL && named.contains(&tok.as_str()) && seen.insert(id as u32) {
             eog.push(id as u32);
         }
@@ -198,21 +266,7 @@ pub fn tokenizer_json(
         eog.push(eos);
     }
     eog.sort_unstable();
-    let chat_template = md
-        .get("tokenizer.chat_template")
-        .map(|v| v.to_string().cloned())
-        .transpose()
-        .map_err(|e| bad(format!("chat_template: {e}")))?;
-    let info = GgufTokenizerInfo {
-        pre,
-        vocab_size: tokens.len(),
-        bos_token_id,
-        eos_token_id,
-        add_bos_token,
-        end_of_generation_ids: eog,
-        chat_template,
-    };
-    Ok((doc, info))
+    eog
 }
 
 /// Reads a GGUF file and returns its tokenizer as `tokenizer.json` text plus the side

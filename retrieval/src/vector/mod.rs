@@ -270,6 +270,68 @@ fn fsync_path(path: &Path) -> Result<(), VectorError> {
         .map_err(io_err(path, "fsync"))
 }
 
+/// The inverse of `slot_chunk` (chunk id → slot, [`NO_SLOT`] for none); a chunk stored twice
+/// is corrupt.
+fn chunk_slots(dir: &Path, slot_chunk: &[u32]) -> Result<Vec<u32>, VectorError> {
+    let mut chunk_slot = Vec::new();
+    for (slot, &c) in slot_chunk.iter().enumerate() {
+        if chunk_slot.len() <= c as usize {
+            chunk_slot.resize(c as usize + 1, NO_SLOT);
+        }
+        if chunk_slot[c as usize] != NO_SLOT {
+            return Err(VectorError::Corrupt {
+                path: dir.join(IDS_FILE),
+                detail: format!("chunk {c} stored twice"),
+            });
+        }
+        chunk_slot[c as usize] = slot as u32;
+    }
+    Ok(chunk_slot)
+}
+
+/// The graph of the dump `meta` names (checksum and point count checked), or an empty one to
+/// rebuild from the rows (an hnsw_rs dump is migrated that way).
+fn open_graph(
+    dir: &Path,
+    meta: &Meta,
+    dump: Option<&FlatMeta>,
+    dim: usize,
+) -> Result<Graph, VectorError> {
+    Ok(match dump {
+        Some(g) => {
+            let p = Graph::dump_file(dir, &g.basename);
+            if sha256_file(&p)? != g.sha256 {
+                return Err(VectorError::Corrupt {
+                    path: p,
+                    detail: "checksum mismatch".into(),
+                });
+            }
+            let graph = Graph::load(&p, dim)?;
+            if graph.len() as u64 != g.points || g.points > meta.count {
+                return Err(VectorError::Corrupt {
+                    path: p,
+                    detail: format!(
+                        "{} points, {} expected (of {} rows)",
+                        graph.len(),
+                        g.points,
+                        meta.count
+                    ),
+                });
+            }
+            graph
+        }
+        None => {
+            if meta.graph.is_some() {
+                tracing::info!(
+                    rows = meta.count,
+                    "migrating an hnsw_rs graph dump: rebuilding the graph from the int8 rows once"
+                );
+            }
+            Graph::new(dim, meta.params.m, meta.params.ef_construction)
+        }
+    })
+}
+
 impl VectorIndex {
     /// Creates an empty index in `dir` (created if missing; must not hold an index already).
     pub fn create(dir: &Path, dim: usize, params: VectorParams) -> Result<Self, VectorError> {
@@ -359,56 +421,12 @@ impl VectorIndex {
             .chunks_exact(4)
             .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
-        let mut chunk_slot = Vec::new();
-        for (slot, &c) in slot_chunk.iter().enumerate() {
-            if chunk_slot.len() <= c as usize {
-                chunk_slot.resize(c as usize + 1, NO_SLOT);
-            }
-            if chunk_slot[c as usize] != NO_SLOT {
-                return Err(VectorError::Corrupt {
-                    path: dir.join(IDS_FILE),
-                    detail: format!("chunk {c} stored twice"),
-                });
-            }
-            chunk_slot[c as usize] = slot as u32;
-        }
+        let chunk_slot = chunk_slots(dir, &slot_chunk)?;
         let dump = match (&meta.flat_graph, &meta.flat_graph_levels) {
             (Some(_), Some(_)) => return Err(corrupt("two graph dumps named".into())),
             (a, b) => a.as_ref().or(b.as_ref()),
         };
-        let mut graph = match dump {
-            Some(g) => {
-                let p = Graph::dump_file(dir, &g.basename);
-                if sha256_file(&p)? != g.sha256 {
-                    return Err(VectorError::Corrupt {
-                        path: p,
-                        detail: "checksum mismatch".into(),
-                    });
-                }
-                let graph = Graph::load(&p, dim)?;
-                if graph.len() as u64 != g.points || g.points > meta.count {
-                    return Err(VectorError::Corrupt {
-                        path: p,
-                        detail: format!(
-                            "{} points, {} expected (of {} rows)",
-                            graph.len(),
-                            g.points,
-                            meta.count
-                        ),
-                    });
-                }
-                graph
-            }
-            None => {
-                if meta.graph.is_some() {
-                    tracing::info!(
-                        rows = meta.count,
-                        "migrating an hnsw_rs graph dump: rebuilding the graph from the int8 rows once"
-                    );
-                }
-                Graph::new(dim, meta.params.m, meta.params.ef_construction)
-            }
-        };
+        let mut graph = open_graph(dir, &meta, dump, dim)?;
         graph.reserve(meta.count as usize);
         let f32_map =
             mmap::map_read_only(f32_file.file()).map_err(io_err(&dir.join(F32_FILE), "mmap"))?;
