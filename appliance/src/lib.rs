@@ -22,15 +22,10 @@ pub mod extract;
 pub mod extraction;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod generator;
 pub mod ingest_queue;
-pub mod ladder;
 pub mod metrics;
-pub mod models;
 pub mod oidc;
 pub mod openai;
-pub mod quota;
-pub mod rack_metrics;
 pub mod remote;
 pub mod roles;
 pub mod routes;
@@ -46,6 +41,8 @@ pub mod tls;
 // (`airlock-evidence` is named by its callers directly.)
 pub use airlock_identity::{caller, ldap};
 pub use airlock_platform::{data_lock, notify, paths, sandbox};
+// Moved to `airlock-serving` (issue 44); re-exported while callers move.
+pub use airlock_serving::{generator, ladder, models, quota, rack_metrics};
 
 pub use answer::rewrite;
 pub use config::Config;

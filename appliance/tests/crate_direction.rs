@@ -47,6 +47,22 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "airlock-rag",
         &["airlock-acl", "airlock-retrieval", "airlock-text"],
     ),
+    // What serves an answer (admission, the ladder, quotas, the generators local and on the
+    // rack, the answer core): over the libraries it drives, never the binary.
+    (
+        "airlock-serving",
+        &[
+            "airlock-platform",
+            "airlock-identity",
+            "airlock-evidence",
+            "airlock-signing",
+            "airlock-acl",
+            "airlock-retrieval",
+            "airlock-inference",
+            "airlock-rag",
+            "airlock-text",
+        ],
+    ),
     // The binary (and, until the server crate exists, the HTTP layer): may use every library.
     (
         "airlock",
@@ -64,6 +80,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "airlock-text",
             "airlock-extract",
             "airlock-connectors",
+            "airlock-serving",
         ],
     ),
 ];
