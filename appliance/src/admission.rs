@@ -549,6 +549,16 @@ impl Admission {
 mod tests {
     use super::*;
 
+    /// `airlock_serving::ladder`'s test thresholds (16 requests at once within the objective).
+    fn wide() -> LadderConfig {
+        LadderConfig {
+            inflight_full: 16,
+            shed_admit_inflight: 16,
+            recover_hold: Duration::from_secs(10),
+            ..LadderConfig::default()
+        }
+    }
+
     fn caller(id: &str) -> Caller {
         Caller {
             user_id: id.into(),
@@ -559,7 +569,7 @@ mod tests {
 
     fn manual(ladder: bool) -> AdmissionConfig {
         AdmissionConfig {
-            ladder: ladder.then(crate::ladder::wide),
+            ladder: ladder.then(wide),
             tick: None,
             ..AdmissionConfig::default()
         }
@@ -665,7 +675,7 @@ mod tests {
                 inflight_full: 4,
                 queue_full: 8,
                 shed_admit_inflight: 3,
-                ..crate::ladder::wide()
+                ..wide()
             }),
             tick: None,
             ..AdmissionConfig::default()
@@ -879,7 +889,7 @@ mod tests {
                 inflight_full: 4,
                 queue_full: 1000,
                 shed_admit_inflight: 4,
-                ..crate::ladder::wide()
+                ..wide()
             }),
             tick: None,
             ..AdmissionConfig::default()

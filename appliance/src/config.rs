@@ -864,19 +864,8 @@ impl Config {
                 ));
             }
         }
-        for (i, r) in self.remote_generators.iter().enumerate() {
-            r.check()
-                .map_err(|(field, reason)| invalid(field, reason))?;
-            if self.remote_generators[..i]
-                .iter()
-                .any(|o| o.alias == r.alias)
-            {
-                return Err(invalid(
-                    "remote_generators.alias",
-                    format!("`{}` is configured twice", r.alias),
-                ));
-            }
-        }
+        crate::remote::config::check_all(&self.remote_generators)
+            .map_err(|(field, reason)| invalid(field, reason))?;
         crate::connectors::config::check_all(&self.connectors)
             .map_err(|(field, reason)| invalid(field, reason))?;
         Ok(())
@@ -1286,6 +1275,21 @@ mod tests {
             assert_eq!(c.sidecar_glob_case(), want);
         }
         assert!(Config::from_toml("sidecar_glob_case = \"ignore\"\n", p).is_err());
+    }
+
+    #[test]
+    fn remote_generators_are_toml_only_and_checked_by_their_section() {
+        let p = std::path::Path::new("airlock.toml");
+        let entry = "[[remote_generators]]\nalias = \"airlock-rack\"\nkind = \"openai-compatible\"\n\
+                     base_urls = [\"http://10.1.2.3:8000/v1\"]\nmodel = \"m\"\n";
+        let c = Config::from_toml(entry, p).unwrap();
+        c.validate().unwrap();
+        // Flags and environment cannot erase it.
+        let layered = Config::default().over(c.clone());
+        assert_eq!(layered.remote_generators, c.remote_generators);
+        let twice = Config::from_toml(&format!("{entry}{entry}"), p).unwrap();
+        let e = twice.validate().unwrap_err().to_string();
+        assert!(e.contains("remote_generators.alias") && e.contains("twice"), "{e}");
     }
 
     #[test]

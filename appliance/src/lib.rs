@@ -26,7 +26,6 @@ pub mod ingest_queue;
 pub mod metrics;
 pub mod oidc;
 pub mod openai;
-pub mod remote;
 pub mod roles;
 pub mod routes;
 pub mod sbom;
@@ -42,7 +41,7 @@ pub mod tls;
 pub use airlock_identity::{caller, ldap};
 pub use airlock_platform::{data_lock, notify, paths, sandbox};
 // Moved to `airlock-serving` (issue 44); re-exported while callers move.
-pub use airlock_serving::{generator, ladder, models, quota, rack_metrics};
+pub use airlock_serving::{generator, ladder, models, quota, rack_metrics, remote};
 
 pub use answer::rewrite;
 pub use config::Config;

@@ -224,7 +224,7 @@ impl Services {
         metrics.prefix_hits.set(hits);
         metrics.prefix_tokens_saved.set(saved);
         for r in &self.remotes {
-            r.refresh_gauges(metrics);
+            r.refresh_gauges(&metrics.rack);
         }
     }
 }

@@ -14,3 +14,4 @@ pub mod ladder;
 pub mod models;
 pub mod quota;
 pub mod rack_metrics;
+pub mod remote;
