@@ -6,7 +6,6 @@
 //! `airlock serve`, the integration tests and the evals.
 #![warn(missing_docs)]
 
-pub mod admission;
 mod answer;
 pub mod approvals;
 pub mod auth;
@@ -31,6 +30,7 @@ pub mod routes;
 pub mod sbom;
 pub mod server;
 pub mod services;
+mod serving_metrics;
 pub mod session;
 pub mod startup;
 pub mod state;
@@ -41,7 +41,7 @@ pub mod tls;
 pub use airlock_identity::{caller, ldap};
 pub use airlock_platform::{data_lock, notify, paths, sandbox};
 // Moved to `airlock-serving` (issue 44); re-exported while callers move.
-pub use airlock_serving::{generator, ladder, models, quota, rack_metrics, remote};
+pub use airlock_serving::{admission, generator, ladder, models, quota, rack_metrics, remote};
 
 pub use answer::rewrite;
 pub use config::Config;

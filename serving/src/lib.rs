@@ -1,16 +1,23 @@
-//! `airlock-serving`: what serves an answer. It holds the per-user quotas ([`quota`]), the
-//! load-driven degradation ladder ([`ladder`]), the models as retrieval's seams ([`models`]),
-//! the local generators ([`generator`]) and the metrics of the bank's inference rack
-//! ([`rack_metrics`]).
+//! `airlock-serving`: what serves an answer. It holds admission ([`admission`]: the one gate every
+//! model-bound request passes, with its `AdmissionSettings` section and its own
+//! `AdmissionError`), the per-user quotas ([`quota`]), the load-driven degradation ladder
+//! ([`ladder`]), the models as retrieval's seams ([`models`]), the local generators
+//! ([`generator`]), the generators on the bank's inference rack ([`remote`]: OpenAI-compatible
+//! upstreams through `airlock_platform::egress`, replicas, circuit breaker, the engines' own
+//! metrics, the `[[remote_generators]]` section and its checks) and the metric handles it
+//! counts with ([`metrics`], [`rack_metrics`]).
 //!
-//! It must not know HTTP servers (no axum, no tower: the routes, extractors and the one
-//! error → HTTP status map are the binary's), the root `Config` (each section here is its own
-//! struct with its own `validate`) or the binary (`airlock`). It returns its own errors; its
-//! metrics are handles the binary registers in its Prometheus registry.
+//! It must not know the HTTP server (no axum, no tower, no hyper: the routes, extractors and
+//! the one error → HTTP status map are the binary's; the rack is reached through the
+//! platform's egress client), the root `Config` (each section here is its own struct with its
+//! own checks) or the binary (`airlock`). It returns its own errors; its metrics are handles
+//! the binary registers in its Prometheus registry.
 #![warn(missing_docs)]
 
+pub mod admission;
 pub mod generator;
 pub mod ladder;
+pub mod metrics;
 pub mod models;
 pub mod quota;
 pub mod rack_metrics;

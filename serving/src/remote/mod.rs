@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use airlock_inference::generate::SamplingParams;
-use airlock_rag::Role;
 use airlock_platform::egress::{self, Call, Method, SendError};
+use airlock_rag::Role;
 use parking_lot::Mutex;
 use prometheus_client::metrics::gauge::Gauge;
 
@@ -415,10 +415,7 @@ impl RemoteGenerator {
                 self.1.dec();
             }
         }
-        let _w = Waiting(
-            &self.waiting,
-            metrics.waiting.get_or_create(&label).clone(),
-        );
+        let _w = Waiting(&self.waiting, metrics.waiting.get_or_create(&label).clone());
         let until = tokio::time::Instant::now() + self.config.queue_timeout();
         loop {
             let freed = self.freed.notified();
@@ -583,14 +580,8 @@ impl RemoteGenerator {
                 let (waiting, running) = load.map_or((-1, -1), |l| {
                     (l.waiting as i64, l.running.map_or(-1, |v| v as i64))
                 });
-                metrics
-                    .engine_waiting
-                    .get_or_create(&label)
-                    .set(waiting);
-                metrics
-                    .engine_running
-                    .get_or_create(&label)
-                    .set(running);
+                metrics.engine_waiting.get_or_create(&label).set(waiting);
+                metrics.engine_running.get_or_create(&label).set(running);
             }
         }
     }

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use airlock_inference::generate::{Event as GenEvent, FinishReason, Usage};
 
-use airlock_platform::egress::Open;
 use super::replica::Replica;
 use super::{RemoteGenerator, ReplicaLabel};
 use crate::rack_metrics::RackMetrics;
+use airlock_platform::egress::Open;
 
 /// A replica slot, held from the pick to the end of the request.
 pub struct Lease {
