@@ -18,7 +18,7 @@ pub mod csrf;
 pub mod document_write;
 pub mod error;
 pub mod extract;
-pub mod extraction;
+pub mod extraction_child;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod ingest_queue;
@@ -41,7 +41,9 @@ pub mod tls;
 pub use airlock_identity::{caller, ldap};
 pub use airlock_platform::{data_lock, notify, paths, sandbox};
 // Moved to `airlock-serving` (issue 44); re-exported while callers move.
-pub use airlock_serving::{admission, generator, ladder, models, quota, rack_metrics, remote};
+pub use airlock_serving::{
+    admission, extraction, generator, ladder, models, quota, rack_metrics, remote,
+};
 
 pub use answer::rewrite;
 pub use config::Config;

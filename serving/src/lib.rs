@@ -2,7 +2,9 @@
 //! model-bound request passes, with its `AdmissionSettings` section and its own
 //! `AdmissionError`), the per-user quotas ([`quota`]), the load-driven degradation ladder
 //! ([`ladder`]), the models as retrieval's seams ([`models`]), the local generators
-//! ([`generator`]), the generators on the bank's inference rack ([`remote`]: OpenAI-compatible
+//! ([`generator`]), the budgeted extraction of uploaded files in worker processes
+//! ([`extraction`]: the parent's pool, its `[extract]` budget and the frames; the worker's own
+//! side, `airlock extract --child`, is the binary's), the generators on the bank's inference rack ([`remote`]: OpenAI-compatible
 //! upstreams through `airlock_platform::egress`, replicas, circuit breaker, the engines' own
 //! metrics, the `[[remote_generators]]` section and its checks) and the metric handles it
 //! counts with ([`metrics`], [`rack_metrics`]).
@@ -15,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod extraction;
 pub mod generator;
 pub mod ladder;
 pub mod metrics;
