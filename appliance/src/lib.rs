@@ -29,7 +29,6 @@ pub mod roles;
 pub mod routes;
 pub mod sbom;
 pub mod server;
-pub mod services;
 mod serving_metrics;
 pub mod session;
 pub mod startup;
@@ -42,7 +41,7 @@ pub use airlock_identity::{caller, ldap};
 pub use airlock_platform::{data_lock, notify, paths, sandbox};
 // Moved to `airlock-serving` (issue 44); re-exported while callers move.
 pub use airlock_serving::{
-    admission, extraction, generator, ladder, models, quota, rack_metrics, remote,
+    admission, extraction, generator, ladder, models, quota, rack_metrics, remote, services,
 };
 
 pub use answer::rewrite;

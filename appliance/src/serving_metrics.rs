@@ -2,6 +2,7 @@
 //! clone shares the registered metric).
 
 use airlock_serving::metrics::AdmissionMetrics;
+use airlock_serving::services::Services;
 
 use crate::metrics::Metrics;
 
@@ -18,6 +19,19 @@ impl Metrics {
             shed_total: self.shed_total.clone(),
             rate_limited_total: self.rate_limited_total.clone(),
             recent_sheds: self.recent_sheds.clone(),
+        }
+    }
+
+    /// Copies the engines' counters and the rack's replica gauges into the metrics (before an
+    /// exposition).
+    pub fn refresh_engines(&self, services: &Services) {
+        let (active, kv, hits, saved) = services.engine_totals();
+        self.engine_active.set(active);
+        self.kv_bytes.set(kv);
+        self.prefix_hits.set(hits);
+        self.prefix_tokens_saved.set(saved);
+        for r in &services.remotes {
+            r.refresh_gauges(&self.rack);
         }
     }
 }

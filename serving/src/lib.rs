@@ -1,5 +1,6 @@
-//! `airlock-serving`: what serves an answer. It holds admission ([`admission`]: the one gate every
-//! model-bound request passes, with its `AdmissionSettings` section and its own
+//! `airlock-serving`: what serves an answer. It holds the services a ready daemon answers from
+//! ([`services`]: the ACL, retrieval, the models and generators, the rack, the extractor, the
+//! bundle's identity), admission ([`admission`]: the one gate every model-bound request passes, with its `AdmissionSettings` section and its own
 //! `AdmissionError`), the per-user quotas ([`quota`]), the load-driven degradation ladder
 //! ([`ladder`]), the models as retrieval's seams ([`models`]), the local generators
 //! ([`generator`]), the budgeted extraction of uploaded files in worker processes
@@ -25,3 +26,4 @@ pub mod models;
 pub mod quota;
 pub mod rack_metrics;
 pub mod remote;
+pub mod services;
