@@ -21,7 +21,6 @@ pub mod extract;
 pub mod extraction_child;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod ingest_queue;
 pub mod metrics;
 pub mod oidc;
 pub mod openai;
@@ -41,7 +40,8 @@ pub use airlock_identity::{caller, ldap};
 pub use airlock_platform::{data_lock, notify, paths, sandbox};
 // Moved to `airlock-serving` (issue 44); re-exported while callers move.
 pub use airlock_serving::{
-    admission, extraction, generator, ladder, models, quota, rack_metrics, remote, services,
+    admission, extraction, generator, ingest_queue, ladder, models, quota, rack_metrics, remote,
+    services,
 };
 
 pub use answer::rewrite;

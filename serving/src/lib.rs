@@ -3,7 +3,8 @@
 //! bundle's identity), admission ([`admission`]: the one gate every model-bound request passes, with its `AdmissionSettings` section and its own
 //! `AdmissionError`), the per-user quotas ([`quota`]), the load-driven degradation ladder
 //! ([`ladder`]), the models as retrieval's seams ([`models`]), the local generators
-//! ([`generator`]), the budgeted extraction of uploaded files in worker processes
+//! ([`generator`]), the queue of corpora a daemon thread ingests while it serves
+//! ([`ingest_queue`]), the budgeted extraction of uploaded files in worker processes
 //! ([`extraction`]: the parent's pool, its `[extract]` budget and the frames; the worker's own
 //! side, `airlock extract --child`, is the binary's), the generators on the bank's inference rack ([`remote`]: OpenAI-compatible
 //! upstreams through `airlock_platform::egress`, replicas, circuit breaker, the engines' own
@@ -20,6 +21,7 @@
 pub mod admission;
 pub mod extraction;
 pub mod generator;
+pub mod ingest_queue;
 pub mod ladder;
 pub mod metrics;
 pub mod models;
