@@ -10,24 +10,40 @@ use crate::quota::{Limits, QuotaConfig};
 /// Admission's section. Every field is an `Option` so that layering can tell "not given" from
 /// "given the default" (each is documented on the root configuration's flag of the same name).
 #[derive(Debug, Clone, Default, PartialEq)]
-#[allow(missing_docs)]
 pub struct AdmissionSettings {
+    /// Model-bound requests one user may make per minute; 0 = none [default: 0].
     pub user_requests_per_minute: Option<u32>,
+    /// Model tokens one ordinary user may use per minute; 0 = unlimited [default: 0].
     pub user_tokens_per_minute: Option<u32>,
+    /// Model-bound requests per minute for admins; 0 = unlimited [default: 0].
     pub admin_requests_per_minute: Option<u32>,
+    /// Model tokens per minute for admins; 0 = unlimited [default: 0].
     pub admin_tokens_per_minute: Option<u32>,
+    /// Whether the load-driven ladder runs [default: true].
     pub ladder: Option<bool>,
+    /// In-flight requests that count as full load.
     pub ladder_inflight_full: Option<usize>,
+    /// Requests waiting for the engine that count as full load.
     pub ladder_queue_full: Option<usize>,
+    /// Share of the KV-cache budget in use that counts as full load.
     pub ladder_kv_full: Option<f64>,
+    /// Queue-wait EWMA (ms) that counts as full load.
     pub ladder_wait_full_ms: Option<u64>,
+    /// Pressures at which rungs 1..=5 are entered (five, increasing).
     pub ladder_step_down: Option<Vec<f64>>,
+    /// Climb from rung r below this times rung r's threshold.
     pub ladder_recover_ratio: Option<f64>,
+    /// Seconds the pressure must stay low before climbing one rung.
     pub ladder_recover_hold_secs: Option<u64>,
+    /// Milliseconds between two load observations [default: 250].
     pub ladder_tick_ms: Option<u64>,
+    /// The load-driven rung 5's in-flight limit for interactive requests.
     pub ladder_shed_admit_inflight: Option<usize>,
+    /// Rungs 4 and 5: wait for the first token before 504 (ms).
     pub queue_deadline_ms: Option<u64>,
+    /// `Retry-After` of a shed response [default: 5].
     pub shed_retry_after_secs: Option<u64>,
+    /// Batch requests are shed from this rung on [default: 3].
     pub batch_shed_rung: Option<u8>,
 }
 
