@@ -848,9 +848,9 @@ fn main() {
     let on = k.daemon_config(true);
     println!(
         "ladder: {:?}, tick {:?}, queue deadline {:?}",
-        on.ladder_config(),
-        on.ladder_tick(),
-        on.queue_deadline()
+        on.admission().ladder_config(),
+        on.admission().ladder_tick(),
+        on.admission().queue_deadline()
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -714,56 +714,8 @@ impl Config {
                 "must be shorter than stream_idle_timeout_secs",
             ));
         }
-        if !(1..=64).contains(&self.top_k()) {
-            return Err(invalid("top_k", "must be between 1 and 64"));
-        }
-        if !(-1.0..=1.0).contains(&self.min_source_similarity()) {
-            return Err(invalid(
-                "min_source_similarity",
-                "must be a cosine between -1 and 1 (-1 keeps every chunk)",
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.source_focus()) {
-            return Err(invalid(
-                "source_focus",
-                "must be a share between 0 and 1 (0 keeps every source)",
-            ));
-        }
-        if !(0.0..=1.0).contains(&self.source_focus_near_copy()) {
-            return Err(invalid(
-                "source_focus_near_copy",
-                "must be a share between 0 and 1 (0: focus may set aside any document)",
-            ));
-        }
-        if !(1..=8192).contains(&self.max_tokens()) {
-            return Err(invalid("max_tokens", "must be between 1 and 8192"));
-        }
-        match (&self.trusted_header, &self.trusted_header_secret) {
-            (Some(h), Some(s)) => {
-                if axum::http::HeaderName::try_from(h.as_str()).is_err() {
-                    return Err(invalid("trusted_header", "not a valid HTTP header name"));
-                }
-                if s.len() < 16 {
-                    return Err(invalid(
-                        "trusted_header_secret",
-                        "must be at least 16 characters",
-                    ));
-                }
-            }
-            (Some(_), None) => {
-                return Err(invalid(
-                    "trusted_header_secret",
-                    "required when trusted_header is set",
-                ));
-            }
-            (None, Some(_)) => {
-                return Err(invalid(
-                    "trusted_header",
-                    "trusted_header_secret is set but trusted-header mode is off",
-                ));
-            }
-            (None, None) => {}
-        }
+        self.validate_answer()?;
+        self.validate_trusted_header()?;
         if let Some(l) = &self.ldap {
             l.validate().map_err(|(f, r)| invalid(f, r))?;
         }
@@ -780,68 +732,10 @@ impl Config {
         self.extract_budget()
             .check()
             .map_err(|(field, why)| invalid("extract", format!("{field} {why}")))?;
-        if self.ladder_step_down.as_ref().is_some_and(|v| v.len() != 5) {
-            return Err(invalid(
-                "ladder_step_down",
-                "needs exactly five thresholds (rungs 1 to 5)",
-            ));
-        }
-        // The other ladder settings first (with the rung-5 limit they would default to), then
-        // the limit as given, so the error names the setting at fault.
-        let ladder = self.ladder_config();
-        crate::ladder::LadderConfig {
-            shed_admit_inflight: ladder.default_shed_admit_inflight(),
-            ..ladder.clone()
-        }
-        .check()
-        .map_err(|reason| invalid("ladder", reason))?;
-        ladder
-            .check()
-            .map_err(|reason| invalid("ladder_shed_admit_inflight", reason))?;
-        let engine = self.engine_config();
-        if !(1..engine.step_token_budget).contains(&engine.max_batch) {
-            return Err(invalid(
-                "engine_max_batch",
-                format!(
-                    "must be between 1 and {} (below the engine's step token budget)",
-                    engine.step_token_budget - 1
-                ),
-            ));
-        }
-        if engine
-            .decode_stall_factor
-            .is_some_and(|f| !(1.0..=100.0).contains(&f))
-        {
-            return Err(invalid(
-                "engine_decode_stall_factor",
-                "must be between 1 and 100",
-            ));
-        }
-        if !(1..=1 << 16).contains(&engine.queue_capacity) {
-            return Err(invalid(
-                "engine_queue_capacity",
-                "must be between 1 and 65536",
-            ));
-        }
-        if !(1..=engine.queue_capacity).contains(&engine.batch_queue_capacity) {
-            return Err(invalid(
-                "engine_batch_queue_capacity",
-                "must be between 1 and engine_queue_capacity",
-            ));
-        }
-        for (field, v) in [
-            ("ladder_tick_ms", self.ladder_tick_ms),
-            ("queue_deadline_ms", self.queue_deadline_ms),
-            ("shed_retry_after_secs", self.shed_retry_after_secs),
-            ("ladder_recover_hold_secs", self.ladder_recover_hold_secs),
-        ] {
-            if v == Some(0) {
-                return Err(invalid(field, "must be at least 1"));
-            }
-        }
-        if !(1..=crate::ladder::MAX_RUNG).contains(&self.batch_shed_rung()) {
-            return Err(invalid("batch_shed_rung", "must be between 1 and 5"));
-        }
+        self.admission()
+            .validate()
+            .map_err(|(field, reason)| invalid(field, reason))?;
+        self.validate_engine()?;
         self.tls
             .check()
             .map_err(|(field, reason)| invalid(field, reason))?;
@@ -864,19 +758,8 @@ impl Config {
                 ));
             }
         }
-        for (i, r) in self.remote_generators.iter().enumerate() {
-            r.check()
-                .map_err(|(field, reason)| invalid(field, reason))?;
-            if self.remote_generators[..i]
-                .iter()
-                .any(|o| o.alias == r.alias)
-            {
-                return Err(invalid(
-                    "remote_generators.alias",
-                    format!("`{}` is configured twice", r.alias),
-                ));
-            }
-        }
+        crate::remote::config::check_all(&self.remote_generators)
+            .map_err(|(field, reason)| invalid(field, reason))?;
         crate::connectors::config::check_all(&self.connectors)
             .map_err(|(field, reason)| invalid(field, reason))?;
         Ok(())
@@ -1007,6 +890,113 @@ impl Config {
         self.max_uri_bytes.unwrap_or(8 << 10)
     }
 
+    /// A setting's value out of its range.
+    fn invalid(field: &'static str, reason: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    /// The answer path's settings: sources, focus and the generation length.
+    fn validate_answer(&self) -> Result<(), ConfigError> {
+        if !(1..=64).contains(&self.top_k()) {
+            return Err(Self::invalid("top_k", "must be between 1 and 64"));
+        }
+        if !(-1.0..=1.0).contains(&self.min_source_similarity()) {
+            return Err(Self::invalid(
+                "min_source_similarity",
+                "must be a cosine between -1 and 1 (-1 keeps every chunk)",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.source_focus()) {
+            return Err(Self::invalid(
+                "source_focus",
+                "must be a share between 0 and 1 (0 keeps every source)",
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.source_focus_near_copy()) {
+            return Err(Self::invalid(
+                "source_focus_near_copy",
+                "must be a share between 0 and 1 (0: focus may set aside any document)",
+            ));
+        }
+        if !(1..=8192).contains(&self.max_tokens()) {
+            return Err(Self::invalid("max_tokens", "must be between 1 and 8192"));
+        }
+        Ok(())
+    }
+
+    /// Trusted-header mode: the header's name and its shared secret come together.
+    fn validate_trusted_header(&self) -> Result<(), ConfigError> {
+        match (&self.trusted_header, &self.trusted_header_secret) {
+            (Some(h), Some(s)) => {
+                if axum::http::HeaderName::try_from(h.as_str()).is_err() {
+                    return Err(Self::invalid(
+                        "trusted_header",
+                        "not a valid HTTP header name",
+                    ));
+                }
+                if s.len() < 16 {
+                    return Err(Self::invalid(
+                        "trusted_header_secret",
+                        "must be at least 16 characters",
+                    ));
+                }
+            }
+            (Some(_), None) => {
+                return Err(Self::invalid(
+                    "trusted_header_secret",
+                    "required when trusted_header is set",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(Self::invalid(
+                    "trusted_header",
+                    "trusted_header_secret is set but trusted-header mode is off",
+                ));
+            }
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    /// The generation engines' settings.
+    fn validate_engine(&self) -> Result<(), ConfigError> {
+        let engine = self.engine_config();
+        if !(1..engine.step_token_budget).contains(&engine.max_batch) {
+            return Err(Self::invalid(
+                "engine_max_batch",
+                format!(
+                    "must be between 1 and {} (below the engine's step token budget)",
+                    engine.step_token_budget - 1
+                ),
+            ));
+        }
+        if engine
+            .decode_stall_factor
+            .is_some_and(|f| !(1.0..=100.0).contains(&f))
+        {
+            return Err(Self::invalid(
+                "engine_decode_stall_factor",
+                "must be between 1 and 100",
+            ));
+        }
+        if !(1..=1 << 16).contains(&engine.queue_capacity) {
+            return Err(Self::invalid(
+                "engine_queue_capacity",
+                "must be between 1 and 65536",
+            ));
+        }
+        if !(1..=engine.queue_capacity).contains(&engine.batch_queue_capacity) {
+            return Err(Self::invalid(
+                "engine_batch_queue_capacity",
+                "must be between 1 and engine_queue_capacity",
+            ));
+        }
+        Ok(())
+    }
+
     /// The connection and request-head limits (`server.rs`, `head.rs`).
     fn validate_http_limits(&self) -> Result<(), ConfigError> {
         let invalid = |field, reason: &str| ConfigError::Invalid {
@@ -1120,59 +1110,28 @@ impl Config {
         self.max_tokens.unwrap_or(256)
     }
 
-    /// Per-user budget of model-bound requests per minute (0 = none).
-    pub fn user_requests_per_minute(&self) -> u32 {
-        self.user_requests_per_minute.unwrap_or(0)
-    }
-
-    /// Per-role quotas (requests and model tokens per minute; 0 = unlimited).
-    pub fn quotas(&self) -> crate::quota::QuotaConfig {
-        use crate::quota::{Limits, QuotaConfig};
-        QuotaConfig {
-            user: Limits {
-                requests_per_minute: self.user_requests_per_minute(),
-                tokens_per_minute: self.user_tokens_per_minute.unwrap_or(0),
-            },
-            admin: Limits {
-                requests_per_minute: self.admin_requests_per_minute.unwrap_or(0),
-                tokens_per_minute: self.admin_tokens_per_minute.unwrap_or(0),
-            },
-        }
-    }
-
-    /// Whether the load-driven ladder runs.
-    pub fn ladder_enabled(&self) -> bool {
-        self.ladder.unwrap_or(true)
-    }
-
-    /// The ladder controller's tuning (defaults where unset; a wrong-length step list is
-    /// refused by [`Config::validate`] and replaced by the default here).
-    pub fn ladder_config(&self) -> crate::ladder::LadderConfig {
-        let d = crate::ladder::LadderConfig::default();
-        let c = crate::ladder::LadderConfig {
-            inflight_full: self.ladder_inflight_full.unwrap_or(d.inflight_full),
-            queue_full: self.ladder_queue_full.unwrap_or(d.queue_full),
-            kv_full: self.ladder_kv_full.unwrap_or(d.kv_full),
-            wait_full: self
-                .ladder_wait_full_ms
-                .map_or(d.wait_full, Duration::from_millis),
-            step_down: self
-                .ladder_step_down
-                .as_deref()
-                .and_then(|v| <[f64; 5]>::try_from(v).ok())
-                .unwrap_or(d.step_down),
-            recover_ratio: self.ladder_recover_ratio.unwrap_or(d.recover_ratio),
-            recover_hold: self
-                .ladder_recover_hold_secs
-                .map_or(d.recover_hold, Duration::from_secs),
-            ewma_alpha: d.ewma_alpha,
-            shed_admit_inflight: d.shed_admit_inflight,
-        };
-        crate::ladder::LadderConfig {
-            shed_admit_inflight: self
-                .ladder_shed_admit_inflight
-                .unwrap_or_else(|| c.default_shed_admit_inflight()),
-            ..c
+    /// Admission's section (quotas, ladder, shedding): its keys sit at the file's top level
+    /// and on the command line like the others; its defaults and checks are
+    /// `airlock-serving`'s.
+    pub fn admission(&self) -> airlock_serving::admission::AdmissionSettings {
+        airlock_serving::admission::AdmissionSettings {
+            user_requests_per_minute: self.user_requests_per_minute,
+            user_tokens_per_minute: self.user_tokens_per_minute,
+            admin_requests_per_minute: self.admin_requests_per_minute,
+            admin_tokens_per_minute: self.admin_tokens_per_minute,
+            ladder: self.ladder,
+            ladder_inflight_full: self.ladder_inflight_full,
+            ladder_queue_full: self.ladder_queue_full,
+            ladder_kv_full: self.ladder_kv_full,
+            ladder_wait_full_ms: self.ladder_wait_full_ms,
+            ladder_step_down: self.ladder_step_down.clone(),
+            ladder_recover_ratio: self.ladder_recover_ratio,
+            ladder_recover_hold_secs: self.ladder_recover_hold_secs,
+            ladder_tick_ms: self.ladder_tick_ms,
+            ladder_shed_admit_inflight: self.ladder_shed_admit_inflight,
+            queue_deadline_ms: self.queue_deadline_ms,
+            shed_retry_after_secs: self.shed_retry_after_secs,
+            batch_shed_rung: self.batch_shed_rung,
         }
     }
 
@@ -1199,27 +1158,6 @@ impl Config {
             ),
             ..d
         }
-    }
-
-    /// Time between two ladder observations.
-    pub fn ladder_tick(&self) -> Duration {
-        Duration::from_millis(self.ladder_tick_ms.unwrap_or(250))
-    }
-
-    /// Rung 4's (and the load-driven rung 5's) wait limit before the first token.
-    pub fn queue_deadline(&self) -> Duration {
-        self.queue_deadline_ms
-            .map_or(crate::ladder::DEFAULT_QUEUE_DEADLINE, Duration::from_millis)
-    }
-
-    /// `Retry-After` of shed responses.
-    pub fn shed_retry_after(&self) -> Duration {
-        Duration::from_secs(self.shed_retry_after_secs.unwrap_or(5))
-    }
-
-    /// The rung from which batch requests are shed.
-    pub fn batch_shed_rung(&self) -> u8 {
-        self.batch_shed_rung.unwrap_or(3)
     }
 
     /// Whether start-up must fail when the egress lockdown cannot be fully enforced.
@@ -1286,6 +1224,24 @@ mod tests {
             assert_eq!(c.sidecar_glob_case(), want);
         }
         assert!(Config::from_toml("sidecar_glob_case = \"ignore\"\n", p).is_err());
+    }
+
+    #[test]
+    fn remote_generators_are_toml_only_and_checked_by_their_section() {
+        let p = std::path::Path::new("airlock.toml");
+        let entry = "[[remote_generators]]\nalias = \"airlock-rack\"\nkind = \"openai-compatible\"\n\
+                     base_urls = [\"http://10.1.2.3:8000/v1\"]\nmodel = \"m\"\n";
+        let c = Config::from_toml(entry, p).unwrap();
+        c.validate().unwrap();
+        // Flags and environment cannot erase it.
+        let layered = Config::default().over(c.clone());
+        assert_eq!(layered.remote_generators, c.remote_generators);
+        let twice = Config::from_toml(&format!("{entry}{entry}"), p).unwrap();
+        let e = twice.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("remote_generators.alias") && e.contains("twice"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -1392,38 +1348,41 @@ mod tests {
         )
         .unwrap();
         c.validate().unwrap();
-        let l = c.ladder_config();
+        let l = c.admission().ladder_config();
         assert_eq!(l.step_down, [1.0, 2.0, 3.0, 4.0, 5.0]);
         assert_eq!(l.recover_hold, Duration::from_secs(30));
         assert_eq!(l.inflight_full, 2, "unset fields keep their defaults");
-        let q = c.quotas();
+        let q = c.admission().quotas();
         assert_eq!(q.user.tokens_per_minute, 6000);
         assert_eq!(q.user.requests_per_minute, 0);
         assert_eq!(q.admin.requests_per_minute, 100);
-        assert_eq!(c.queue_deadline(), Duration::from_millis(2500));
-        assert!(c.ladder_enabled());
+        assert_eq!(c.admission().queue_deadline(), Duration::from_millis(2500));
+        assert!(c.admission().ladder_enabled());
         assert!(!c.require_sandbox());
-        assert_eq!(c.batch_shed_rung(), 3);
+        assert_eq!(c.admission().batch_shed_rung(), 3);
     }
 
     #[test]
     fn the_rung_five_limit_defaults_from_the_full_level_and_is_validated() {
         let c = Config::default();
-        assert_eq!(c.ladder_config().shed_admit_inflight, 3);
-        assert_eq!(c.ladder_config().wait_full, Duration::from_secs(2));
+        assert_eq!(c.admission().ladder_config().shed_admit_inflight, 3);
+        assert_eq!(
+            c.admission().ladder_config().wait_full,
+            Duration::from_secs(2)
+        );
         // Unset: 1.5 x ladder_inflight_full (and stays below rung 5's recovery level).
         let small = Config {
             ladder_inflight_full: Some(1),
             ..Config::default()
         };
         small.validate().unwrap();
-        assert_eq!(small.ladder_config().shed_admit_inflight, 2);
+        assert_eq!(small.admission().ladder_config().shed_admit_inflight, 2);
         let wide = Config {
             ladder_inflight_full: Some(10),
             ..Config::default()
         };
         wide.validate().unwrap();
-        assert_eq!(wide.ladder_config().shed_admit_inflight, 15);
+        assert_eq!(wide.admission().ladder_config().shed_admit_inflight, 15);
         let tight_queue = Config {
             ladder_inflight_full: Some(16),
             ladder_queue_full: Some(2),
@@ -1431,7 +1390,7 @@ mod tests {
         };
         tight_queue.validate().unwrap();
         assert_eq!(
-            tight_queue.ladder_config().shed_admit_inflight,
+            tight_queue.admission().ladder_config().shed_admit_inflight,
             4,
             "5 queued / 2 full = 2.5 would hold rung 5"
         );
@@ -1443,7 +1402,7 @@ ladder_shed_admit_inflight = 2
         )
         .unwrap();
         toml.validate().unwrap();
-        assert_eq!(toml.ladder_config().shed_admit_inflight, 2);
+        assert_eq!(toml.admission().ladder_config().shed_admit_inflight, 2);
         let field = |c: Config| match c.validate() {
             Err(ConfigError::Invalid { field, .. }) => field,
             other => panic!("{other:?}"),
@@ -1472,7 +1431,7 @@ ladder_shed_admit_inflight = 2
         )
         .unwrap();
         c.validate().unwrap();
-        let l = c.ladder_config();
+        let l = c.admission().ladder_config();
         assert_eq!((l.inflight_full, l.shed_admit_inflight), (2, 3));
         assert!(l.shed_admit_inflight <= l.max_shed_admit_inflight());
     }
@@ -1532,7 +1491,7 @@ engine_batch_max_wait_steps = 0
             (e.max_batch, e.batch_queue_capacity, e.batch_max_wait_steps),
             (2, 4, 32)
         );
-        assert_eq!(merged.ladder_config().shed_admit_inflight, 4);
+        assert_eq!(merged.admission().ladder_config().shed_admit_inflight, 4);
         let field = |c: Config| match c.validate() {
             Err(ConfigError::Invalid { field, .. }) => field,
             other => panic!("{other:?}"),

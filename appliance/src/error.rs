@@ -458,6 +458,50 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+impl From<airlock_serving::generator::PromptError> for ApiError {
+    fn from(e: airlock_serving::generator::PromptError) -> Self {
+        ApiError::Internal(e.0)
+    }
+}
+
+/// Maps an engine refusal to the error table.
+pub fn submit_error(e: airlock_inference::generate::SubmitError) -> ApiError {
+    match e {
+        airlock_inference::generate::SubmitError::QueueFull { .. } => {
+            ApiError::CapacityUnavailable {
+                retry_after: std::time::Duration::from_secs(2),
+            }
+        }
+        airlock_inference::generate::SubmitError::ContextTooLong {
+            prompt_tokens,
+            max_tokens,
+            n_ctx,
+        } => ApiError::ContextTooLong {
+            prompt_tokens,
+            max_tokens,
+            context: n_ctx,
+        },
+        airlock_inference::generate::SubmitError::OverBudget { .. } => {
+            ApiError::CapacityUnavailable {
+                retry_after: std::time::Duration::from_secs(2),
+            }
+        }
+        airlock_inference::generate::SubmitError::Invalid(m) => ApiError::InvalidRequest(m),
+        airlock_inference::generate::SubmitError::Stopped => ApiError::NotReady,
+    }
+}
+
+impl From<airlock_serving::admission::AdmissionError> for ApiError {
+    fn from(e: airlock_serving::admission::AdmissionError) -> Self {
+        use airlock_serving::admission::AdmissionError as E;
+        match e {
+            E::Shed { retry_after } => ApiError::CapacityUnavailable { retry_after },
+            E::RateLimited { retry_after } => ApiError::RateLimited { retry_after },
+            E::Invalid(m) => ApiError::InvalidRequest(m),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

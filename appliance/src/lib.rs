@@ -6,7 +6,6 @@
 //! `airlock serve`, the integration tests and the evals.
 #![warn(missing_docs)]
 
-pub mod admission;
 mod answer;
 pub mod approvals;
 pub mod auth;
@@ -19,24 +18,17 @@ pub mod csrf;
 pub mod document_write;
 pub mod error;
 pub mod extract;
-pub mod extraction;
+pub mod extraction_child;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod generator;
-pub mod ingest_queue;
-pub mod ladder;
 pub mod metrics;
-pub mod models;
 pub mod oidc;
 pub mod openai;
-pub mod quota;
-pub mod rack_metrics;
-pub mod remote;
 pub mod roles;
 pub mod routes;
 pub mod sbom;
 pub mod server;
-pub mod services;
+mod serving_metrics;
 pub mod session;
 pub mod startup;
 pub mod state;
@@ -46,6 +38,11 @@ pub mod tls;
 // (`airlock-evidence` is named by its callers directly.)
 pub use airlock_identity::{caller, ldap};
 pub use airlock_platform::{data_lock, notify, paths, sandbox};
+// Moved to `airlock-serving` (issue 44); re-exported while callers move.
+pub use airlock_serving::{
+    admission, extraction, generator, ingest_queue, ladder, models, quota, rack_metrics, remote,
+    services,
+};
 
 pub use answer::rewrite;
 pub use config::Config;

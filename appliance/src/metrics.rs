@@ -38,26 +38,8 @@ pub struct Stage {
     pub stage: &'static str,
 }
 
-/// Labels of `airlock_ladder_rung_seconds_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RungLabel {
-    /// The rung (0..=5).
-    pub rung: u8,
-}
-
-/// Labels of `airlock_shed_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PriorityLabel {
-    /// `interactive` or `batch`.
-    pub priority: &'static str,
-}
-
-/// Labels of `airlock_rate_limited_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QuotaKind {
-    /// `requests` or `tokens`.
-    pub quota: &'static str,
-}
+// The ladder's, shedding's and quotas' labels are `airlock-serving`'s (it counts them).
+pub use airlock_serving::metrics::{PriorityLabel, QuotaKind, RECENT_SHEDS, RungLabel};
 
 /// Labels of `airlock_feedback_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -172,9 +154,6 @@ pub struct Metrics {
     /// console's capacity page (not exported).
     pub recent_sheds: Arc<Mutex<std::collections::VecDeque<(f64, &'static str)>>>,
 }
-
-/// How many sheds [`Metrics::recent_sheds`] keeps.
-pub const RECENT_SHEDS: usize = 50;
 
 /// The stages reported in `airlock_retrieval_stage_seconds` (created at start so every scrape
 /// lists them).

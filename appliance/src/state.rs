@@ -34,7 +34,7 @@ impl AppState {
     /// every other endpoint answers 503 `not-ready`.
     pub fn starting(config: Config) -> Self {
         let metrics = Metrics::new();
-        let admission = Admission::from_config(metrics.clone(), &config);
+        let admission = Admission::from_settings(metrics.admission(), &config.admission());
         AppState {
             inner: Arc::new(Inner {
                 config,
@@ -65,7 +65,7 @@ impl AppState {
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "reading the last IAM sync time"),
         }
-        self.inner.admission.watch_engines(&services);
+        self.inner.admission.watch_engines(&services.generators);
         self.inner.services.store(Some(Arc::new(services)));
     }
 

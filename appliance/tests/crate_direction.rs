@@ -4,8 +4,14 @@
 //! - every dependency of a workspace crate on another workspace crate (normal, build or dev)
 //!   is an edge of [`ALLOWED`] (a crate may name itself, for its own test features);
 //! - nothing depends on `airlock`, the binary that wires everything together;
-//! - HTTP server and client stacks (axum, hyper and their tower layers) are dependencies of
-//!   [`HTTP_CRATES`] only: the libraries return their own errors and know nothing of HTTP;
+//! - the HTTP server stack (axum and its tower layers) is a dependency of [`HTTP_CRATES`] only:
+//!   the libraries return their own errors and know nothing of routes or status codes;
+//! - the hyper client stack (hyper, hyper-util, http-body-util) is named by [`HTTP_CRATES`] and
+//!   by [`EGRESS_CRATES`] only: `airlock-platform` holds the one egress HTTP client
+//!   (`platform::egress`, to the bank's inference rack and, later, its OpenID provider) behind
+//!   its own request and response types over the plain `http` types and `bytes`, so its users
+//!   (`airlock-serving`'s remote generators) name neither hyper nor axum. The `http` crate's
+//!   types are not a stack and are allowed anywhere;
 //! - every workspace crate is in [`ALLOWED`], so a new crate has to be placed in the table.
 //!
 //! A new edge is a design decision: add it here and to ARCHITECTURE.md in the same change.
@@ -47,6 +53,22 @@ const ALLOWED: &[(&str, &[&str])] = &[
         "airlock-rag",
         &["airlock-acl", "airlock-retrieval", "airlock-text"],
     ),
+    // What serves an answer (admission, the ladder, quotas, the generators local and on the
+    // rack, the answer core): over the libraries it drives, never the binary.
+    (
+        "airlock-serving",
+        &[
+            "airlock-platform",
+            "airlock-identity",
+            "airlock-evidence",
+            "airlock-signing",
+            "airlock-acl",
+            "airlock-retrieval",
+            "airlock-inference",
+            "airlock-rag",
+            "airlock-text",
+        ],
+    ),
     // The binary (and, until the server crate exists, the HTTP layer): may use every library.
     (
         "airlock",
@@ -64,22 +86,23 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "airlock-text",
             "airlock-extract",
             "airlock-connectors",
+            "airlock-serving",
         ],
     ),
 ];
 
-/// The only crates that may name an HTTP stack.
+/// The only crates that may name an HTTP stack (server or client).
 const HTTP_CRATES: &[&str] = &["airlock"];
 
-/// Dependencies that are an HTTP server or client stack.
-const HTTP_STACK: &[&str] = &[
-    "axum",
-    "hyper",
-    "hyper-util",
-    "http-body-util",
-    "tower",
-    "tower-http",
-];
+/// Crates that may also name the hyper client stack ([`HTTP_CLIENT_STACK`]): the leaf that holds
+/// the egress HTTP client.
+const EGRESS_CRATES: &[&str] = &["airlock-platform"];
+
+/// Dependencies that are an HTTP server stack: the binary's only.
+const HTTP_SERVER_STACK: &[&str] = &["axum", "tower", "tower-http"];
+
+/// Dependencies that are the hyper client stack: the binary's and [`EGRESS_CRATES`]'.
+const HTTP_CLIENT_STACK: &[&str] = &["hyper", "hyper-util", "http-body-util"];
 
 /// The binary: nothing may depend on it.
 const BINARY: &str = "airlock";
@@ -170,15 +193,18 @@ fn only_the_http_crates_know_an_http_stack() {
         if HTTP_CRATES.contains(&name.as_str()) {
             continue;
         }
+        let egress = EGRESS_CRATES.contains(&name.as_str());
         for (dep, kind) in deps {
-            if HTTP_STACK.contains(&dep.as_str()) {
+            let server = HTTP_SERVER_STACK.contains(&dep.as_str());
+            let client = HTTP_CLIENT_STACK.contains(&dep.as_str());
+            if server || client && !egress {
                 wrong.push(format!("{name} -> {dep} ({kind})"));
             }
         }
     }
     assert!(
         wrong.is_empty(),
-        "HTTP stacks outside {HTTP_CRATES:?}:\n{}",
+        "HTTP stacks outside {HTTP_CRATES:?} (hyper's client also in {EGRESS_CRATES:?}):\n{}",
         wrong.join("\n")
     );
 }

@@ -120,7 +120,7 @@ async fn open_rack(
             &prepared.messages,
             &chat.params,
             chat.whole,
-            cx.metrics,
+            &cx.metrics.rack,
         )
         .await;
     let refusal = match opened {

@@ -90,7 +90,7 @@ pub enum Command {
     Restore(backup::RestoreArgs),
     /// Internal: an extraction worker, started by the daemon and `airlock ingest`.
     #[command(hide = true)]
-    Extract(crate::extraction::ChildArgs),
+    Extract(crate::extraction_child::ChildArgs),
 }
 
 /// Parses the command line, runs it and maps the outcome to an exit code.
@@ -205,7 +205,7 @@ pub fn run(cli: Cli) -> anyhow::Result<bool> {
         Command::Connectors(cmd) => connectors::run(cmd),
         Command::Backup(args) => backup::run_backup(args),
         Command::Restore(args) => backup::run_restore(args),
-        Command::Extract(args) => crate::extraction::run_child(args),
+        Command::Extract(args) => crate::extraction_child::run_child(args),
     }
 }
 

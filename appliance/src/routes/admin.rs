@@ -466,7 +466,7 @@ pub async fn capacity(
         "at": rfc3339_s(now),
         "at_unix": now,
         "rung": a.current_rung(),
-        "ladder_enabled": state.config().ladder_enabled(),
+        "ladder_enabled": state.config().admission().ladder_enabled(),
         "pressure": m.ladder_pressure.get(),
         "inflight": s.inflight,
         "queue_depth": s.queued,

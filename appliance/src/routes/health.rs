@@ -32,7 +32,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 /// `GET /metrics` (admin): Prometheus text.
 pub async fn metrics(State(state): State<AppState>, _admin: Admin) -> Response {
     if let Ok(s) = state.services() {
-        s.refresh_engine_gauges(state.metrics());
+        state.metrics().refresh_engines(&s);
     }
     (
         [(header::CONTENT_TYPE, CONTENT_TYPE)],

@@ -32,6 +32,7 @@ pub mod feedback;
 pub mod health;
 pub mod models;
 pub mod oidc;
+pub mod priority;
 pub mod receipts;
 pub mod retrieve;
 pub mod ui;

@@ -5,7 +5,6 @@ use axum::extract::State;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::admission::Priority;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::ApiJson;
@@ -82,7 +81,7 @@ fn indexing(state: &AppState, caller: &Caller) -> Value {
 pub async fn embeddings(
     State(state): State<AppState>,
     caller: Caller,
-    priority: Priority,
+    crate::routes::priority::PriorityHeader(priority): crate::routes::priority::PriorityHeader,
     ApiJson(req): ApiJson<EmbeddingsRequest>,
 ) -> Result<Json<Value>, ApiError> {
     let services = state.services()?;

@@ -10,7 +10,6 @@ use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
-use crate::admission::Priority;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
@@ -120,7 +119,7 @@ pub struct Timings {
 pub async fn retrieve(
     State(state): State<AppState>,
     caller: Caller,
-    priority: Priority,
+    crate::routes::priority::PriorityHeader(priority): crate::routes::priority::PriorityHeader,
     RequestId(request_id): RequestId,
     ApiJson(req): ApiJson<RetrieveRequest>,
 ) -> Result<Response, ApiError> {

@@ -129,7 +129,7 @@ async fn concurrent_holders_drive_admission_down_and_back() {
         tick: None,
         ..AdmissionConfig::default()
     };
-    let admission = Admission::new(Metrics::new(), cfg);
+    let admission = Admission::new(Metrics::new().admission(), cfg);
     let t0 = Instant::now();
     // 30 concurrent requests, each admitted and waiting for the engine until released.
     let (release_tx, release_rx) = tokio::sync::watch::channel(false);
@@ -172,7 +172,7 @@ async fn concurrent_holders_drive_admission_down_and_back() {
     );
     assert!(matches!(
         admission.admit(&u, None, Priority::Batch),
-        Err(airlock::ApiError::CapacityUnavailable { .. })
+        Err(airlock::admission::AdmissionError::Shed { .. })
     ));
     release_tx.send(true).unwrap();
     for t in tasks {
@@ -296,7 +296,7 @@ async fn the_running_ladder_sheds_the_excess_under_load_and_recovers() {
         ladder_shed_admit_inflight: Some(2),
         ..test_config()
     };
-    assert_eq!(config.ladder_config().shed_admit_inflight, 2);
+    assert_eq!(config.admission().ladder_config().shed_admit_inflight, 2);
     // Its own engine: the controller reads the engine's queue, which other tests must not fill.
     let t = TestApp::with_generator(config, load_smollm2());
     let user = t.user("ursula", &[]);

@@ -14,7 +14,7 @@ use axum::http::HeaderValue;
 use axum::response::sse::KeepAlive;
 use axum::response::{IntoResponse, Response};
 
-use crate::admission::{Priority, Ticket};
+use crate::admission::{AdmissionError, Ticket};
 use crate::answer::{self, Answer, Chat, Core, Generated, Given, Settings};
 use crate::auth::Caller;
 use crate::config::Config;
@@ -58,7 +58,7 @@ pub(crate) fn selection(config: &crate::config::Config) -> Selection {
 pub async fn completions(
     State(state): State<AppState>,
     caller: Caller,
-    priority: Priority,
+    crate::routes::priority::PriorityHeader(priority): crate::routes::priority::PriorityHeader,
     RequestId(request_id): RequestId,
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
@@ -85,11 +85,11 @@ pub async fn completions(
     };
     let ticket = match state.admission().admit(&caller, ext.rung, priority) {
         Ok(t) => t,
-        Err(e @ ApiError::CapacityUnavailable { .. }) => {
+        Err(e @ AdmissionError::Shed { .. }) => {
             let rung = ext.rung.unwrap_or_else(|| state.admission().current_rung());
-            return Ok(with_rung(e.into_response(), rung));
+            return Ok(with_rung(ApiError::from(e).into_response(), rung));
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     let chat = Chat {
         request_id: request_id.clone(),

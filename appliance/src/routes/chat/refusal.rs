@@ -20,7 +20,7 @@ impl From<AnswerError> for ApiError {
             }
             AnswerError::NoGenerator => ApiError::internal("no generator is loaded"),
             AnswerError::Prompt(m) | AnswerError::Internal(m) => ApiError::Internal(m),
-            AnswerError::Submit(e) => crate::generator::submit_error(e),
+            AnswerError::Submit(e) => crate::error::submit_error(e),
             AnswerError::OverQuota { retry_after } => ApiError::RateLimited { retry_after },
             AnswerError::RackShed { retry_after, .. } => {
                 ApiError::CapacityUnavailable { retry_after }

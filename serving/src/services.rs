@@ -12,10 +12,9 @@ use airlock_inference::Embedder;
 use airlock_retrieval::{Retrieval, SearchMode};
 use serde::Serialize;
 
-use crate::caller::Caller;
-use crate::error::ApiError;
+use airlock_identity::caller::Caller;
+
 use crate::generator::Generator;
-use crate::metrics::Metrics;
 
 /// Alias of the full-quality generator.
 pub const LARGE: &str = "airlock-large";
@@ -184,10 +183,8 @@ impl Services {
 
     /// Resolves a bearer token (no I/O here: its last use is written back at most once a
     /// minute, on the blocking pool).
-    pub fn authenticate(&self, token: &str) -> Result<Option<Caller>, ApiError> {
-        let Some(p) = self.acl.authenticate(token) else {
-            return Ok(None);
-        };
+    pub fn authenticate(&self, token: &str) -> Option<Caller> {
+        let p = self.acl.authenticate(token)?;
         if self.acl.note_token_use(&p.user_id)
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
@@ -198,19 +195,19 @@ impl Services {
                 }
             });
         }
-        Ok(Some(Caller::new(p.user_id, p.roles)))
+        Some(Caller::new(p.user_id, p.roles))
     }
 
     /// Resolves a user id asserted by the trusted SSO proxy; unknown users are refused.
-    pub fn principal(&self, user_id: &str) -> Result<Option<Caller>, ApiError> {
-        Ok(self
-            .acl
+    pub fn principal(&self, user_id: &str) -> Option<Caller> {
+        self.acl
             .user(user_id)
-            .map(|u| Caller::new(u.user_id, u.roles)))
+            .map(|u| Caller::new(u.user_id, u.roles))
     }
 
-    /// Copies the engines' counters into the metrics before an exposition.
-    pub fn refresh_engine_gauges(&self, metrics: &Metrics) {
+    /// The engines' counters summed over the local generators: (active sequences, KV-cache
+    /// bytes, prefix-cache hits, prompt tokens saved by the prefix cache).
+    pub fn engine_totals(&self) -> (i64, i64, i64, i64) {
         let (mut active, mut kv, mut hits, mut saved) = (0i64, 0i64, 0i64, 0i64);
         for g in &self.generators {
             let m = g.engine().metrics();
@@ -219,12 +216,6 @@ impl Services {
             hits += m.prefix_hits as i64;
             saved += m.prefix_tokens_saved as i64;
         }
-        metrics.engine_active.set(active);
-        metrics.kv_bytes.set(kv);
-        metrics.prefix_hits.set(hits);
-        metrics.prefix_tokens_saved.set(saved);
-        for r in &self.remotes {
-            r.refresh_gauges(metrics);
-        }
+        (active, kv, hits, saved)
     }
 }

@@ -21,14 +21,36 @@ use std::time::{Duration, Instant};
 use airlock_inference::generate::EngineCounters;
 use parking_lot::Mutex;
 
-use crate::caller::Caller;
-use crate::config::Config;
-use crate::error::ApiError;
+use airlock_identity::caller::Caller;
+
+use crate::generator::Generator;
 pub use crate::ladder::{DEFAULT_QUEUE_DEADLINE, MAX_RUNG};
 use crate::ladder::{Ewma, Ladder, LadderConfig, ShedDemand, Signals, Transition};
-use crate::metrics::Metrics;
+use crate::metrics::AdmissionMetrics;
 use crate::quota::{QuotaConfig, Quotas, TokenReservation};
-use crate::services::Services;
+
+mod settings;
+pub use settings::AdmissionSettings;
+
+/// Why a request is not admitted (the binary maps it to its HTTP problem).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmissionError {
+    /// Shed by the ladder (503 `capacity-unavailable`).
+    #[error("capacity unavailable; retry after {}s", retry_after.as_secs())]
+    Shed {
+        /// Suggested `Retry-After`.
+        retry_after: Duration,
+    },
+    /// Over a per-user quota (429 `rate-limited`).
+    #[error("rate limited; retry after {}s", retry_after.as_secs())]
+    RateLimited {
+        /// Suggested `Retry-After`.
+        retry_after: Duration,
+    },
+    /// The request asked for something admission cannot give (400 `invalid-request`).
+    #[error("{0}")]
+    Invalid(String),
+}
 
 /// The request header that marks batch/eval traffic (`batch`) or interactive (`interactive`,
 /// the default).
@@ -97,25 +119,21 @@ impl Priority {
     }
 }
 
-impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Priority {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut axum::http::request::Parts,
-        _state: &S,
-    ) -> Result<Self, Self::Rejection> {
-        match parts.headers.get(PRIORITY_HEADER).map(|v| v.to_str()) {
+impl Priority {
+    /// The priority an `X-Airlock-Priority` header value asks for (`None`: no header).
+    pub fn from_header(value: Option<&[u8]>) -> Result<Self, AdmissionError> {
+        match value.map(std::str::from_utf8) {
             None => Ok(Priority::Interactive),
             Some(Ok(v)) if v.eq_ignore_ascii_case("interactive") => Ok(Priority::Interactive),
             Some(Ok(v)) if v.eq_ignore_ascii_case("batch") => Ok(Priority::Batch),
-            Some(_) => Err(ApiError::InvalidRequest(
+            Some(_) => Err(AdmissionError::Invalid(
                 "X-Airlock-Priority must be `interactive` or `batch`".into(),
             )),
         }
     }
 }
 
-/// Everything admission is told at start-up (see [`AdmissionConfig::from_config`]).
+/// Everything admission is told at start-up (see [`AdmissionConfig::from_settings`]).
 #[derive(Debug, Clone)]
 pub struct AdmissionConfig {
     /// The controller's tuning; `None` = no load-driven ladder (rung 0 unless forced).
@@ -134,8 +152,8 @@ pub struct AdmissionConfig {
 }
 
 impl AdmissionConfig {
-    /// The settings of a validated [`Config`].
-    pub fn from_config(c: &Config) -> Self {
+    /// The settings of a validated [`AdmissionSettings`].
+    pub fn from_settings(c: &AdmissionSettings) -> Self {
         AdmissionConfig {
             ladder: c.ladder_enabled().then(|| c.ladder_config()),
             tick: Some(c.ladder_tick()),
@@ -149,7 +167,7 @@ impl AdmissionConfig {
 
 impl Default for AdmissionConfig {
     fn default() -> Self {
-        Self::from_config(&Config::default())
+        Self::from_settings(&AdmissionSettings::default())
     }
 }
 
@@ -182,7 +200,7 @@ struct Control {
     last_tick: Mutex<Instant>,
     load: Arc<Load>,
     rung: Arc<AtomicU8>,
-    metrics: Metrics,
+    metrics: AdmissionMetrics,
 }
 
 impl Control {
@@ -292,7 +310,7 @@ pub struct Admission {
     /// The load-driven rung 5's in-flight limit (`None`: no load-driven ladder, rung 5 can only
     /// be forced or pinned and sheds everything).
     shed_admit_inflight: Option<usize>,
-    metrics: Metrics,
+    metrics: AdmissionMetrics,
 }
 
 /// A request's admission: its plan, and its slot in the in-flight count until dropped.
@@ -339,7 +357,7 @@ impl Drop for QueueSlot {
 impl Admission {
     /// A controller at rung 0 with the given settings; starts the ladder thread when
     /// `config.ladder` and `config.tick` are both set.
-    pub fn new(metrics: Metrics, config: AdmissionConfig) -> Self {
+    pub fn new(metrics: AdmissionMetrics, config: AdmissionConfig) -> Self {
         metrics.ladder_rung.set(0);
         let load = Arc::new(Load::default());
         let rung = Arc::new(AtomicU8::new(0));
@@ -372,16 +390,15 @@ impl Admission {
         }
     }
 
-    /// The settings of a validated [`Config`] (ladder thread included when enabled).
-    pub fn from_config(metrics: Metrics, config: &Config) -> Self {
-        Self::new(metrics, AdmissionConfig::from_config(config))
+    /// The settings of a validated [`AdmissionSettings`] (ladder thread included when enabled).
+    pub fn from_settings(metrics: AdmissionMetrics, settings: &AdmissionSettings) -> Self {
+        Self::new(metrics, AdmissionConfig::from_settings(settings))
     }
 
     /// Lets the controller read the engines' queue depth and KV-cache use (called when the
     /// services are installed).
-    pub fn watch_engines(&self, services: &Services) {
-        let probes = services
-            .generators
+    pub fn watch_engines(&self, generators: &[Arc<Generator>]) {
+        let probes = generators
             .iter()
             .map(|g| EngineProbe {
                 counters: g.engine().counters(),
@@ -421,9 +438,9 @@ impl Admission {
         self.control.apply(rung);
     }
 
-    fn shed(&self, priority: Priority) -> ApiError {
+    fn shed(&self, priority: Priority) -> AdmissionError {
         self.metrics.shed(priority.as_str());
-        ApiError::CapacityUnavailable {
+        AdmissionError::Shed {
             retry_after: self.shed_retry_after,
         }
     }
@@ -440,10 +457,10 @@ impl Admission {
         caller: &Caller,
         forced: Option<u8>,
         priority: Priority,
-    ) -> Result<Ticket, ApiError> {
+    ) -> Result<Ticket, AdmissionError> {
         let rung = forced.unwrap_or_else(|| self.current_rung());
         if rung > MAX_RUNG {
-            return Err(ApiError::InvalidRequest(format!(
+            return Err(AdmissionError::Invalid(format!(
                 "airlock.rung must be between 0 and {MAX_RUNG}"
             )));
         }
@@ -485,7 +502,7 @@ impl Admission {
         {
             self.load.inflight.fetch_sub(1, Ordering::Relaxed);
             self.metrics.rate_limited("requests");
-            return Err(ApiError::RateLimited { retry_after });
+            return Err(AdmissionError::RateLimited { retry_after });
         }
         self.load.admitted.fetch_add(1, Ordering::Relaxed);
         self.metrics.inflight.inc();
@@ -505,9 +522,9 @@ impl Admission {
         &self,
         caller: &Caller,
         tokens: usize,
-    ) -> Result<TokenReservation, ApiError> {
+    ) -> Result<TokenReservation, AdmissionError> {
         self.reserve(caller, tokens)
-            .map_err(|retry_after| ApiError::RateLimited { retry_after })
+            .map_err(|retry_after| AdmissionError::RateLimited { retry_after })
     }
 
     /// [`Admission::reserve_tokens`] without the HTTP error: when the tokens are not
@@ -549,6 +566,9 @@ impl Admission {
 mod tests {
     use super::*;
 
+    use crate::ladder::wide;
+    use crate::metrics::PriorityLabel;
+
     fn caller(id: &str) -> Caller {
         Caller {
             user_id: id.into(),
@@ -559,7 +579,7 @@ mod tests {
 
     fn manual(ladder: bool) -> AdmissionConfig {
         AdmissionConfig {
-            ladder: ladder.then(crate::ladder::wide),
+            ladder: ladder.then(wide),
             tick: None,
             ..AdmissionConfig::default()
         }
@@ -586,7 +606,7 @@ mod tests {
 
     #[test]
     fn tickets_count_inflight_and_rung_five_sheds() {
-        let a = Admission::new(Metrics::new(), manual(false));
+        let a = Admission::new(AdmissionMetrics::default(), manual(false));
         let u = caller("u");
         let t = a.admit(&u, None, Priority::Interactive).unwrap();
         assert_eq!(t.plan.rung, 0);
@@ -595,11 +615,11 @@ mod tests {
         assert_eq!(a.inflight(), 0);
         assert!(matches!(
             a.admit(&u, Some(5), Priority::Interactive),
-            Err(ApiError::CapacityUnavailable { .. })
+            Err(AdmissionError::Shed { .. })
         ));
         assert!(matches!(
             a.admit(&u, Some(6), Priority::Interactive),
-            Err(ApiError::InvalidRequest(_))
+            Err(AdmissionError::Invalid(_))
         ));
         a.set_rung(2);
         assert_eq!(
@@ -612,14 +632,14 @@ mod tests {
 
     #[test]
     fn batch_is_shed_first() {
-        let a = Admission::new(Metrics::new(), manual(false));
+        let a = Admission::new(AdmissionMetrics::default(), manual(false));
         let u = caller("u");
         a.set_rung(2);
         assert!(a.admit(&u, None, Priority::Batch).is_ok());
         a.set_rung(3);
         assert!(matches!(
             a.admit(&u, None, Priority::Batch),
-            Err(ApiError::CapacityUnavailable { .. })
+            Err(AdmissionError::Shed { .. })
         ));
         assert!(a.admit(&u, None, Priority::Interactive).is_ok());
         assert!(
@@ -645,7 +665,10 @@ mod tests {
 
     #[test]
     fn shed_requests_cost_no_quota() {
-        let a = Admission::new(Metrics::new(), one_request_per_minute(manual(false)));
+        let a = Admission::new(
+            AdmissionMetrics::default(),
+            one_request_per_minute(manual(false)),
+        );
         let u = caller("u");
         a.set_rung(5);
         assert!(a.admit(&u, None, Priority::Interactive).is_err());
@@ -653,7 +676,7 @@ mod tests {
         a.admit(&u, None, Priority::Interactive).unwrap();
         assert!(matches!(
             a.admit(&u, None, Priority::Interactive),
-            Err(ApiError::RateLimited { .. })
+            Err(AdmissionError::RateLimited { .. })
         ));
     }
 
@@ -665,20 +688,20 @@ mod tests {
                 inflight_full: 4,
                 queue_full: 8,
                 shed_admit_inflight: 3,
-                ..crate::ladder::wide()
+                ..wide()
             }),
             tick: None,
             ..AdmissionConfig::default()
         }
     }
 
-    fn is_shed<T: std::fmt::Debug>(r: &Result<T, ApiError>) -> bool {
-        matches!(r, Err(ApiError::CapacityUnavailable { .. }))
+    fn is_shed<T: std::fmt::Debug>(r: &Result<T, AdmissionError>) -> bool {
+        matches!(r, Err(AdmissionError::Shed { .. }))
     }
 
     #[test]
     fn load_driven_rung_five_sheds_only_the_excess() {
-        let a = Admission::new(Metrics::new(), excess_config());
+        let a = Admission::new(AdmissionMetrics::default(), excess_config());
         let u = caller("u");
         let t0 = Instant::now();
         let slots: Vec<QueueSlot> = (0..40).map(|_| a.enqueue()).collect();
@@ -725,20 +748,18 @@ mod tests {
             (ratio - 2.0 / 9.0).abs() < 1e-6,
             "2 shed / 9 admitted: {ratio}"
         );
-        let m = a.metrics.encode();
-        assert!(
-            m.contains("airlock_shed_total{priority=\"interactive\"} 3"),
-            "{m}"
-        );
-        assert!(
-            m.contains("airlock_shed_total{priority=\"batch\"} 1"),
-            "{m}"
-        );
+        let shed = |priority| {
+            a.metrics
+                .shed_total
+                .get_or_create(&PriorityLabel { priority })
+                .get()
+        };
+        assert_eq!((shed("interactive"), shed("batch")), (3, 1));
     }
 
     #[test]
     fn concurrent_requests_at_rung_five_never_overshoot_the_limit() {
-        let a = Admission::new(Metrics::new(), excess_config());
+        let a = Admission::new(AdmissionMetrics::default(), excess_config());
         let slots: Vec<QueueSlot> = (0..40).map(|_| a.enqueue()).collect();
         a.tick(Instant::now());
         assert_eq!(a.current_rung(), 5);
@@ -767,14 +788,17 @@ mod tests {
 
     #[test]
     fn a_quota_refusal_at_rung_five_gives_its_slot_back() {
-        let a = Admission::new(Metrics::new(), one_request_per_minute(excess_config()));
+        let a = Admission::new(
+            AdmissionMetrics::default(),
+            one_request_per_minute(excess_config()),
+        );
         let slots: Vec<QueueSlot> = (0..40).map(|_| a.enqueue()).collect();
         a.tick(Instant::now());
         let u = caller("u");
         let t = a.admit(&u, None, Priority::Interactive).unwrap();
         assert!(matches!(
             a.admit(&u, None, Priority::Interactive),
-            Err(ApiError::RateLimited { .. })
+            Err(AdmissionError::RateLimited { .. })
         ));
         assert_eq!(a.inflight(), 1);
         drop((t, slots));
@@ -782,7 +806,7 @@ mod tests {
 
     #[test]
     fn a_pinned_rung_five_sheds_everything_until_the_controller_moves() {
-        let a = Admission::new(Metrics::new(), excess_config());
+        let a = Admission::new(AdmissionMetrics::default(), excess_config());
         let u = caller("u");
         let t0 = Instant::now();
         a.set_rung(5);
@@ -816,7 +840,7 @@ mod tests {
     impl Sim {
         fn new(config: AdmissionConfig) -> Sim {
             Sim {
-                a: Admission::new(Metrics::new(), config),
+                a: Admission::new(AdmissionMetrics::default(), config),
                 t0: Instant::now(),
                 tick: 0,
                 owed: 0.0,
@@ -879,7 +903,7 @@ mod tests {
                 inflight_full: 4,
                 queue_full: 1000,
                 shed_admit_inflight: 4,
-                ..crate::ladder::wide()
+                ..wide()
             }),
             tick: None,
             ..AdmissionConfig::default()
@@ -937,7 +961,7 @@ mod tests {
 
     #[test]
     fn the_controller_reads_admission_load() {
-        let a = Admission::new(Metrics::new(), manual(true));
+        let a = Admission::new(AdmissionMetrics::default(), manual(true));
         let u = caller("u");
         let t0 = Instant::now();
         let slots: Vec<QueueSlot> = (0..12).map(|_| a.enqueue()).collect();

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use airlock_inference::generate::{Event as GenEvent, FinishReason, Usage};
-use http_body_util::BodyExt;
 
-use super::http::Open;
 use super::replica::Replica;
 use super::{RemoteGenerator, ReplicaLabel};
-use crate::metrics::Metrics;
+use crate::rack_metrics::RackMetrics;
+use airlock_platform::egress::Open;
 
 /// A replica slot, held from the pick to the end of the request.
 pub struct Lease {
@@ -30,7 +29,7 @@ impl Lease {
     }
 
     /// Records the outcome (once) and counts an error in the metrics.
-    pub(super) fn settle(&mut self, error: bool, metrics: &Metrics) {
+    pub(super) fn settle(&mut self, error: bool, metrics: &RackMetrics) {
         if self.settled {
             return;
         }
@@ -40,10 +39,10 @@ impl Lease {
             replica: self.replica.upstream.authority(),
         };
         if error {
-            metrics.rack.errors.get_or_create(&label).inc();
+            metrics.errors.get_or_create(&label).inc();
         }
         if self.replica.record(error) {
-            metrics.rack.breaker_opened.get_or_create(&label).inc();
+            metrics.breaker_opened.get_or_create(&label).inc();
             tracing::warn!(backend = %self.generator.alias, replica = %label.replica,
                 "circuit breaker opened");
         }
@@ -64,7 +63,7 @@ impl Drop for Lease {
 pub struct RemoteStream {
     pub(super) open: Open,
     pub(super) lease: Lease,
-    pub(super) metrics: Metrics,
+    pub(super) metrics: RackMetrics,
     pub(super) sent_at: Instant,
     pub(super) first_token_timeout: Duration,
     pub(super) idle_timeout: Duration,
@@ -111,8 +110,7 @@ impl RemoteStream {
                 self.last_token_at + self.idle_timeout
             };
             let wait = deadline.saturating_duration_since(Instant::now());
-            let body = self.open.response.body_mut();
-            match tokio::time::timeout(wait, body.frame()).await {
+            match tokio::time::timeout(wait, self.open.data()).await {
                 Err(_) => {
                     let what = if self.tokens == 0 {
                         "no first token"
@@ -132,13 +130,11 @@ impl RemoteStream {
                     }
                 }
                 Ok(Some(Err(e))) => self.fail(format!("reading the upstream stream: {e}")),
-                Ok(Some(Ok(frame))) => {
-                    if let Ok(data) = frame.into_data() {
-                        if self.buf.len() + data.len() > 1 << 20 {
-                            self.fail("an upstream SSE event over 1 MiB".into());
-                        } else {
-                            self.buf.extend_from_slice(&data);
-                        }
+                Ok(Some(Ok(data))) => {
+                    if self.buf.len() + data.len() > 1 << 20 {
+                        self.fail("an upstream SSE event over 1 MiB".into());
+                    } else {
+                        self.buf.extend_from_slice(&data);
                     }
                 }
             }
@@ -163,7 +159,6 @@ impl RemoteStream {
                         let ttft = self.sent_at.elapsed();
                         self.lease.replica.observe_ttft(ttft);
                         self.metrics
-                            .rack
                             .ttft
                             .get_or_create(&super::BackendLabel {
                                 backend: self.lease.generator.alias.clone(),
@@ -228,7 +223,8 @@ impl RemoteStream {
 
 /// What one SSE event of an OpenAI-compatible chat stream says.
 #[derive(Debug, PartialEq)]
-pub(crate) enum Parsed {
+#[doc(hidden)]
+pub enum Parsed {
     /// A comment (ping) or an event without data.
     Nothing,
     /// `data: [DONE]`.
@@ -243,7 +239,8 @@ pub(crate) enum Parsed {
     },
 }
 
-pub(crate) fn parse_event(raw: &[u8]) -> Parsed {
+#[doc(hidden)]
+pub fn parse_event(raw: &[u8]) -> Parsed {
     let text = String::from_utf8_lossy(raw);
     // One JSON object per event; multi-line data is joined as the SSE spec says.
     let data: Vec<&str> = text
@@ -291,7 +288,8 @@ pub(crate) fn parse_event(raw: &[u8]) -> Parsed {
 }
 
 /// The end (after the blank line) of the first complete SSE event in `buf`.
-pub(crate) fn event_end(buf: &[u8]) -> Option<usize> {
+#[doc(hidden)]
+pub fn event_end(buf: &[u8]) -> Option<usize> {
     let lf = buf.windows(2).position(|w| w == b"\n\n").map(|p| p + 2);
     let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4);
     match (lf, crlf) {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::engine_metrics::EngineLoad;
-use super::http::Upstream;
+use airlock_platform::egress::Upstream;
 
 /// A replica of a remote generator.
 #[derive(Debug)]

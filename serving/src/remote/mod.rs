@@ -18,23 +18,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use airlock_inference::generate::SamplingParams;
+use airlock_platform::egress::{self, Call, Method, SendError};
 use airlock_rag::Role;
-use axum::http::Method;
 use parking_lot::Mutex;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::metrics::Metrics;
 pub use crate::rack_metrics::{BackendLabel, FallbackLabel, RackMetrics, ReplicaLabel, TokenLabel};
 
 pub mod config;
 pub mod engine_metrics;
-pub mod http;
 pub mod replica;
 pub mod stream;
 pub mod tls;
 
 pub use config::{RemoteGeneratorConfig, Routing};
-use http::{Call, SendError};
 use replica::{BreakerConfig, Health, Replica};
 pub use stream::{Lease, RemoteStream};
 
@@ -92,7 +89,7 @@ pub struct RemoteGenerator {
     tls: Option<tls::TlsConnector>,
     replicas: Vec<Arc<Replica>>,
     /// Each replica's metrics endpoint (empty without `engine_metrics`).
-    metrics: Vec<http::Upstream>,
+    metrics: Vec<egress::Upstream>,
     pick: Mutex<()>,
     waiting: AtomicUsize,
     freed: tokio::sync::Notify,
@@ -169,7 +166,7 @@ impl RemoteGenerator {
     /// One scrape of an engine's metrics endpoint.
     async fn scrape(
         &self,
-        m: &http::Upstream,
+        m: &egress::Upstream,
         kind: engine_metrics::EngineKind,
     ) -> Result<engine_metrics::EngineLoad, String> {
         let within = self
@@ -189,8 +186,8 @@ impl RemoteGenerator {
         .send()
         .await
         .map_err(|e| format!("{}: {e}", m.url))?;
-        let status = open.response.status();
-        let body = http::read_body(open, 8 << 20, within)
+        let status = open.status();
+        let body = egress::read_body(open, 8 << 20, within)
             .await
             .map_err(|e| format!("{}: {e}", m.url))?;
         if !status.is_success() {
@@ -299,8 +296,8 @@ impl RemoteGenerator {
         .send()
         .await
         .map_err(|e| format!("{}/models: {e}", r.upstream.url))?;
-        let status = open.response.status();
-        let body = http::read_body(open, 1 << 20, self.config.first_token_timeout())
+        let status = open.status();
+        let body = egress::read_body(open, 1 << 20, self.config.first_token_timeout())
             .await
             .map_err(|e| format!("{}/models: {e}", r.upstream.url))?;
         if !status.is_success() {
@@ -397,7 +394,7 @@ impl RemoteGenerator {
         self: &Arc<Self>,
         affinity: Option<&str>,
         exclude: &[usize],
-        metrics: &Metrics,
+        metrics: &RackMetrics,
     ) -> Result<Lease, Refusal> {
         if let Some(l) = self.try_pick(affinity, exclude)? {
             return Ok(l);
@@ -410,7 +407,7 @@ impl RemoteGenerator {
         let label = BackendLabel {
             backend: self.alias.clone(),
         };
-        metrics.rack.waiting.get_or_create(&label).inc();
+        metrics.waiting.get_or_create(&label).inc();
         struct Waiting<'a>(&'a AtomicUsize, Gauge);
         impl Drop for Waiting<'_> {
             fn drop(&mut self) {
@@ -418,10 +415,7 @@ impl RemoteGenerator {
                 self.1.dec();
             }
         }
-        let _w = Waiting(
-            &self.waiting,
-            metrics.rack.waiting.get_or_create(&label).clone(),
-        );
+        let _w = Waiting(&self.waiting, metrics.waiting.get_or_create(&label).clone());
         let until = tokio::time::Instant::now() + self.config.queue_timeout();
         loop {
             let freed = self.freed.notified();
@@ -442,7 +436,7 @@ impl RemoteGenerator {
         mut lease: Lease,
         conversation: &[(Role, String)],
         params: &SamplingParams,
-        metrics: &Metrics,
+        metrics: &RackMetrics,
     ) -> Result<RemoteStream, (Refusal, bool)> {
         let messages: Vec<serde_json::Value> = conversation
             .iter()
@@ -490,10 +484,10 @@ impl RemoteGenerator {
                 return Err((Refusal::Failed(e.to_string()), unreached));
             }
         };
-        let status = open.response.status();
+        let status = open.status();
         if !status.is_success() {
             let within = Duration::from_secs(5);
-            let text = http::read_body(open, 4096, within)
+            let text = egress::read_body(open, 4096, within)
                 .await
                 .unwrap_or_default();
             let text = String::from_utf8_lossy(&text).into_owned();
@@ -538,7 +532,7 @@ impl RemoteGenerator {
         conversation: &[(Role, String)],
         params: &SamplingParams,
         retry: bool,
-        metrics: &Metrics,
+        metrics: &RackMetrics,
     ) -> Result<RemoteStream, Refusal> {
         let mut tried: Vec<usize> = Vec::new();
         loop {
@@ -550,7 +544,6 @@ impl RemoteGenerator {
                     tried.push(index);
                     if retry && unreached && tried.len() < self.replicas.len() {
                         metrics
-                            .rack
                             .retries
                             .get_or_create(&BackendLabel {
                                 backend: self.alias.clone(),
@@ -565,7 +558,7 @@ impl RemoteGenerator {
     }
 
     /// Copies the replicas' gauges into the metrics (before an exposition).
-    pub fn refresh_gauges(&self, metrics: &Metrics) {
+    pub fn refresh_gauges(&self, metrics: &RackMetrics) {
         let now = Instant::now();
         for r in &self.replicas {
             let label = ReplicaLabel {
@@ -573,12 +566,10 @@ impl RemoteGenerator {
                 replica: r.upstream.authority(),
             };
             metrics
-                .rack
                 .inflight
                 .get_or_create(&label)
                 .set(r.inflight() as i64);
             metrics
-                .rack
                 .breaker_open
                 .get_or_create(&label)
                 .set(i64::from(r.is_open(now)));
@@ -589,16 +580,8 @@ impl RemoteGenerator {
                 let (waiting, running) = load.map_or((-1, -1), |l| {
                     (l.waiting as i64, l.running.map_or(-1, |v| v as i64))
                 });
-                metrics
-                    .rack
-                    .engine_waiting
-                    .get_or_create(&label)
-                    .set(waiting);
-                metrics
-                    .rack
-                    .engine_running
-                    .get_or_create(&label)
-                    .set(running);
+                metrics.engine_waiting.get_or_create(&label).set(waiting);
+                metrics.engine_running.get_or_create(&label).set(running);
             }
         }
     }

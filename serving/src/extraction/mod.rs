@@ -16,15 +16,13 @@
 //! in-process. [`Extractor::InProcess`] runs everything in-process, for library-style tests
 //! and benches that do not have the `airlock` binary at hand.
 
-mod child;
 mod pool;
-mod wire;
+pub mod wire;
 
 use airlock_retrieval::DocumentInput;
 use airlock_retrieval::ingest::{ExtractLimits, SourceFormat};
 use serde::{Deserialize, Serialize};
 
-pub use child::{ChildArgs, run_child};
 pub use pool::{ChildExtractor, ChildProgram};
 
 /// The budget of the process every extraction runs in (`[extract]` next to the extractor's

@@ -14,7 +14,6 @@ use airlock_inference::generate::{
 use airlock_inference::{ChatMessage, ChatTemplate, GeneratorFiles};
 use tokenizers::Tokenizer;
 
-use crate::error::ApiError;
 use airlock_rag::prompt::Role;
 
 /// One generator model, ready to take requests.
@@ -111,7 +110,7 @@ impl Generator {
     /// the user's turn begins. Found as the common token prefix of two renderings that differ
     /// only in the user's text, less one token (a tokenizer may merge across the boundary), so
     /// it holds nothing but platform text, identical for every user.
-    pub fn shared_prefix_ids(&self) -> Result<Vec<u32>, ApiError> {
+    pub fn shared_prefix_ids(&self) -> Result<Vec<u32>, PromptError> {
         let render = |q: &str| {
             self.prompt_ids(&[
                 (
@@ -128,10 +127,8 @@ impl Generator {
 
     /// Queues a generation; events arrive on the stream. Dropping the stream cancels the
     /// sequence at the engine's next step.
-    pub fn submit(&self, prompt: Vec<u32>, params: SamplingParams) -> Result<Stream, ApiError> {
-        self.engine
-            .submit(GenerateRequest { prompt, params })
-            .map_err(submit_error)
+    pub fn submit(&self, prompt: Vec<u32>, params: SamplingParams) -> Result<Stream, SubmitError> {
+        self.engine.submit(GenerateRequest { prompt, params })
     }
 
     /// The engine (counters, context size).
@@ -152,32 +149,3 @@ fn read_text(path: &Path) -> airlock_inference::Result<String> {
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct PromptError(pub String);
-
-impl From<PromptError> for ApiError {
-    fn from(e: PromptError) -> Self {
-        ApiError::Internal(e.0)
-    }
-}
-
-/// Maps an engine refusal to the error table.
-pub fn submit_error(e: SubmitError) -> ApiError {
-    match e {
-        SubmitError::QueueFull { .. } => ApiError::CapacityUnavailable {
-            retry_after: std::time::Duration::from_secs(2),
-        },
-        SubmitError::ContextTooLong {
-            prompt_tokens,
-            max_tokens,
-            n_ctx,
-        } => ApiError::ContextTooLong {
-            prompt_tokens,
-            max_tokens,
-            context: n_ctx,
-        },
-        SubmitError::OverBudget { .. } => ApiError::CapacityUnavailable {
-            retry_after: std::time::Duration::from_secs(2),
-        },
-        SubmitError::Invalid(m) => ApiError::InvalidRequest(m),
-        SubmitError::Stopped => ApiError::NotReady,
-    }
-}

@@ -1,5 +1,5 @@
 //! The worker: `airlock extract --child`, started by the daemon or `airlock ingest`, never by
-//! a person. It limits itself before it reads a byte, then extracts one file per request until
+//! a person (the parent's side, the pool and the frames are `airlock_serving::extraction`). It limits itself before it reads a byte, then extracts one file per request until
 //! its stdin closes.
 
 use std::io::{BufReader, BufWriter};
@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use airlock_retrieval::ingest::{ExtractLimits, SourceFormat};
 
-use super::wire::{self, Answer, Hello, Refused, Request};
+use airlock_serving::extraction::wire::{self, Answer, Hello, Refused, Request};
 
 /// Arguments of `airlock extract --child` (hidden: the daemon passes them).
 #[derive(Debug, clap::Args)]

@@ -1,16 +1,23 @@
-//! The HTTP/1.1 client of the rack: one connection per request (hyper's client connection over
-//! a tokio socket), so that dropping a request's response closes its socket at once and the
-//! engine upstream sees the client go (vLLM and llama.cpp abort a generation on disconnect).
+//! The egress HTTP client: HTTP/1.1 over hyper's client connection on a tokio socket, plain or
+//! TLS through [`crate::tls::TlsConnector`] (trusting only the configured CA file). One
+//! connection per request, so that dropping a request's response closes its socket at once and
+//! the server upstream sees the client go (vLLM and llama.cpp abort a generation on disconnect).
+//!
+//! Its request and response types are its own, over the `http` crate's plain types
+//! ([`Method`], [`StatusCode`], [`HeaderMap`]) and [`Bytes`]: callers never name hyper.
 
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::http::{Request, Response, Uri, header};
+use bytes::Bytes;
+pub use http::{HeaderMap, Method, StatusCode};
+use http::{Request, Response, Uri, header};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 
-/// One replica's endpoint, from its base URL.
+use crate::tls::TlsConnector;
+
+/// One server's endpoint, from its base URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
     /// The base URL as configured.
@@ -85,17 +92,36 @@ impl std::fmt::Display for SendError {
 
 /// A response whose body is still arriving; dropping it closes the connection.
 pub struct Open {
-    /// The response head and body.
-    pub response: Response<Incoming>,
+    response: Response<Incoming>,
     conn: tokio::task::JoinHandle<()>,
     /// Kept while the body is read: hyper ends a connection whose sender is gone.
     _sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
 }
 
 impl Open {
-    /// The response's body (the connection stays open while it is read).
-    pub fn body_mut(&mut self) -> &mut Incoming {
-        self.response.body_mut()
+    /// The response's status.
+    pub fn status(&self) -> StatusCode {
+        self.response.status()
+    }
+
+    /// The response's headers.
+    pub fn headers(&self) -> &HeaderMap {
+        self.response.headers()
+    }
+
+    /// The body's next bytes (trailers are skipped); `None` at its end. The connection stays
+    /// open while the body is read.
+    pub async fn data(&mut self) -> Option<Result<Bytes, String>> {
+        loop {
+            match self.response.body_mut().frame().await? {
+                Err(e) => return Some(Err(e.to_string())),
+                Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        return Some(Ok(data));
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -107,12 +133,12 @@ impl Drop for Open {
     }
 }
 
-/// A request to one replica.
+/// A request to one upstream.
 pub struct Call<'a> {
     /// Where.
     pub upstream: &'a Upstream,
     /// `GET` or `POST`.
-    pub method: axum::http::Method,
+    pub method: Method,
     /// Below the API root (`/models`, `/chat/completions`).
     pub path: &'a str,
     /// Bearer token.
@@ -124,7 +150,7 @@ pub struct Call<'a> {
     /// Limit from the request's start to the response head.
     pub head_timeout: Duration,
     /// TLS settings for https upstreams.
-    pub tls: Option<&'a super::tls::TlsConnector>,
+    pub tls: Option<&'a TlsConnector>,
 }
 
 impl Call<'_> {
@@ -206,7 +232,7 @@ where
         Err(e) => {
             conn.abort();
             // hyper reports a request it could not write as not sent (it never reached the
-            // engine); anything later broke an exchange in progress.
+            // server); anything later broke an exchange in progress.
             if e.is_canceled() || e.is_closed() && !e.is_incomplete_message() {
                 Err(SendError::Unreached(format!("sending: {e}")))
             } else {
@@ -219,16 +245,13 @@ where
 /// Reads a whole (small) body, at most `limit` bytes.
 pub async fn read_body(mut open: Open, limit: usize, within: Duration) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
-    let body = open.body_mut();
     let read = async {
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| e.to_string())?;
-            if let Ok(data) = frame.into_data() {
-                if out.len() + data.len() > limit {
-                    return Err(format!("body over {limit} bytes"));
-                }
-                out.extend_from_slice(&data);
+        while let Some(data) = open.data().await {
+            let data = data?;
+            if out.len() + data.len() > limit {
+                return Err(format!("body over {limit} bytes"));
             }
+            out.extend_from_slice(&data);
         }
         Ok::<(), String>(())
     };

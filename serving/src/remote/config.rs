@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::http::Upstream;
+use airlock_platform::egress::Upstream;
 
 /// One `[[remote_generators]]` entry.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
@@ -238,6 +238,14 @@ impl RemoteGeneratorConfig {
         if self.model.is_empty() {
             return bad("remote_generators.model", "must not be empty");
         }
+        self.check_limits()?;
+        self.check_breaker()?;
+        self.check_engine_metrics()
+    }
+
+    /// The in-flight, queue and timeout limits and the routing.
+    fn check_limits(&self) -> Result<(), (&'static str, String)> {
+        let bad = |f: &'static str, r: &str| Err((f, format!("`{}`: {r}", self.alias)));
         if !(1..=4096).contains(&self.max_inflight()) {
             return bad(
                 "remote_generators.max_inflight_per_replica",
@@ -269,14 +277,17 @@ impl RemoteGeneratorConfig {
             }
         }
         match self.routing.as_deref() {
-            None | Some("conversation") | Some("least-loaded") => {}
-            Some(_) => {
-                return bad(
-                    "remote_generators.routing",
-                    "must be `conversation` or `least-loaded`",
-                );
-            }
+            None | Some("conversation") | Some("least-loaded") => Ok(()),
+            Some(_) => bad(
+                "remote_generators.routing",
+                "must be `conversation` or `least-loaded`",
+            ),
         }
+    }
+
+    /// The circuit breaker's settings.
+    fn check_breaker(&self) -> Result<(), (&'static str, String)> {
+        let bad = |f: &'static str, r: &str| Err((f, format!("`{}`: {r}", self.alias)));
         if !(self.breaker_error_rate() > 0.0 && self.breaker_error_rate() <= 1.0) {
             return bad("remote_generators.breaker_error_rate", "must be in (0, 1]");
         }
@@ -289,6 +300,12 @@ impl RemoteGeneratorConfig {
         if self.breaker_window() > 10_000 {
             return bad("remote_generators.breaker_window", "must be at most 10000");
         }
+        Ok(())
+    }
+
+    /// The engine-metrics scrape: its kind, URLs and interval.
+    fn check_engine_metrics(&self) -> Result<(), (&'static str, String)> {
+        let bad = |f: &'static str, r: &str| Err((f, format!("`{}`: {r}", self.alias)));
         if let Some(v) = &self.engine_metrics
             && super::engine_metrics::EngineKind::parse(v).is_none()
         {
@@ -339,11 +356,26 @@ impl RemoteGeneratorConfig {
     }
 }
 
+/// Checks every `[[remote_generators]]` entry and that no alias is configured twice; the error
+/// names the field.
+pub fn check_all(entries: &[RemoteGeneratorConfig]) -> Result<(), (&'static str, String)> {
+    for (i, r) in entries.iter().enumerate() {
+        r.check()?;
+        if entries[..i].iter().any(|o| o.alias == r.alias) {
+            return Err((
+                "remote_generators.alias",
+                format!("`{}` is configured twice", r.alias),
+            ));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
+    use serde::Deserialize;
 
-    use crate::config::{Config, ConfigError};
+    use super::{RemoteGeneratorConfig, check_all};
 
     const ISSUE: &str = r#"
 [[remote_generators]]
@@ -356,15 +388,21 @@ ca_file = "/etc/airlock/bank-ca.pem"         # optional, for https upstreams
 first_token_timeout_ms = 30000
 "#;
 
-    fn load(text: &str) -> Result<Config, ConfigError> {
-        let c = Config::from_toml(text, Path::new("t.toml"))?;
-        c.validate()?;
-        Ok(c)
+    /// The section as the root config file holds it.
+    #[derive(Deserialize)]
+    struct File {
+        remote_generators: Vec<RemoteGeneratorConfig>,
+    }
+
+    fn load(text: &str) -> Result<Vec<RemoteGeneratorConfig>, String> {
+        let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        check_all(&f.remote_generators).map_err(|(field, reason)| format!("{field}: {reason}"))?;
+        Ok(f.remote_generators)
     }
 
     fn refused(text: &str) -> String {
         match load(text) {
-            Err(e) => e.to_string(),
+            Err(e) => e,
             Ok(_) => panic!("accepted:\n{text}"),
         }
     }
@@ -372,14 +410,11 @@ first_token_timeout_ms = 30000
     #[test]
     fn the_issue_form_parses_and_validates() {
         let c = load(ISSUE).unwrap();
-        let r = &c.remote_generators[0];
+        let r = &c[0];
         assert_eq!(r.alias, "airlock-rack");
         assert_eq!(r.model, "qwen2.5-7b-instruct");
         assert_eq!(r.first_token_timeout().as_millis(), 30_000);
         assert_eq!(r.upstreams().unwrap()[0].authority(), "10.1.2.3:8000");
-        // Flags and environment cannot erase it (it is TOML only).
-        let layered = Config::default().over(c.clone());
-        assert_eq!(layered.remote_generators, c.remote_generators);
     }
 
     #[test]
@@ -426,7 +461,7 @@ first_token_timeout_ms = 30000
             )
         ))
         .unwrap();
-        let r = &c.remote_generators[0];
+        let r = &c[0];
         let m: Vec<String> = r
             .metrics_upstreams()
             .unwrap()

@@ -159,7 +159,11 @@ pub struct FolderReport {
 /// Runs a folder job: the folder ingest of `airlock ingest DIR` over `services` (grants from
 /// the folder's `.acl.jsonl`), reporting progress. The command line provides it (the daemon's
 /// and the demo's callers), so that this module does not depend on the command line.
-pub type FolderIngest = dyn Fn(&crate::Services, &Path, &mut dyn FnMut(&FolderProgress)) -> anyhow::Result<FolderReport>
+pub type FolderIngest = dyn Fn(
+        &crate::services::Services,
+        &Path,
+        &mut dyn FnMut(&FolderProgress),
+    ) -> anyhow::Result<FolderReport>
     + Send
     + Sync;
 
@@ -348,7 +352,7 @@ pub struct JobOutcome {
 ///
 /// A folder job is run by `folders` (refused without it) and its folder removed likewise.
 pub fn run_job(
-    services: &crate::Services,
+    services: &crate::services::Services,
     job: &Job,
     status: &Status,
     folders: Option<&FolderIngest>,
@@ -429,7 +433,7 @@ pub fn run_job(
 
 /// Runs a folder job with `folders`, progress in files.
 fn run_folder_job(
-    services: &crate::Services,
+    services: &crate::services::Services,
     job: &Job,
     status: &Status,
     folders: &FolderIngest,
@@ -506,7 +510,7 @@ fn finish(
 /// Runs every queued job now, in order, on the calling thread (`airlock demo --setup-only`).
 /// Stops at the first failure.
 pub fn drain(
-    services: &crate::Services,
+    services: &crate::services::Services,
     data: &Path,
     status: &Status,
     folders: &FolderIngest,
@@ -527,7 +531,7 @@ pub fn drain(
 /// ones every [`POLL_INTERVAL`]. A failed job is logged, shown in the status and retried after
 /// [`RETRY_AFTER`].
 pub fn spawn(
-    services: Arc<crate::Services>,
+    services: Arc<crate::services::Services>,
     data: PathBuf,
     status: Arc<Status>,
     folders: Arc<FolderIngest>,

@@ -657,9 +657,11 @@ fn static_code(code: &str) -> &'static str {
     }
 }
 
-/// Resident memory of process `pid` (`/proc/PID/statm`), if it can be read.
+/// Resident memory of process `pid` (`VmRSS` of `/proc/PID/status`, in KiB there), if it can
+/// be read.
 fn rss_bytes(pid: u32) -> Option<u64> {
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    Some(pages * rustix::param::page_size() as u64)
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
