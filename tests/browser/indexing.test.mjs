@@ -1,4 +1,4 @@
-// The background ingest in the footer (issue 26 point 9, appliance/src/ingest_queue.rs) against
+// The background ingest in the footer (issue 26 point 9, serving/src/ingest_queue.rs) against
 // the REAL daemon in Debian's Chromium: a corpus queued in DATA/ingest-queue/ before
 // `airlock serve` starts (200 Cranfield documents cut to one chunk each: tens of seconds of
 // embedding in a debug build) is ingested
