@@ -57,6 +57,7 @@ const MATRIX: &[(&str, &str, &str)] = &[
     ("GET", "/v1/connectors", "uffoff"),
     ("POST", "/v1/connectors/{alias}/sync", "uffoff"),
     ("POST", "/v1/connectors/{alias}/verify", "uffoff"),
+    ("GET", "/v1/connectors/{alias}/holdings", "uffoff"),
     ("GET", "/v1/auth/methods", "oooooo"),
     ("POST", "/v1/auth/login", "oooooo"),
     ("POST", "/v1/auth/logout", "uoooof"),
@@ -135,6 +136,7 @@ fn request(method: &str, route: &str) -> (String, Option<Value>) {
         // No connector is configured here: 404 once authorised.
         ("POST", "/v1/connectors/{alias}/sync") => ("/v1/connectors/nope/sync".into(), None),
         ("POST", "/v1/connectors/{alias}/verify") => ("/v1/connectors/nope/verify".into(), None),
+        ("GET", "/v1/connectors/{alias}/holdings") => ("/v1/connectors/nope/holdings".into(), None),
         ("POST", _) | ("PUT", _) => (route.into(), Some(json!({}))),
         _ => (route.into(), None),
     }
