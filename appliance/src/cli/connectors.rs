@@ -84,6 +84,22 @@ fn source<'v>(status: &'v Value, alias: &str) -> Option<&'v Value> {
         .find(|s| s["alias"] == alias)
 }
 
+/// `METHOD /v1/connectors/{alias}/{action}` on the daemon; prints the answer and returns it.
+fn print_call(
+    a: &VerifyArgs,
+    method: &'static str,
+    action: &str,
+    timeout: Duration,
+) -> anyhow::Result<Value> {
+    let (c, token) = client(&a.daemon, timeout)?;
+    let path = format!("/v1/connectors/{}/{action}", a.alias);
+    let answer = c
+        .call(method, &path, &token, None)
+        .with_context(|| format!("{method} {path}"))?;
+    println!("{}", serde_json::to_string_pretty(&answer)?);
+    Ok(answer)
+}
+
 /// Runs a connectors command; `Ok(false)`: the awaited sync failed.
 pub fn run(cmd: ConnectorsCommand) -> anyhow::Result<bool> {
     match cmd {
@@ -128,21 +144,11 @@ pub fn run(cmd: ConnectorsCommand) -> anyhow::Result<bool> {
         }
         ConnectorsCommand::Verify(a) => {
             // A crawl of the whole share: minutes on a large one.
-            let (c, token) = client(&a.daemon, Duration::from_secs(3600))?;
-            let path = format!("/v1/connectors/{}/verify", a.alias);
-            let report = c
-                .call("POST", &path, &token, None)
-                .with_context(|| format!("POST {path}"))?;
-            println!("{}", serde_json::to_string_pretty(&report)?);
+            let report = print_call(&a, "POST", "verify", Duration::from_secs(3600))?;
             Ok(report["leaks"] == 0 && report["missing"] == 0)
         }
         ConnectorsCommand::Holdings(a) => {
-            let (c, token) = client(&a.daemon, Duration::from_secs(600))?;
-            let path = format!("/v1/connectors/{}/holdings", a.alias);
-            let holdings = c
-                .call("GET", &path, &token, None)
-                .with_context(|| format!("GET {path}"))?;
-            println!("{}", serde_json::to_string_pretty(&holdings)?);
+            print_call(&a, "GET", "holdings", Duration::from_secs(600))?;
             Ok(true)
         }
     }
