@@ -180,6 +180,14 @@ pub struct Config {
     #[arg(long, env = "AIRLOCK_ABSTAIN_ON_UNMATCHED_NAMES")]
     pub abstain_on_unmatched_names: Option<bool>,
 
+    /// Answer "cannot find" without generation when the question names a term of art (a
+    /// capitalised name inside a sentence, an identifier such as `run0`, `OnCalendar` or
+    /// `modprobe.d`, or a word far from the embedder's vocabulary such as `autossh`) that no
+    /// document the caller may read mentions anywhere (docs/operations/answer-sources.md)
+    /// [default: true].
+    #[arg(long, env = "AIRLOCK_ABSTAIN_ON_UNKNOWN_TERMS")]
+    pub abstain_on_unknown_terms: Option<bool>,
+
     /// Withhold a generated (non-streaming) answer whose own content words no source supports
     /// (a figure or name the model made up; `cited_by: unsupported`) and answer "cannot find"
     /// instead; a stream cannot take back what it sent and only reports it [default: true].
@@ -458,6 +466,7 @@ impl fmt::Debug for Config {
                 "abstain_on_unmatched_names",
                 &self.abstain_on_unmatched_names,
             )
+            .field("abstain_on_unknown_terms", &self.abstain_on_unknown_terms)
             .field(
                 "withhold_unsupported_answers",
                 &self.withhold_unsupported_answers,
@@ -591,6 +600,9 @@ impl Config {
             abstain_on_unmatched_names: self
                 .abstain_on_unmatched_names
                 .or(lower.abstain_on_unmatched_names),
+            abstain_on_unknown_terms: self
+                .abstain_on_unknown_terms
+                .or(lower.abstain_on_unknown_terms),
             withhold_unsupported_answers: self
                 .withhold_unsupported_answers
                 .or(lower.withhold_unsupported_answers),
@@ -1088,6 +1100,12 @@ impl Config {
     /// Whether a question naming something no source mentions is answered "cannot find".
     pub fn abstain_on_unmatched_names(&self) -> bool {
         self.abstain_on_unmatched_names.unwrap_or(true)
+    }
+
+    /// Whether a question naming a term of art no readable document mentions is answered
+    /// "cannot find".
+    pub fn abstain_on_unknown_terms(&self) -> bool {
+        self.abstain_on_unknown_terms.unwrap_or(true)
     }
 
     /// Whether a non-streaming answer no source supports is replaced by "cannot find".

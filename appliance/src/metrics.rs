@@ -109,6 +109,9 @@ pub struct Metrics {
     /// `airlock_unmatched_names_total`: chat questions whose sources were all set aside
     /// because the question names something none of them mentions.
     pub unmatched_names: Counter,
+    /// `airlock_unknown_terms_total`: chat questions (or facets) whose sources were all set
+    /// aside because the question names a term of art no readable document mentions.
+    pub unknown_terms: Counter,
     /// `airlock_unsupported_answers_total`: generated chat answers whose own content no source
     /// supports (`cited_by: unsupported`); non-streaming ones are withheld unless
     /// `withhold_unsupported_answers` is off.
@@ -215,6 +218,7 @@ impl Metrics {
             below_floor: Counter::default(),
             no_source_answers: Counter::default(),
             unmatched_names: Counter::default(),
+            unknown_terms: Counter::default(),
             out_of_focus: Counter::default(),
             focus_sentences: Counter::default(),
             facet_questions: Counter::default(),
@@ -362,6 +366,11 @@ impl Metrics {
         "unmatched_names",
         "Chat questions naming something none of their sources mentions (answered without sources)",
         self.unmatched_names.clone(),
+    );
+        r.register(
+        "unknown_terms",
+        "Chat questions naming a term of art no document the caller may read mentions (answered without sources)",
+        self.unknown_terms.clone(),
     );
         r.register(
         "sources_out_of_focus",
@@ -533,6 +542,7 @@ impl airlock_rag::Meter for Metrics {
             C::RecheckDrops => &self.recheck_drops,
             C::BelowFloor => &self.below_floor,
             C::UnmatchedNames => &self.unmatched_names,
+            C::UnknownTerms => &self.unknown_terms,
             C::OutOfFocus => &self.out_of_focus,
             C::FocusSentences => &self.focus_sentences,
             C::FacetQuestions => &self.facet_questions,
@@ -575,6 +585,7 @@ mod tests {
             "airlock_sources_below_floor_total ",
             "airlock_no_source_answers_total ",
             "airlock_unmatched_names_total ",
+            "airlock_unknown_terms_total ",
             "airlock_unsupported_answers_total ",
             "airlock_facet_questions_total ",
             "airlock_generation_cancelled_total ",

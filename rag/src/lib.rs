@@ -19,6 +19,7 @@ pub mod prompt;
 pub mod query;
 pub mod retrieve;
 mod select;
+pub mod terms;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,6 +52,9 @@ pub enum Count {
     BelowFloor,
     /// Questions whose names no retrieved source holds.
     UnmatchedNames,
+    /// Questions (or facets) naming a term of art the caller's readable documents never
+    /// mention ([`terms`]).
+    UnknownTerms,
     /// Chunks set aside by source focus.
     OutOfFocus,
     /// Sentences embedded for semantic focus.
@@ -83,6 +87,9 @@ pub struct Selection {
     pub floor: f32,
     /// `abstain_on_unmatched_names`.
     pub check_names: bool,
+    /// `abstain_on_unknown_terms`: no prompt source when the question names a term of art
+    /// ([`terms`]) that no document the caller may read mentions.
+    pub check_terms: bool,
     /// `source_focus` (0: off).
     pub focus: f32,
     /// `source_focus_near_copy`: focus sets a document aside only when its retrieved chunks
@@ -359,6 +366,32 @@ impl AnswerPath {
         )
     }
 
+    /// Whether `question` names a term of art ([`terms`]) that no document the caller may read
+    /// mentions. The embedder's tokenizer tells rare words; the BM25 index, over the caller's
+    /// readable chunks only, whether the corpus holds them.
+    fn names_unknown_term(&self, ask: &Ask<'_>, question: &str) -> Result<bool, Error> {
+        let found = terms::terms_of_art(question, |w| {
+            self.embedder.token_spans(w).ok().map(|s| s.len())
+        });
+        if found.is_empty() {
+            return Ok(false);
+        }
+        let mut spellings: Vec<String> = found
+            .iter()
+            .flat_map(|t| terms::pieces_of(t))
+            .flat_map(|p| terms::spellings(&p))
+            .collect();
+        spellings.sort_unstable();
+        spellings.dedup();
+        let words: Vec<&str> = spellings.iter().map(String::as_str).collect();
+        let allow = self.acl.allow_set(ask.user_id);
+        let mentioned = self.retrieval.mentions(&words, &allow)?;
+        let known: std::collections::HashMap<&str, Option<bool>> =
+            words.iter().copied().zip(mentioned).collect();
+        let unknown = terms::unknown(&found, |w| known.get(w).copied().flatten());
+        Ok(!unknown.is_empty())
+    }
+
     /// A chat's prompt sources: a question about two subjects is retrieved and focused once
     /// per subject, the lists then taken in turn.
     fn chat_sources(
@@ -395,6 +428,10 @@ impl AnswerPath {
                 },
                 meter,
             );
+            if sel.check_terms && !retrieved.chunks.is_empty() && self.names_unknown_term(ask, q)? {
+                meter.count(Count::UnknownTerms, 1);
+                retrieved.chunks.clear();
+            }
             selection_ms += ts.elapsed().as_secs_f64() * 1e3;
             dropped += retrieved.dropped;
             match &mut timings {

@@ -579,6 +579,36 @@ impl Bm25Index {
         Ok(terms)
     }
 
+    /// Whether chunks of `visible` hold every term the index's own analysis makes of `word`
+    /// (lower case, stop words, stemming): `None` when the analysis leaves no term (a stop
+    /// word). Reads the same cached per-segment chunk bitmaps as a search's document
+    /// frequencies, so only visible chunks decide.
+    pub(crate) fn mentioned(&self, word: &str, visible: &RoaringBitmap) -> Result<Option<bool>> {
+        let terms = self.query_terms(word)?;
+        if terms.is_empty() {
+            return Ok(None);
+        }
+        let searcher = self.reader.searcher();
+        let segments = searcher.segment_readers();
+        for term in &terms {
+            let mut found = false;
+            for seg in segments {
+                let inv = seg.inverted_index(self.f_text).map_err(|e| self.err(e))?;
+                if self
+                    .seg_term(seg, &inv, term)?
+                    .is_some_and(|st| !st.chunks.is_disjoint(visible))
+                {
+                    found = true;
+                    break;
+                }
+            }
+            if !found {
+                return Ok(Some(false));
+            }
+        }
+        Ok(Some(true))
+    }
+
     /// Number of live tantivy documents.
     pub(crate) fn num_docs(&self) -> u64 {
         self.reader.searcher().num_docs()

@@ -1388,6 +1388,18 @@ impl Retrieval {
         self.with_reader(|conn| Store::chunk_versions(conn, chunk_ids))
     }
 
+    /// Whether the chunks `allow` may read (live and granted) mention each of `words`, as the
+    /// BM25 index analyses text: every term of the word's analysis occurs in one of them.
+    /// `None` for a word the analysis drops (a stop word). Nothing about chunks the caller
+    /// cannot read decides the answer: a word only they hold is not mentioned.
+    pub fn mentions(&self, words: &[&str], allow: &AllowSet) -> Result<Vec<Option<bool>>> {
+        let snap = self.snapshot.load_full();
+        let idx = self.indexes.load_full();
+        let vis = Visibility::new(allow, &snap.map, &snap.dead);
+        let set = self.visible_set(&snap, allow, &vis);
+        words.iter().map(|w| idx.bm25.mentioned(w, &set)).collect()
+    }
+
     /// Runs one search for a user whose readable documents are `allow`.
     pub fn search(&self, req: &SearchRequest<'_>, allow: &AllowSet) -> Result<SearchResponse> {
         let total = Instant::now();

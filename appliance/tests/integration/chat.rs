@@ -288,10 +288,13 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
         m.text
     );
 
-    // Floor -1 keeps every readable chunk, however far; the name check can be turned off.
+    // Floor -1 keeps every readable chunk, however far; the name check and the unknown-term
+    // check (the Goldberg Variations and the Osterley Fund are in no readable document) can be
+    // turned off.
     let t = TestApp::with_config(airlock::config::Config {
         min_source_similarity: Some(-1.0),
         abstain_on_unmatched_names: Some(false),
+        abstain_on_unknown_terms: Some(false),
         ..test_config()
     });
     let (rita, _) = seed(&t).await;
@@ -302,6 +305,91 @@ async fn sources_below_the_similarity_floor_stay_out_of_the_prompt() {
         r.text
     );
     let r = ask(&t, &rita, named(json!({}))).await;
+    assert_eq!(
+        r.json["airlock"]["citations"][0]["doc_id"], "doc-risk",
+        "{}",
+        r.text
+    );
+}
+
+/// A question naming a term of art (here an identifier) that no document the caller may read
+/// mentions gets "cannot find" without the model, though its sources are on topic; a document
+/// the caller cannot read that holds the term changes nothing for them (the admin, who reads
+/// it, is answered from it); `abstain_on_unknown_terms = false` turns the check off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_term_no_readable_document_mentions_is_not_answered_from_nearby_pages() {
+    let termed = |extra: Value| {
+        let mut body = question(extra);
+        body["messages"][0]["content"] =
+            json!("What is the minimum liquidity buffer under buffer_floor_v2?");
+        body
+    };
+    let t = TestApp::new();
+    let (rita, _) = seed(&t).await;
+    let before = ask(&t, &rita, termed(json!({}))).await;
+    assert_eq!(before.status, StatusCode::OK, "{}", before.text);
+    assert_eq!(
+        before.json["airlock"]["citations"],
+        json!([]),
+        "{}",
+        before.text
+    );
+    assert_eq!(
+        before.json["airlock"]["cited_by"], "no_source",
+        "{}",
+        before.text
+    );
+    assert_eq!(
+        before.json["choices"][0]["message"]["content"],
+        airlock_rag::prompt::NO_SOURCE_ANSWER
+    );
+    let r = t
+        .call(
+            Method::PUT,
+            "/v1/documents/doc-board",
+            Some(&t.admin),
+            Some(json!({"title": "Board buffer rules",
+                        "text": "Under buffer_floor_v2 the liquidity buffer must stay above 18 percent.",
+                        "acl": {"users": [], "groups": ["board"]}})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{}", r.text);
+    let after = ask(&t, &rita, termed(json!({}))).await;
+    assert_eq!(
+        after.json["airlock"]["citations"],
+        json!([]),
+        "{}",
+        after.text
+    );
+    assert_eq!(
+        after.json["choices"][0]["message"]["content"],
+        before.json["choices"][0]["message"]["content"]
+    );
+    let m = t.call(Method::GET, "/metrics", Some(&t.admin), None).await;
+    assert!(
+        m.text.contains("airlock_unknown_terms_total 2"),
+        "{}",
+        m.text
+    );
+    let board = t.user("bea", &["board", "risk"]);
+    let r = ask(&t, &board, termed(json!({}))).await;
+    assert_ne!(r.json["airlock"]["cited_by"], "no_source", "{}", r.text);
+    assert!(
+        r.json["airlock"]["citations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["doc_id"] == "doc-board"),
+        "{}",
+        r.text
+    );
+
+    let t = TestApp::with_config(airlock::config::Config {
+        abstain_on_unknown_terms: Some(false),
+        ..test_config()
+    });
+    let (rita, _) = seed(&t).await;
+    let r = ask(&t, &rita, termed(json!({}))).await;
     assert_eq!(
         r.json["airlock"]["citations"][0]["doc_id"], "doc-risk",
         "{}",

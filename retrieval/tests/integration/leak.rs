@@ -175,6 +175,66 @@ fn forbidden_documents_never_change_a_users_scores_or_order() {
     }
 }
 
+/// `Retrieval::mentions` (the answer path's unknown-term check) counts only chunks the caller
+/// may read: a word only forbidden or deleted documents hold is not mentioned, exactly as if
+/// they did not exist; the admin, who reads them, sees it. Words are analysed as the index does
+/// (lower case, stemming), and a stop word is `None`.
+#[test]
+fn a_word_only_unreadable_documents_hold_is_not_mentioned() {
+    let env = Env::new();
+    let eng = env.open(test_config());
+    let mine = vec![
+        DocumentInput::new("mine0", "Tunnels", "Forwarding ports through an SSH tunnel"),
+        DocumentInput::new("mine1", "Units", "The RestartSec setting of a service unit"),
+    ];
+    let rep = eng.upsert(mine, &mut |_| {}).unwrap();
+    let user = allow(rep.outcomes.iter().map(|o| o.ordinal));
+    let admin = allow(0..1000);
+    let secret = vec![DocumentInput::new(
+        "secret0",
+        "Autossh",
+        "autossh restarts tunnels; Tailscale exit nodes",
+    )];
+    eng.upsert(secret, &mut |_| {}).unwrap();
+    let words = [
+        "autossh",
+        "Tailscale",
+        "tunnels",
+        "RESTARTSEC",
+        "the",
+        "mosh",
+    ];
+    assert_eq!(
+        eng.mentions(&words, &user).unwrap(),
+        [
+            Some(false),
+            Some(false),
+            Some(true),
+            Some(true),
+            None,
+            Some(false)
+        ],
+        "stemmed: `tunnels` is the user's `tunnel`; `autossh` only the secret holds"
+    );
+    assert_eq!(
+        eng.mentions(&words, &admin).unwrap(),
+        [
+            Some(true),
+            Some(true),
+            Some(true),
+            Some(true),
+            None,
+            Some(false)
+        ]
+    );
+    eng.delete("secret0").unwrap();
+    assert_eq!(
+        eng.mentions(&["autossh"], &admin).unwrap(),
+        [Some(false)],
+        "a deleted document mentions nothing"
+    );
+}
+
 /// One scalar or categorical thing the attacker observes per query.
 enum Obs {
     Num(f64),

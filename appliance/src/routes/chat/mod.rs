@@ -46,6 +46,7 @@ pub(crate) fn selection(config: &crate::config::Config) -> Selection {
     Selection {
         floor: config.min_source_similarity(),
         check_names: config.abstain_on_unmatched_names(),
+        check_terms: config.abstain_on_unknown_terms(),
         focus: config.source_focus(),
         near_copy: config.source_focus_near_copy(),
         semantic: config.semantic_focus(),
