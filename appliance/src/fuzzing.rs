@@ -49,6 +49,15 @@ pub fn chat_body(data: &[u8]) {
     let _ = airlock_rag::focus::question_pairs(query);
     let _ = airlock_rag::focus::years(query);
     let _ = airlock_rag::cite::name_runs(query);
+    // Terms of art: each one a token of the question, its pieces and spellings bounded.
+    let terms = airlock_rag::terms::terms_of_art(query, |w| Some(w.len() % 5));
+    for t in &terms {
+        assert!(query.contains(t.as_str()), "term {t:?} not in the question");
+        for p in airlock_rag::terms::pieces_of(t) {
+            assert!(airlock_rag::terms::spellings(&p).len() <= 8);
+        }
+    }
+    let _ = airlock_rag::terms::unknown(&terms, |w| Some(w.len() % 2 == 0));
 
     // The other messages stand in for retrieved sources and the model's answer.
     let sources: Vec<&str> = req.messages.iter().map(|m| m.content.as_str()).collect();
