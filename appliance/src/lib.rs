@@ -6,7 +6,6 @@
 //! `airlock serve`, the integration tests and the evals.
 #![warn(missing_docs)]
 
-mod answer;
 pub mod approvals;
 pub mod auth;
 pub mod backup;
@@ -44,7 +43,6 @@ pub use airlock_serving::{
     services,
 };
 
-pub use answer::rewrite;
 pub use config::Config;
 pub use error::ApiError;
 pub use routes::app;

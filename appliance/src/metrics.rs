@@ -535,6 +535,23 @@ impl Metrics {
 /// The `Content-Type` of [`Metrics::encode`].
 pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
+impl Metrics {
+    /// The handles the answer core counts with (clones of the registered ones).
+    pub fn answer(&self) -> airlock_serving::answer::AnswerMetrics {
+        airlock_serving::answer::AnswerMetrics {
+            ttft: self.ttft.clone(),
+            tpot: self.tpot.clone(),
+            no_source_answers: self.no_source_answers.clone(),
+            unsupported_answers: self.unsupported_answers.clone(),
+            cancelled: self.cancelled.clone(),
+            generated_tokens: self.generated_tokens.clone(),
+            prompt_tokens: self.prompt_tokens.clone(),
+            rack: self.rack.clone(),
+            meter: Arc::new(self.clone()),
+        }
+    }
+}
+
 impl airlock_rag::Meter for Metrics {
     fn count(&self, what: airlock_rag::Count, n: u64) {
         use airlock_rag::Count as C;

@@ -1,6 +1,7 @@
 //! OpenAI-compatible wire types (requests ignore unknown fields: clients send extras) and the
 //! `airlock` extensions of API.md.
 
+use airlock_serving::answer::{Citation, Timings};
 use serde::{Deserialize, Serialize};
 
 /// One chat message. `content` may be a string or an array of text parts.
@@ -247,34 +248,6 @@ impl Unsupported {
     }
 }
 
-/// One citation: a chunk that was placed in the prompt as source `[n]`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Citation {
-    /// The source number in the prompt (1-based).
-    pub n: usize,
-    /// The document.
-    pub doc_id: String,
-    /// The chunk.
-    pub chunk_id: u32,
-    /// The document title.
-    pub title: String,
-    /// A short excerpt of the chunk around its supporting passage (or the chunk's beginning
-    /// when no sentence of it matches the question or answer).
-    pub snippet: String,
-    /// The sentence(s) of the chunk that best support the answer (a non-streaming response;
-    /// a stream sends them on its last event, `passages`) or, before the answer exists, best
-    /// match the question: a substring of `snippet` ([`airlock_rag::passage`]). Absent when no
-    /// sentence shares a content word with them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub passage: Option<String>,
-    /// Final retrieval score.
-    pub score: f32,
-    /// Where the chunk sits in its original file (`page`, `sheet`, `rows`, `slide`, `section`;
-    /// absent for text documents), as in `/v1/retrieve` results.
-    #[serde(flatten, default)]
-    pub anchor: Option<airlock_retrieval::ingest::Anchor>,
-}
-
 /// The `airlock` response extension.
 #[derive(Debug, Clone, Serialize)]
 pub struct AirlockResponse {
@@ -288,7 +261,7 @@ pub struct AirlockResponse {
     /// Milliseconds per stage (non-streaming responses to admins only:
     /// [`crate::Config::shows_stage_timings`]).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub timings_ms: Option<ChatTimings>,
+    pub timings_ms: Option<Timings>,
     /// The source numbers (`n`) the answer used (non-streaming responses with retrieval; a
     /// stream sends them on its last event): see [`crate::cite`].
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -337,34 +310,6 @@ pub struct PassageUpdate {
     pub snippet: String,
     /// The supporting sentence(s), a substring of `snippet`.
     pub passage: String,
-}
-
-/// Per-stage milliseconds of one chat completion.
-#[derive(Debug, Clone, Serialize, Default)]
-pub struct ChatTimings {
-    /// Retrieval stages (absent with `retrieval: false`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retrieval: Option<airlock_rag::StageTimings>,
-    /// The generator's rewrite of a follow-up into a stand-alone question
-    /// (`follow_up_query = "rewrite"`; absent otherwise and on a first turn).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub query_rewrite: Option<f64>,
-    /// Choosing the prompt's sources among the retrieved chunks: similarity floor, name check,
-    /// source focus (with its semantic judgement at the full-pipeline rung).
-    pub sources: f64,
-    /// Prompt building: sources, chat template, tokenization.
-    pub prompt: f64,
-    /// From submission to the engine until the first generated token (queue + prefill).
-    pub first_token: f64,
-    /// From submission until the engine admitted the sequence (waiting for a batch slot).
-    pub queue_wait: f64,
-    /// From the engine's admission until the first generated token (the prompt's prefill,
-    /// shared with whatever else the engine runs).
-    pub prefill: f64,
-    /// From the first token to the last.
-    pub decode: f64,
-    /// Whole handler after authentication.
-    pub total: f64,
 }
 
 /// Token counts.

@@ -20,6 +20,7 @@
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod answer;
 pub mod extraction;
 pub mod generator;
 pub mod ingest_queue;

@@ -112,7 +112,7 @@ pub(crate) fn views(
     user_id: &str,
     turns: Vec<StoredTurn>,
 ) -> Result<Vec<TurnView>, ApiError> {
-    let withheld = crate::answer::withheld_now(services, user_id, &turns)?;
+    let withheld = airlock_serving::answer::withheld_now(services, user_id, &turns)?;
     Ok(turns
         .into_iter()
         .zip(withheld)

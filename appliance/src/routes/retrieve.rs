@@ -166,7 +166,8 @@ pub async fn retrieve(
     // so that retrieval measures what the chat retrieves.
     let rewrite = match services.default_generator() {
         Some(g) if req.messages.is_some() => {
-            crate::answer::rewrite::rewritten(follow_ups, g, &conversation, priority).await?
+            airlock_serving::answer::rewrite::rewritten(follow_ups, g, &conversation, priority)
+                .await?
         }
         _ => None,
     };

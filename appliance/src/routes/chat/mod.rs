@@ -1,10 +1,10 @@
 //! `POST /v1/chat/completions`: the RAG request path of DESIGN.md §4, OpenAI shapes, non-streaming
 //! and SSE. This is the HTTP adapter: it checks the wire request, admits it, runs the answer
-//! core (`crate::answer`: retrieval and prompt building on the blocking pool, generation on
-//! the engine thread or the rack) and shapes its answer or refusal. A client that goes away
-//! drops the stream, which cancels the sequence at the engine's next step (hyper notices the
-//! closed connection while the answer is pending or streaming and drops the handler or the
-//! body, and with it the engine stream).
+//! core (`airlock_serving::answer`: retrieval and prompt building on the blocking pool,
+//! generation on the engine thread or the rack) and shapes its answer or refusal. A client that
+//! goes away drops the stream, which cancels the sequence at the engine's next step (hyper
+//! notices the closed connection while the answer is pending or streaming and drops the handler
+//! or the body, and with it the engine stream).
 
 use std::time::Instant;
 
@@ -15,14 +15,14 @@ use axum::response::sse::KeepAlive;
 use axum::response::{IntoResponse, Response};
 
 use crate::admission::{AdmissionError, Ticket};
-use crate::answer::{self, Answer, Chat, Core, Generated, Given, Settings};
 use crate::auth::Caller;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
-use crate::openai::{AirlockResponse, ChatRequest, ChatTimings};
+use crate::openai::{AirlockResponse, ChatRequest};
 use crate::routes::REQUEST_ID;
 use crate::state::AppState;
+use airlock_serving::answer::{self, Answer, Chat, Core, Generated, Given, Settings, Timings};
 
 mod refusal;
 mod request;
@@ -32,7 +32,7 @@ use refusal::refused;
 pub(crate) use request::{conversation_of, validate};
 use stream::{complete, no_source_answer, sse, with_rung};
 
-pub use crate::answer::CITATION_SNIPPET_BYTES;
+pub use airlock_serving::answer::CITATION_SNIPPET_BYTES;
 /// Most chunks a request may ask for.
 pub const MAX_TOP_K: usize = 20;
 /// Most messages a conversation may hold.
@@ -55,7 +55,7 @@ pub(crate) fn selection(config: &crate::config::Config) -> Selection {
 }
 
 /// `POST /v1/chat/completions`: the wire request checked, the answer core run for the caller
-/// (`crate::answer`), its answer or refusal in OpenAI's shapes.
+/// (`airlock_serving::answer`), its answer or refusal in OpenAI's shapes.
 pub async fn completions(
     State(state): State<AppState>,
     caller: Caller,
@@ -104,9 +104,10 @@ pub async fn completions(
         priority,
         t0,
     };
+    let metrics = state.metrics().answer();
     let cx = Core {
         services: &services,
-        metrics: state.metrics(),
+        metrics: &metrics,
         admission: state.admission(),
         caller: &caller,
         settings: settings(state.config(), caller.admin),
@@ -163,7 +164,7 @@ async fn respond(state: &AppState, wire: Wire, answer: Answer) -> Result<Respons
     // An abstention's admission ends with its response.
     let (mut resp, fallback, _held): (Response, _, Option<Ticket>) = match given {
         Given::NoSource { ticket } => {
-            airlock.timings_ms = airlock.timings_ms.map(|t| ChatTimings {
+            airlock.timings_ms = airlock.timings_ms.map(|t| Timings {
                 total: crate::routes::ms_since(wire.t0),
                 ..t
             });

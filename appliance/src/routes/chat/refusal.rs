@@ -4,9 +4,9 @@
 
 use axum::response::{IntoResponse, Response};
 
-use crate::answer::AnswerError;
 use crate::error::ApiError;
 use crate::routes::conversations::UNKNOWN_THREAD;
+use airlock_serving::answer::AnswerError;
 
 use super::stream::with_rung;
 

@@ -2,7 +2,7 @@
 //! `chat.completion.chunk` events (keep-alives, cancellation on disconnect), plus the answer
 //! given without generation when no source is relevant. The generation itself (the engine's
 //! events, the idle watchdog, its ticket and metrics) is the answer core's
-//! (`crate::answer::Generation`).
+//! (`airlock_serving::answer::Generation`).
 
 use std::convert::Infallible;
 use std::time::Instant;
@@ -15,9 +15,11 @@ use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 
-use crate::answer::{AnswerError, CITATION_SNIPPET_BYTES, Generation, finish_reason};
 use crate::error::ApiError;
-use crate::metrics::Metrics;
+use airlock_serving::answer::{
+    AnswerError, AnswerMetrics, CITATION_SNIPPET_BYTES, Generation, finish_reason,
+};
+
 use crate::openai::{
     AirlockResponse, ChatChunk, ChatResponse, ChunkAirlock, ChunkChoice, Delta, PassageUpdate,
     Usage, unix_now,
@@ -440,7 +442,7 @@ struct Attributed {
 
 /// The sources `text` cites, their passages and its supporting quote; an unsupported answer
 /// is counted.
-fn attribute(cite: &Attribution, text: &str, quote: bool, metrics: &Metrics) -> Attributed {
+fn attribute(cite: &Attribution, text: &str, quote: bool, metrics: &AnswerMetrics) -> Attributed {
     let cited = cite.cited(text);
     if cited.by == CitedBy::Unsupported {
         metrics.unsupported_answers.inc();

@@ -16,7 +16,7 @@ use super::{AnswerError, blocking, log_target};
 /// it may be shown and fed to the model: a turn is readable only while every document of its
 /// provenance is readable at the version it saw ([`airlock_evidence::conversations::withheld`]
 /// over the answer path's `documents_now`).
-pub(crate) fn withheld_now(
+pub fn withheld_now(
     services: &Services,
     user_id: &str,
     turns: &[StoredTurn],
@@ -43,7 +43,7 @@ pub(crate) fn withheld_now(
 /// What a thread brings to a chat: its readable turns as the history, the turns the answer is
 /// answered from (`conversations::parents_of` the turns fed), and the thread it is added to.
 #[derive(Default)]
-pub(crate) struct History {
+pub struct History {
     pub(crate) turns: Vec<(Role, String)>,
     pub(crate) parents: Vec<i64>,
     pub(crate) thread: Option<(Arc<FeedbackStore>, String)>,
@@ -52,7 +52,7 @@ pub(crate) struct History {
 /// The history of `user`'s thread `id` (none without one). A redacted turn never reaches the
 /// prompt, and the answer's turn records the turns fed as its parents: its provenance
 /// includes theirs. An id the caller does not own is [`AnswerError::UnknownThread`].
-pub(crate) async fn history(
+pub async fn history(
     services: &Arc<Services>,
     user: &str,
     id: Option<String>,
@@ -93,7 +93,7 @@ pub(crate) async fn history(
 }
 
 /// Adds the answer to a server-kept thread once it is complete.
-pub(crate) struct TurnRecorder {
+pub struct TurnRecorder {
     pub(crate) store: Arc<FeedbackStore>,
     pub(crate) thread: String,
     pub(crate) user: String,
@@ -107,7 +107,7 @@ pub(crate) struct TurnRecorder {
 
 impl TurnRecorder {
     /// Stores the turn (on the blocking pool; a failure is logged, the answer stands).
-    pub(crate) fn save(self, answer: String, cited: &[usize]) {
+    pub fn save(self, answer: String, cited: &[usize]) {
         let sources: Vec<airlock_evidence::conversations::TurnSource> = self
             .sources
             .iter()

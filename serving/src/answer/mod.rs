@@ -21,120 +21,139 @@ use airlock_inference::generate::SamplingParams;
 use airlock_rag::{Attribution, FollowUps, Role, Selection, prompt};
 
 use crate::admission::{Admission, Priority, Ticket};
-use crate::metrics::Metrics;
-use crate::openai::{ChatTimings, Citation};
 use crate::services::Services;
 
 mod error;
 mod generation;
 mod history;
+mod meters;
 mod prepare;
 mod receipt;
 pub mod rewrite;
+mod shown;
 mod start;
 mod target;
 
 pub use error::AnswerError;
-pub(crate) use error::blocking;
-pub(crate) use generation::{Generation, finish_reason};
-pub(crate) use history::{History, history, withheld_now};
+use error::blocking;
+pub use generation::{Generation, finish_reason};
+pub use history::{History, history, withheld_now};
+pub use meters::AnswerMetrics;
 pub use prepare::CITATION_SNIPPET_BYTES;
-pub(crate) use receipt::Closer;
+pub use receipt::Closer;
+pub use shown::{Citation, Timings};
 
 use history::TurnRecorder;
 use prepare::Prepared;
 
 /// Log targets of the events the answer core took over from the chat route: the lines and an
 /// operator's `AIRLOCK_LOG` filters stay as they were.
-pub(crate) mod log_target {
+pub mod log_target {
     /// The chat handler's events.
-    pub(crate) const CHAT: &str = "airlock::routes::chat";
+    pub const CHAT: &str = "airlock::routes::chat";
     /// A generation's events.
-    pub(crate) const STREAM: &str = "airlock::routes::chat::stream";
+    pub const STREAM: &str = "airlock::routes::chat::stream";
     /// Receipt failures.
-    pub(crate) const RECEIPT: &str = "airlock::routes::chat::receipt";
+    pub const RECEIPT: &str = "airlock::routes::chat::receipt";
     /// Thread turns not kept.
-    pub(crate) const THREAD: &str = "airlock::routes::chat::thread";
+    pub const THREAD: &str = "airlock::routes::chat::thread";
 }
 
 /// What the answer core takes from the configuration, for this caller.
 #[derive(Clone, Copy)]
-pub(crate) struct Settings {
+pub struct Settings {
     /// How prompt sources are chosen (docs/operations/answer-sources.md).
-    pub(crate) selection: Selection,
+    pub selection: Selection,
     /// How a follow-up becomes the retrieval query.
-    pub(crate) follow_ups: FollowUps,
+    pub follow_ups: FollowUps,
     /// The retrieval time quantum for this caller.
-    pub(crate) time_quantum: Duration,
+    pub time_quantum: Duration,
     /// Whether this caller is shown stage timings.
-    pub(crate) stage_timings: bool,
+    pub stage_timings: bool,
     /// How long a generation may make no progress before it is ended.
-    pub(crate) idle_timeout: Duration,
+    pub idle_timeout: Duration,
 }
 
 /// The appliance's parts an answer runs on, and who asks.
-pub(crate) struct Core<'a> {
-    pub(crate) services: &'a Arc<Services>,
-    pub(crate) metrics: &'a Metrics,
-    pub(crate) admission: &'a Admission,
-    pub(crate) caller: &'a Caller,
-    pub(crate) settings: Settings,
+pub struct Core<'a> {
+    /// The services answered from.
+    pub services: &'a Arc<Services>,
+    /// What the answer counts.
+    pub metrics: &'a AnswerMetrics,
+    /// The gate the request passed (its queue and the ladder).
+    pub admission: &'a Admission,
+    /// Who asks.
+    pub caller: &'a Caller,
+    /// What the configuration says for this caller.
+    pub settings: Settings,
 }
 
 /// A chat request, validated.
-pub(crate) struct Chat {
-    pub(crate) request_id: String,
+pub struct Chat {
+    /// The request's id (logs, the audit, the completion record).
+    pub request_id: String,
     /// The client's messages (the thread's history goes before them).
-    pub(crate) messages: Vec<(Role, String)>,
+    pub messages: Vec<(Role, String)>,
     /// The model named, if any.
-    pub(crate) model: Option<String>,
-    pub(crate) params: SamplingParams,
+    pub model: Option<String>,
+    /// How to sample.
+    pub params: SamplingParams,
     /// Whether the answer is grounded in retrieved sources.
-    pub(crate) retrieval: bool,
-    pub(crate) top_k: usize,
+    pub retrieval: bool,
+    /// How many chunks retrieval returns.
+    pub top_k: usize,
     /// The server-kept thread, also the rack's session affinity.
-    pub(crate) conversation_id: Option<String>,
+    pub conversation_id: Option<String>,
     /// The answer is wanted whole (not streamed): the rack is asked for one response.
-    pub(crate) whole: bool,
-    pub(crate) priority: Priority,
+    pub whole: bool,
+    /// Interactive or batch.
+    pub priority: Priority,
     /// When the request arrived (after authentication).
-    pub(crate) t0: Instant,
+    pub t0: Instant,
 }
 
 /// An answer: its model, rung, receipt and stage timings so far, and how it is given.
-pub(crate) struct Answer {
+pub struct Answer {
     /// The alias of the model answering (the response's `model`).
-    pub(crate) model: String,
-    pub(crate) rung: u8,
-    pub(crate) receipt_id: String,
+    pub model: String,
+    /// The rung the request was admitted at.
+    pub rung: u8,
+    /// The answer's receipt.
+    pub receipt_id: String,
     /// Stage timings so far (admins, or every caller where configured); a generation's are
     /// filled in when it ends.
-    pub(crate) timings: Option<ChatTimings>,
-    pub(crate) given: Given,
+    pub timings: Option<Timings>,
+    /// How it is given.
+    pub given: Given,
 }
 
 /// How an answer is given.
-pub(crate) enum Given {
+pub enum Given {
     /// No chunk the caller may read passed the similarity floor: the system prompt's own
     /// abstention ([`prompt::NO_SOURCE_ANSWER`]), without generation, already recorded with
     /// its receipt. The ticket is held until the response is built.
-    NoSource { ticket: Ticket },
+    NoSource {
+        /// The admission ticket.
+        ticket: Ticket,
+    },
     /// A generation in flight.
     Generated(Box<Generated>),
 }
 
 /// A generation in flight, with what the response says about it.
-pub(crate) struct Generated {
-    pub(crate) generation: Generation,
-    pub(crate) citations: Vec<Citation>,
+pub struct Generated {
+    /// The generation's events.
+    pub generation: Generation,
+    /// The sources in the prompt.
+    pub citations: Vec<Citation>,
     /// The question and the sources' texts, to find which sources the answer used.
-    pub(crate) cite: Option<Attribution>,
+    pub cite: Option<Attribution>,
     /// Why the rack handed the request to the local model, if it did.
-    pub(crate) fallback: Option<&'static str>,
+    pub fallback: Option<&'static str>,
 }
 
 /// Answers `chat` for the caller admitted with `ticket`, from `history` (see [`history`]).
-pub(crate) async fn answer(
+pub async fn answer(
     cx: &Core<'_>,
     ticket: Ticket,
     history: History,
@@ -165,12 +184,12 @@ pub(crate) async fn answer(
             .map(|(c, v)| (c.doc_id.clone(), v.clone()))
             .collect(),
     });
-    let timings = cx.settings.stage_timings.then(|| ChatTimings {
+    let timings = cx.settings.stage_timings.then(|| Timings {
         retrieval: prepared.retrieval.take(),
         query_rewrite: rewrite_ms,
         sources: prepared.sources_ms,
         prompt: prepared.prompt_ms,
-        ..ChatTimings::default()
+        ..Timings::default()
     });
     if chat.retrieval && prepared.citations.is_empty() {
         abstain(

@@ -98,7 +98,7 @@ pub(crate) async fn open(
 }
 
 /// Closes a receipt when its generation ends.
-pub(crate) struct Closer {
+pub struct Closer {
     pub(crate) acl: Arc<Acl>,
     pub(crate) receipt_id: String,
     pub(crate) request_id: String,
@@ -107,7 +107,7 @@ pub(crate) struct Closer {
 
 impl Closer {
     /// Appends the `completed` entry (on the blocking pool).
-    pub(crate) async fn close(
+    pub async fn close(
         self,
         cited: &[usize],
         cited_by: Option<CitedBy>,

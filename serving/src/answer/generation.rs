@@ -8,8 +8,8 @@ use airlock_inference::generate::{
     EngineCounters, Event as GenEvent, FinishReason, Stream, Usage as GenUsage,
 };
 
+use super::AnswerMetrics;
 use crate::admission::{QueueSlot, Ticket};
-use crate::metrics::Metrics;
 use crate::quota::TokenReservation;
 
 use super::history::TurnRecorder;
@@ -33,7 +33,7 @@ pub(crate) enum Source {
 
 /// One generation in flight: owns the engine stream (dropping it cancels the sequence), the
 /// admission ticket and the timing.
-pub(crate) struct Generation {
+pub struct Generation {
     pub(crate) source: Source,
     /// The alias of the generator producing it (the `backend` label of token metrics).
     pub(crate) backend: String,
@@ -50,22 +50,26 @@ pub(crate) struct Generation {
     pub(crate) prompt_tokens: usize,
     /// Prompt + completion tokens as the engine reported them at the end.
     pub(crate) used: Option<usize>,
-    pub(crate) metrics: Metrics,
-    pub(crate) t0: Instant,
-    pub(crate) submitted: Instant,
-    pub(crate) first_token_at: Option<Instant>,
+    /// What it counts (the route also counts an unsupported answer here).
+    pub metrics: AnswerMetrics,
+    /// When the request arrived.
+    pub t0: Instant,
+    /// When the sequence was submitted to the engine or the rack.
+    pub submitted: Instant,
+    /// When the first token came.
+    pub first_token_at: Option<Instant>,
     pub(crate) tokens: usize,
     pub(crate) finished: bool,
     /// Adds the answer to the thread it was asked in, when it completes.
-    pub(crate) recorder: Option<TurnRecorder>,
+    pub recorder: Option<TurnRecorder>,
     /// Completes the answer's receipt before the answer is acknowledged as complete.
-    pub(crate) receipt: Option<Closer>,
+    pub receipt: Option<Closer>,
 }
 
 impl Generation {
     /// The next event for the client: tokens, preemptions and the end. The engine's admission
     /// event is consumed here (it ends the queue wait).
-    pub(crate) async fn next(&mut self) -> Option<GenEvent> {
+    pub async fn next(&mut self) -> Option<GenEvent> {
         loop {
             let ev = match self.first.take() {
                 Some(ev) => Some(ev),
@@ -90,7 +94,7 @@ impl Generation {
 
     /// When the engine admitted the sequence; the first token's time when the engine's event
     /// was not seen.
-    pub(crate) fn admission_time(&self, first_token: Instant) -> Instant {
+    pub fn admission_time(&self, first_token: Instant) -> Instant {
         self.admitted_at.unwrap_or(first_token)
     }
 
@@ -105,11 +109,14 @@ impl Generation {
                     let admitted = self.admission_time(now);
                     self.metrics.ttft.observe((now - self.t0).as_secs_f64());
                     self.metrics
-                        .observe_stage("first_token", (now - self.submitted).as_secs_f64());
+                        .meter
+                        .stage("first_token", (now - self.submitted).as_secs_f64());
                     self.metrics
-                        .observe_stage("queue_wait", (admitted - self.submitted).as_secs_f64());
+                        .meter
+                        .stage("queue_wait", (admitted - self.submitted).as_secs_f64());
                     self.metrics
-                        .observe_stage("prefill", (now - admitted).as_secs_f64());
+                        .meter
+                        .stage("prefill", (now - admitted).as_secs_f64());
                 }
             }
             Some(GenEvent::Done { usage, .. }) => {
@@ -224,7 +231,7 @@ impl Drop for Generation {
 }
 
 /// The OpenAI `finish_reason` of how a generation ended, or why it failed.
-pub(crate) fn finish_reason(r: &FinishReason, remote: bool) -> Result<&'static str, AnswerError> {
+pub fn finish_reason(r: &FinishReason, remote: bool) -> Result<&'static str, AnswerError> {
     match r {
         FinishReason::Stop => Ok("stop"),
         FinishReason::Length => Ok("length"),
@@ -235,7 +242,8 @@ pub(crate) fn finish_reason(r: &FinishReason, remote: bool) -> Result<&'static s
 }
 
 impl Generation {
-    pub(crate) fn is_remote(&self) -> bool {
+    /// Whether the rack generates it.
+    pub fn is_remote(&self) -> bool {
         matches!(self.source, Source::Remote(_))
     }
 }

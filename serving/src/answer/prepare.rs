@@ -9,9 +9,8 @@ use std::time::Instant;
 use airlock_evidence::receipts::DocRef;
 use airlock_rag::{Ask, Attribution, FollowUps, Purpose, Role, StageTimings, prompt};
 
+use super::{AnswerMetrics, Citation};
 use crate::admission::RungPlan;
-use crate::metrics::Metrics;
-use crate::openai::Citation;
 use crate::services::Services;
 
 use super::target::Target;
@@ -83,7 +82,7 @@ struct Sources {
 /// What [`retrieve`] searches for whom.
 struct Search {
     services: Arc<Services>,
-    metrics: Metrics,
+    metrics: AnswerMetrics,
     user: String,
     request_id: String,
     k: usize,
@@ -170,7 +169,7 @@ fn retrieve(
             follow_ups,
             purpose: Purpose::Chat(s.settings.selection),
         },
-        &s.metrics,
+        s.metrics.meter.as_ref(),
     )?;
     let citations = citations_of(&shown);
     // The versions shown, those of the chunks themselves (a document replaced since the

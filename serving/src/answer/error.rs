@@ -73,7 +73,7 @@ pub enum AnswerError {
 
 impl AnswerError {
     /// Shorthand for an internal fault with its cause.
-    pub(crate) fn internal(cause: impl std::fmt::Display) -> Self {
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
         AnswerError::Internal(cause.to_string())
     }
 }
