@@ -381,7 +381,7 @@ pub struct Config {
 
     /// `[oidc]`: OIDC sign-in (`GET /v1/auth/oidc/login`); TOML only.
     #[arg(skip)]
-    pub oidc: Option<crate::oidc::OidcConfig>,
+    pub oidc: Option<airlock_identity::oidc::OidcConfig>,
 
     /// `[extract]`: the limits every extracted file (PDF, Office, e-mail, CSV, HTML) is read
     /// under, and the budget of the worker process it is read in (memory, CPU, deadline,

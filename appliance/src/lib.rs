@@ -21,7 +21,6 @@ pub mod extraction_child;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod metrics;
-pub mod oidc;
 pub mod openai;
 pub mod roles;
 pub mod routes;

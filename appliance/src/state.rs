@@ -17,7 +17,7 @@ struct Inner {
     admission: Admission,
     services: ArcSwapOption<Services>,
     logins: crate::session::LoginLimiter,
-    oidc: std::sync::OnceLock<Arc<crate::oidc::Oidc>>,
+    oidc: std::sync::OnceLock<Arc<airlock_identity::oidc::Oidc>>,
     indexing: Arc<crate::ingest_queue::Status>,
     approvals: crate::approvals::Approvals,
     connectors: std::sync::OnceLock<Arc<crate::connectors::Connectors>>,
@@ -95,13 +95,13 @@ impl AppState {
     }
 
     /// Installs the discovered OIDC provider (`[oidc]`); a second call changes nothing.
-    pub fn set_oidc(&self, oidc: Arc<crate::oidc::Oidc>) {
+    pub fn set_oidc(&self, oidc: Arc<airlock_identity::oidc::Oidc>) {
         let _ = self.inner.oidc.set(oidc);
     }
 
     /// The OIDC provider when `[oidc]` is configured and discovered (`display_name()` and
     /// `login_url()` are what `GET /v1/auth/methods` reports).
-    pub fn oidc(&self) -> Option<&Arc<crate::oidc::Oidc>> {
+    pub fn oidc(&self) -> Option<&Arc<airlock_identity::oidc::Oidc>> {
         self.inner.oidc.get()
     }
 

@@ -8,7 +8,7 @@
 //!   the libraries return their own errors and know nothing of routes or status codes;
 //! - the hyper client stack (hyper, hyper-util, http-body-util) is named by [`HTTP_CRATES`] and
 //!   by [`EGRESS_CRATES`] only: `airlock-platform` holds the one egress HTTP client
-//!   (`platform::egress`, to the bank's inference rack and, later, its OpenID provider) behind
+//!   (`platform::egress`, to the bank's inference rack and its OpenID provider) behind
 //!   its own request and response types over the plain `http` types and `bytes`, so its users
 //!   (`airlock-serving`'s remote generators) name neither hyper nor axum. The `http` crate's
 //!   types are not a stack and are allowed anywhere;

@@ -17,6 +17,8 @@ use hyper_util::rt::TokioIo;
 
 use crate::tls::TlsConnector;
 
+pub mod whole;
+
 /// One server's endpoint, from its base URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {

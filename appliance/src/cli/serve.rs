@@ -66,12 +66,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
 /// before the egress lockdown); a provider that cannot be discovered stops the start.
 pub(crate) fn discover_oidc(
     config: &Config,
-) -> anyhow::Result<Option<std::sync::Arc<crate::oidc::Oidc>>> {
+) -> anyhow::Result<Option<std::sync::Arc<airlock_identity::oidc::Oidc>>> {
     let Some(cfg) = config.oidc.clone() else {
         return Ok(None);
     };
     let issuer = cfg.issuer.clone();
-    let oidc = crate::oidc::Oidc::discover_blocking(cfg)
+    let oidc = airlock_identity::oidc::Oidc::discover_blocking(cfg)
         .with_context(|| format!("refusing to start: OIDC discovery at {issuer} failed"))?;
     Ok(Some(std::sync::Arc::new(oidc)))
 }
@@ -80,7 +80,10 @@ pub(crate) fn discover_oidc(
 /// talks to"): the rack's replicas ([`rack_ports`]), the `[ldap]` directory's, the OIDC
 /// provider's issuer, token and JWKS endpoints, and each `[[connectors]]` source's file server
 /// and domain controller.
-pub(crate) fn egress_ports(config: &Config, oidc: Option<&crate::oidc::Oidc>) -> Vec<u16> {
+pub(crate) fn egress_ports(
+    config: &Config,
+    oidc: Option<&airlock_identity::oidc::Oidc>,
+) -> Vec<u16> {
     let mut ports = rack_ports(config);
     ports.extend(
         config
@@ -191,7 +194,7 @@ pub fn start_connectors(state: &AppState, data_dir: &std::path::Path) -> anyhow:
 
 async fn serve(
     config: Config,
-    oidc: Option<std::sync::Arc<crate::oidc::Oidc>>,
+    oidc: Option<std::sync::Arc<airlock_identity::oidc::Oidc>>,
 ) -> anyhow::Result<()> {
     let addr = config.addr();
     let grace = config.shutdown_grace();

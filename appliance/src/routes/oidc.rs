@@ -2,7 +2,7 @@
 //! `GET /v1/auth/oidc/callback` takes it back and opens the same session as a directory sign-in
 //! (`crate::routes::auth::login`): the user's groups from the ID token become their
 //! memberships (a one-user directory sync), then `airlock_session` and a CSRF token. See
-//! `crate::oidc` for the checks.
+//! `airlock_identity::oidc` for the checks.
 
 use std::net::SocketAddr;
 
@@ -12,10 +12,10 @@ use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
 use crate::extract::RequestId;
-use crate::oidc::{CallbackParams, OidcError, PRE_LOGIN_COOKIE, PRE_LOGIN_TTL};
 use crate::routes::auth::{Owned, audit_as, open_external_session};
 use crate::session;
 use crate::state::AppState;
+use airlock_identity::oidc::{CallbackParams, OidcError, PRE_LOGIN_COOKIE, PRE_LOGIN_TTL};
 
 /// The audit actor of OIDC sign-ins (the membership change, as `ldap-login` for the directory).
 pub const LOGIN_ACTOR: &str = "oidc-login";
@@ -47,7 +47,7 @@ fn api_error(e: OidcError) -> ApiError {
     }
 }
 
-fn provider(state: &AppState) -> Result<std::sync::Arc<crate::oidc::Oidc>, ApiError> {
+fn provider(state: &AppState) -> Result<std::sync::Arc<airlock_identity::oidc::Oidc>, ApiError> {
     if state.config().oidc.is_none() {
         return Err(ApiError::NotFound(
             "OIDC sign-in is not configured ([oidc])".into(),
@@ -65,8 +65,8 @@ fn client_of(peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>) -> Option<s
 
 /// `GET /v1/auth/oidc/login` → 302 to the provider's authorization endpoint, with the
 /// pre-login cookie naming the server-side state, nonce and PKCE verifier. Sign-ins in
-/// progress are bounded per client address (`crate::oidc::MAX_PENDING_PER_CLIENT`, the oldest
-/// of that address forgotten first) and in all.
+/// progress are bounded per client address (`airlock_identity::oidc::MAX_PENDING_PER_CLIENT`,
+/// the oldest of that address forgotten first) and in all.
 pub async fn login(
     State(state): State<AppState>,
     peer: Option<axum::Extension<ConnectInfo<SocketAddr>>>,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use airlock::Config;
-use airlock::oidc::{Oidc, OidcConfig};
+use airlock_identity::oidc::{Oidc, OidcConfig};
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
@@ -741,7 +741,7 @@ async fn oidc_refusals_change_nothing() {
     let other_authorize = format!(
         "{}/auth?response_type=code&client_id=other-app&redirect_uri={}&scope=openid%20profile%20groups&state=s&nonce=other-nonce&code_challenge={challenge}&code_challenge_method=S256",
         p.issuer,
-        airlock::oidc::http::encode(&other.redirect)
+        airlock_platform::egress::whole::encode(&other.redirect)
     );
     let redirect = Browser::new().sign_in(&other_authorize, "alice", &other.redirect);
     let code = query_param(&redirect, "code").unwrap();
@@ -1110,7 +1110,10 @@ async fn a_flood_of_started_sign_ins_does_not_lock_others_out() {
         assert_eq!(r.status, StatusCode::FOUND, "request {i}: {}", r.text);
     }
     let oidc = t.state.oidc().unwrap().clone();
-    assert_eq!(oidc.pending_len(), airlock::oidc::MAX_PENDING_PER_CLIENT);
+    assert_eq!(
+        oidc.pending_len(),
+        airlock_identity::oidc::MAX_PENDING_PER_CLIENT
+    );
     // An IPv6 client is one client per /64.
     for i in 0..100 {
         let ip = format!("[2001:db8:1:2::{:x}]", i + 1);
@@ -1118,7 +1121,7 @@ async fn a_flood_of_started_sign_ins_does_not_lock_others_out() {
     }
     assert_eq!(
         oidc.pending_len(),
-        2 * airlock::oidc::MAX_PENDING_PER_CLIENT
+        2 * airlock_identity::oidc::MAX_PENDING_PER_CLIENT
     );
     // A real sign-in (another client) goes through.
     session_of(&sign_in(&t, "alice").await);

@@ -1,6 +1,7 @@
 //! OIDC sign-in (authorization code + PKCE S256): the `[oidc]` configuration, discovery and
 //! JWKS from the issuer, the pre-login state kept server-side, and the ID-token checks behind
-//! `GET /v1/auth/oidc/login` and `GET /v1/auth/oidc/callback` (`crate::routes::oidc`).
+//! `GET /v1/auth/oidc/login` and `GET /v1/auth/oidc/callback` (the binary's routes). Its calls
+//! to the provider go through the platform's egress client (`airlock_platform::egress::whole`).
 //!
 //! Not the `openidconnect` crate: without default features it still adds 74 crates to the
 //! lock file, 15 of them second versions of crates already linked (digest, sha2, rand,
@@ -12,16 +13,13 @@
 //! (the token and JWKS endpoints' ports join its allowlist); the JWKS is fetched again when a
 //! token names an unknown `kid`, at most once per [`JWKS_REFETCH_EVERY`].
 
-pub mod http;
-pub use airlock_identity::jwt;
-
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use axum::http::{HeaderValue, Method, header};
+use ::http::{HeaderValue, Method, header};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use parking_lot::{Mutex, RwLock};
@@ -29,8 +27,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use http::{Call, Dns, Target};
-use jwt::Jwk;
+use airlock_platform::egress::whole::{self as http, Call, Dns, Target};
+
+use crate::jwt::{self, Jwk};
 
 /// The route that starts a sign-in (what the UI links to).
 pub const LOGIN_PATH: &str = "/v1/auth/oidc/login";

@@ -1,5 +1,6 @@
-//! The OIDC client's HTTP: one request per connection over hyper's client connection (the
-//! hyper the rack client already uses), TLS with rustls trusting only `[oidc] ca_file`.
+//! One request whose whole answer is read (the identity provider's discovery, JWKS and token
+//! calls): one request per connection over hyper's client connection, extra headers and a form
+//! body, TLS with rustls trusting only the configured CA file (`[oidc] ca_file`).
 //!
 //! Name resolution: [`Dns::Inline`] resolves on the calling thread (`getaddrinfo`), for the
 //! discovery that runs before the egress lockdown while the process must stay single-threaded;
@@ -9,8 +10,8 @@ use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Bytes;
-use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
 
@@ -120,7 +121,7 @@ pub struct Answer {
     pub body: Vec<u8>,
 }
 
-/// A request to the identity provider.
+/// A request whose whole answer is read.
 pub struct Call<'a> {
     /// `GET` or `POST`.
     pub method: Method,
