@@ -51,9 +51,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use airlock::admission::MAX_RUNG;
-use airlock::remote::{BackendLabel, FallbackLabel, RemoteGenerator};
 use airlock::{AppState, Config};
+use airlock_serving::admission::MAX_RUNG;
+use airlock_serving::remote::{BackendLabel, FallbackLabel, RemoteGenerator};
 use serde_json::{Value, json};
 
 #[path = "support/bank.rs"]

@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use airlock::models::EmbedAdapter;
 use airlock_acl::{Acl, AllowSet};
 use airlock_inference::{Embedder, EmbedderConfig, EmbedderFiles};
 use airlock_retrieval::ingest::parse_jsonl;
 use airlock_retrieval::{Embed, ModelError, Retrieval, RetrievalConfig, SearchMode, SearchRequest};
+use airlock_serving::models::EmbedAdapter;
 use anyhow::{Context, Result};
 use serde_json::Value;
 

@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use airlock::extraction::{ChildExtractor, ChildProgram, ExtractBudget, Extractor};
 use airlock_retrieval::ingest::{ExtractLimits, SourceFormat, parse_document_with};
+use airlock_serving::extraction::{ChildExtractor, ChildProgram, ExtractBudget, Extractor};
 
 const MAX_BYTES: usize = 8 << 20;
 

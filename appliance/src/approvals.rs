@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 
-use crate::caller::Caller;
 use crate::error::ApiError;
+use airlock_identity::caller::Caller;
 
 /// The header that presents an approval.
 pub const APPROVAL_HEADER: HeaderName = HeaderName::from_static("x-airlock-approval");

@@ -17,7 +17,7 @@ use crate::state::AppState;
 /// Header the SSO proxy uses to prove itself in trusted-header mode.
 pub const PROXY_SECRET_HEADER: HeaderName = HeaderName::from_static("x-airlock-proxy-secret");
 
-pub use crate::caller::Caller;
+pub use airlock_identity::caller::Caller;
 
 /// An authenticated caller that [`crate::roles::enforce`] let through to a role-gated route (its
 /// role, and its client certificate when `tls.client_ca` is set, were checked there). Refuses
@@ -100,7 +100,7 @@ impl FromRequestParts<AppState> for Caller {
 fn session_caller(
     parts: &Parts,
     state: &AppState,
-    services: &std::sync::Arc<crate::services::Services>,
+    services: &std::sync::Arc<airlock_serving::services::Services>,
     secret: &str,
 ) -> Result<Option<Caller>, ApiError> {
     let idle = state.config().sessions().idle();

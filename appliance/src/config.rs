@@ -377,7 +377,7 @@ pub struct Config {
 
     /// `[ldap]`: directory sign-in (`POST /v1/auth/login`) and membership sync; TOML only.
     #[arg(skip)]
-    pub ldap: Option<crate::ldap::LdapConfig>,
+    pub ldap: Option<airlock_identity::ldap::LdapConfig>,
 
     /// `[oidc]`: OIDC sign-in (`GET /v1/auth/oidc/login`); TOML only.
     #[arg(skip)]
@@ -388,7 +388,7 @@ pub struct Config {
     /// workers at once), in the API and in `airlock ingest`; absent fields keep their defaults
     /// (docs/operations/ingest.md, "Extraction limits"); TOML only.
     #[arg(skip)]
-    pub extract: Option<crate::extraction::ExtractConfig>,
+    pub extract: Option<airlock_serving::extraction::ExtractConfig>,
 
     /// `[sessions]`: sign-in session lifetimes; TOML only.
     #[arg(skip)]
@@ -411,7 +411,7 @@ pub struct Config {
     /// Generators on the bank's inference rack (`[[remote_generators]]`, TOML only; see
     /// docs/operations/rack.md).
     #[arg(skip)]
-    pub remote_generators: Vec<crate::remote::RemoteGeneratorConfig>,
+    pub remote_generators: Vec<airlock_serving::remote::RemoteGeneratorConfig>,
 
     /// Sources synced with their permissions (`[[connectors]]`, TOML only; see
     /// docs/operations/connectors.md).
@@ -770,7 +770,7 @@ impl Config {
                 ));
             }
         }
-        crate::remote::config::check_all(&self.remote_generators)
+        airlock_serving::remote::config::check_all(&self.remote_generators)
             .map_err(|(field, reason)| invalid(field, reason))?;
         crate::connectors::config::check_all(&self.connectors)
             .map_err(|(field, reason)| invalid(field, reason))?;
@@ -848,16 +848,18 @@ impl Config {
     }
 
     /// The extraction workers' budget (`[extract]`, defaults when absent).
-    pub fn extract_budget(&self) -> crate::extraction::ExtractBudget {
+    pub fn extract_budget(&self) -> airlock_serving::extraction::ExtractBudget {
         self.extract.clone().unwrap_or_default().budget
     }
 
     /// The extractor of files from outside: budgeted worker processes running this binary.
-    pub fn extractor(&self) -> crate::extraction::Extractor {
-        crate::extraction::Extractor::Child(crate::extraction::ChildExtractor::new(
-            crate::extraction::ChildProgram::this_binary(self.require_sandbox()),
-            self.extract_budget(),
-        ))
+    pub fn extractor(&self) -> airlock_serving::extraction::Extractor {
+        airlock_serving::extraction::Extractor::Child(
+            airlock_serving::extraction::ChildExtractor::new(
+                airlock_serving::extraction::ChildProgram::this_binary(self.require_sandbox()),
+                self.extract_budget(),
+            ),
+        )
     }
 
     /// The `[sessions]` lifetimes (defaults when absent).
@@ -1293,7 +1295,7 @@ mod tests {
         );
         assert_eq!(
             Config::default().extract_budget(),
-            crate::extraction::ExtractBudget::default()
+            airlock_serving::extraction::ExtractBudget::default()
         );
         assert!(Config::from_toml("[extract]\ndeadline_sec = 1\n", p).is_err());
         let e = Config::from_toml("[extract]\nmax_concurrent = 0\n", p)

@@ -39,7 +39,7 @@ pub fn run_child(args: ChildArgs) -> anyhow::Result<bool> {
         "`airlock extract` is internal: it runs as `--child` only"
     );
     limit_self(args.max_memory_mib)?;
-    let report = crate::sandbox::lock_down_worker(args.require_sandbox)?;
+    let report = airlock_platform::sandbox::lock_down_worker(args.require_sandbox)?;
     std::panic::set_hook(Box::new(|info| {
         let at = info
             .location()

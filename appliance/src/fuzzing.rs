@@ -118,7 +118,7 @@ pub fn chat_body(data: &[u8]) {
 /// parsed. Invariants: each event ends inside the buffer and after its start; a parsed chunk's
 /// text piece is never empty; nothing panics on any byte string (the rack is outside data).
 pub fn rack_stream(data: &[u8]) {
-    use crate::remote::stream::{Parsed, event_end, parse_event};
+    use airlock_serving::remote::stream::{Parsed, event_end, parse_event};
     let mut rest = data;
     while let Some(end) = event_end(rest) {
         assert!(
@@ -139,7 +139,7 @@ pub fn rack_stream(data: &[u8]) {
 /// Invariants: no panic on any bytes; a load read is never negative or NaN; the same bytes give
 /// the same load, also with a comment line appended.
 pub fn rack_metrics(data: &[u8]) {
-    use crate::remote::engine_metrics::{EngineKind, parse};
+    use airlock_serving::remote::engine_metrics::{EngineKind, parse};
     for kind in [EngineKind::Vllm, EngineKind::LlamaCpp] {
         for model in ["smollm2-upstream", ""] {
             let load = parse(data, kind, model);

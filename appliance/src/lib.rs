@@ -32,18 +32,8 @@ pub mod startup;
 pub mod state;
 pub mod tls;
 
-// Moved to `airlock-platform` and `airlock-identity` (issue 44); re-exported while callers move.
-// (`airlock-evidence` is named by its callers directly.)
-pub use airlock_identity::{caller, ldap};
-pub use airlock_platform::{data_lock, notify, paths, sandbox};
-// Moved to `airlock-serving` (issue 44); re-exported while callers move.
-pub use airlock_serving::{
-    admission, extraction, generator, ingest_queue, ladder, models, quota, rack_metrics, remote,
-    services,
-};
-
+pub use airlock_serving::services::Services;
 pub use config::Config;
 pub use error::ApiError;
 pub use routes::app;
-pub use services::Services;
 pub use state::AppState;

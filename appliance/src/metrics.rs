@@ -150,7 +150,7 @@ pub struct Metrics {
     /// `airlock_connections_refused_total{limit}`: connections refused at a connection limit.
     pub connections_refused: Family<LimitLabel, Counter>,
     /// The inference rack's metrics (remote generators, tokens by backend, fallbacks).
-    pub rack: crate::rack_metrics::RackMetrics,
+    pub rack: airlock_serving::rack_metrics::RackMetrics,
     /// The connectors' metrics (`[[connectors]]`: syncs, failures, items by change kind).
     pub connectors: crate::connector_metrics::ConnectorMetrics,
     /// The last [`RECENT_SHEDS`] sheds (Unix seconds, priority), oldest first: the operator
@@ -234,7 +234,7 @@ impl Metrics {
             feedback_total: Family::default(),
             connections_open: Gauge::default(),
             connections_refused: Family::default(),
-            rack: crate::rack_metrics::RackMetrics::new(),
+            rack: airlock_serving::rack_metrics::RackMetrics::new(),
             connectors: crate::connector_metrics::ConnectorMetrics::default(),
         };
         m.rack.register(&mut r);

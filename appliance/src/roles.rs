@@ -27,10 +27,10 @@ use axum::http::request::Parts;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::caller::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::tls::client_cert_verified;
+use airlock_identity::caller::Caller;
 
 pub use airlock_identity::roles::{Access, ROUTES, refusal};
 

@@ -19,9 +19,9 @@ use airlock_retrieval::{Retrieval, RetrievalConfig};
 use airlock_signing::Keyring;
 
 use crate::config::Config;
-use crate::generator::Generator;
-use crate::models::{EmbedAdapter, RerankAdapter};
-use crate::services::{ModelCard, Services};
+use airlock_serving::generator::Generator;
+use airlock_serving::models::{EmbedAdapter, RerankAdapter};
+use airlock_serving::services::{ModelCard, Services};
 
 /// Why the daemon refuses to start.
 #[derive(Debug, thiserror::Error)]
@@ -112,7 +112,7 @@ pub enum StartupError {
     Feedback(Box<FeedbackError>),
     /// A `[[remote_generators]]` upstream is unreachable or does not serve its model.
     #[error("{0}")]
-    Remote(Box<crate::remote::ConnectError>),
+    Remote(Box<airlock_serving::remote::ConnectError>),
 }
 
 impl StartupError {
@@ -525,16 +525,16 @@ pub fn open(config: &Config) -> Result<Services, StartupError> {
 /// Called on a blocking thread of the daemon's runtime (or with none: a runtime of its own).
 pub fn connect_remotes(
     config: &Config,
-) -> Result<Vec<Arc<crate::remote::RemoteGenerator>>, StartupError> {
+) -> Result<Vec<Arc<airlock_serving::remote::RemoteGenerator>>, StartupError> {
     if config.remote_generators.is_empty() {
         return Ok(Vec::new());
     }
     let all = async {
         let mut out = Vec::new();
         for r in &config.remote_generators {
-            out.push(crate::remote::RemoteGenerator::connect(r.clone()).await?);
+            out.push(airlock_serving::remote::RemoteGenerator::connect(r.clone()).await?);
         }
-        Ok::<_, crate::remote::ConnectError>(out)
+        Ok::<_, airlock_serving::remote::ConnectError>(out)
     };
     let connected = match tokio::runtime::Handle::try_current() {
         Ok(h) => h.block_on(all),
@@ -542,7 +542,7 @@ pub fn connect_remotes(
             .enable_all()
             .build()
             .map_err(|e| {
-                StartupError::Remote(Box::new(crate::remote::ConnectError {
+                StartupError::Remote(Box::new(airlock_serving::remote::ConnectError {
                     alias: String::new(),
                     reason: format!("starting a runtime: {e}"),
                 }))

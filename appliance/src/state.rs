@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 
-use crate::admission::Admission;
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use crate::services::Services;
+use airlock_serving::admission::Admission;
+use airlock_serving::services::Services;
 
 struct Inner {
     config: Config,
@@ -18,7 +18,7 @@ struct Inner {
     services: ArcSwapOption<Services>,
     logins: crate::session::LoginLimiter,
     oidc: std::sync::OnceLock<Arc<airlock_identity::oidc::Oidc>>,
-    indexing: Arc<crate::ingest_queue::Status>,
+    indexing: Arc<airlock_serving::ingest_queue::Status>,
     approvals: crate::approvals::Approvals,
     connectors: std::sync::OnceLock<Arc<crate::connectors::Connectors>>,
 }
@@ -130,8 +130,8 @@ impl AppState {
         self.inner.connectors.get()
     }
 
-    /// The background ingest worker's progress (crate::ingest_queue).
-    pub fn indexing(&self) -> &Arc<crate::ingest_queue::Status> {
+    /// The background ingest worker's progress (airlock_serving::ingest_queue).
+    pub fn indexing(&self) -> &Arc<airlock_serving::ingest_queue::Status> {
         &self.inner.indexing
     }
 }

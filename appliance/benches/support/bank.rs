@@ -10,12 +10,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use airlock::Services;
-use airlock::generator::Generator;
-use airlock::services::ModelCard;
 use airlock_acl::{Acl, NewUser, Role};
 use airlock_inference::generate::EngineConfig;
 use airlock_inference::{Catalogue, Embedder, EmbedderConfig, EmbedderFiles};
 use airlock_retrieval::{DocumentInput, Retrieval, RetrievalConfig};
+use airlock_serving::generator::Generator;
+use airlock_serving::services::ModelCard;
 use serde_json::Value;
 
 /// An integer from the environment, or `default`.
@@ -89,7 +89,7 @@ impl Bank {
                 &db,
                 &tmp.path().join("index"),
                 RetrievalConfig::default(),
-                Arc::new(airlock::models::EmbedAdapter(embedder.clone())),
+                Arc::new(airlock_serving::models::EmbedAdapter(embedder.clone())),
                 None,
             )
             .unwrap(),

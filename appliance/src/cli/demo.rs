@@ -2,7 +2,7 @@
 //! bundle built from the staged models and installed, the demo's permissions, three generated
 //! files (PDF, XLSX, DOCX), demo users with tokens in `DIR/demo/tokens.json`, the sample corpora
 //! queued in `DIR/ingest-queue/`, then `airlock serve`, which serves at once and ingests the
-//! queued corpora in the background (crate::ingest_queue; progress in the web UI's footer).
+//! queued corpora in the background (airlock_serving::ingest_queue; progress in the web UI's footer).
 //! With `--setup-only` nothing serves, so the queued corpora are ingested before it exits.
 //!
 //! The corpus: the sample datasets (bank-dev and Cranfield, `--sample-data`) when that folder
@@ -135,7 +135,7 @@ pub fn run(args: DemoArgs) -> anyhow::Result<bool> {
         step(&format!("reusing {}", tokens_path.display()));
     }
 
-    let queued = crate::ingest_queue::pending(&data)?;
+    let queued = airlock_serving::ingest_queue::pending(&data)?;
     if args.setup_only {
         // Nothing will serve: ingest the queued corpora here, now.
         if !queued.is_empty() {
@@ -352,11 +352,11 @@ fn load_sample_files(services: &crate::Services, dir: &Path, group: &str) -> any
 /// beneath `data` (and `/dev/null`), no outbound TCP. Not enforced: a warning, or with
 /// `require_sandbox` a refusal, as for `airlock serve`.
 fn lock_down_setup(data: &Path, rack_ports: &[u16], require: bool) -> anyhow::Result<()> {
-    if let Some(threads) = crate::sandbox::process_threads()
+    if let Some(threads) = airlock_platform::sandbox::process_threads()
         && threads > 1
     {
         return Err(anyhow::Error::new(
-            crate::sandbox::SandboxError::NotSingleThreaded { threads },
+            airlock_platform::sandbox::SandboxError::NotSingleThreaded { threads },
         ))
         .context("refusing to start the demo");
     }
@@ -365,7 +365,7 @@ fn lock_down_setup(data: &Path, rack_ports: &[u16], require: bool) -> anyhow::Re
     if dev_null.exists() {
         writable.push(dev_null);
     }
-    match crate::sandbox::lock_down_allowing(&writable, rack_ports, require) {
+    match airlock_platform::sandbox::lock_down_allowing(&writable, rack_ports, require) {
         Ok(r) if r.fully_enforced() => {
             tracing::info!(landlock = %r.detail, "demo set-up locked down (no outbound TCP, writes beneath the data directory only)");
             Ok(())
@@ -465,10 +465,10 @@ fn sample_corpus(dir: &Path, name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-/// Queues bank-dev and Cranfield in `DATA/ingest-queue/` (crate::ingest_queue).
+/// Queues bank-dev and Cranfield in `DATA/ingest-queue/` (airlock_serving::ingest_queue).
 fn queue_sample_corpora(data: &Path, dir: &Path) -> anyhow::Result<()> {
     for name in SAMPLE_CORPORA {
-        let job = crate::ingest_queue::enqueue(data, name, &sample_corpus(dir, name)?)?;
+        let job = airlock_serving::ingest_queue::enqueue(data, name, &sample_corpus(dir, name)?)?;
         step(&format!(
             "queued {name} for ingest ({})",
             job.path.display()
@@ -482,7 +482,7 @@ fn queue_sample_corpora(data: &Path, dir: &Path) -> anyhow::Result<()> {
 fn queue_repo_corpus(data: &Path, sets: &[PathBuf]) -> anyhow::Result<()> {
     for set in sets {
         let name = set_name(set)?;
-        let job = crate::ingest_queue::enqueue_folder(data, &name, &set.join("docs"))?;
+        let job = airlock_serving::ingest_queue::enqueue_folder(data, &name, &set.join("docs"))?;
         step(&format!(
             "queued {name} for ingest ({})",
             job.path.display()
@@ -509,7 +509,7 @@ fn set_name(set: &Path) -> anyhow::Result<String> {
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .with_context(|| format!("{}: no folder name", set.display()))?;
-    crate::ingest_queue::check_name(&name)?;
+    airlock_serving::ingest_queue::check_name(&name)?;
     Ok(name)
 }
 
@@ -586,26 +586,27 @@ fn ingest_queued_now(
     data: &Path,
     config: &Config,
 ) -> anyhow::Result<()> {
-    let status = crate::ingest_queue::Status::default();
+    let status = airlock_serving::ingest_queue::Status::default();
     let folders = super::ingest_dir::folder_ingest(config);
     let mut current: Option<(String, ProgressBar)> = None;
-    let done = crate::ingest_queue::drain(services, data, &status, &*folders, &mut |job, s| {
-        if current.as_ref().map(|(n, _)| n.as_str()) != Some(job.name.as_str()) {
-            if let Some((_, pb)) = current.take() {
-                pb.finish_and_clear();
+    let done =
+        airlock_serving::ingest_queue::drain(services, data, &status, &*folders, &mut |job, s| {
+            if current.as_ref().map(|(n, _)| n.as_str()) != Some(job.name.as_str()) {
+                if let Some((_, pb)) = current.take() {
+                    pb.finish_and_clear();
+                }
+                step(&format!(
+                    "ingesting {}: {} documents",
+                    job.name, s.docs_total
+                ));
+                current = Some((job.name.clone(), bar(s.docs_total as u64, "documents")));
             }
-            step(&format!(
-                "ingesting {}: {} documents",
-                job.name, s.docs_total
-            ));
-            current = Some((job.name.clone(), bar(s.docs_total as u64, "documents")));
-        }
-        if let Some((_, pb)) = &current {
-            pb.set_length(s.docs_total as u64);
-            pb.set_position(s.docs_done as u64);
-            pb.set_message(format!("{:.0} chunks/s", s.chunks_per_s));
-        }
-    })?;
+            if let Some((_, pb)) = &current {
+                pb.set_length(s.docs_total as u64);
+                pb.set_position(s.docs_done as u64);
+                pb.set_message(format!("{:.0} chunks/s", s.chunks_per_s));
+            }
+        })?;
     if let Some((_, pb)) = current.take() {
         pb.finish_and_clear();
     }

@@ -638,7 +638,7 @@ fn copy_state(from: &Path, to: &Path) -> anyhow::Result<()> {
         );
     }
     // A corpus still queued for the background ingest would make the copy a partial corpus.
-    let queued = crate::ingest_queue::pending(from)?;
+    let queued = airlock_serving::ingest_queue::pending(from)?;
     if !queued.is_empty() {
         let names: Vec<&str> = queued.iter().map(|j| j.name.as_str()).collect();
         bail!(
@@ -646,7 +646,7 @@ fn copy_state(from: &Path, to: &Path) -> anyhow::Result<()> {
             from.display(),
             queued.len(),
             names.join(", "),
-            crate::ingest_queue::queue_dir(from).display()
+            airlock_serving::ingest_queue::queue_dir(from).display()
         );
     }
     for name in airlock_platform::paths::SQLITE_FILES {
@@ -713,7 +713,7 @@ impl OwnedDaemon {
             ladder: Some(false),
             // The runner's batch-priority requests must not be shed at a pinned rung 3 or 4
             // (rung 5 sheds everything anyway).
-            batch_shed_rung: Some(crate::ladder::MAX_RUNG),
+            batch_shed_rung: Some(airlock_serving::ladder::MAX_RUNG),
             user_requests_per_minute: Some(0),
             user_tokens_per_minute: Some(0),
             admin_requests_per_minute: Some(0),
@@ -995,7 +995,7 @@ mod tests {
         // A corpus still queued for ingest: refused, nothing copied.
         let corpus = tmp.path().join("c.jsonl");
         std::fs::write(&corpus, b"{}\n").unwrap();
-        let job = crate::ingest_queue::enqueue(&from, "bank-dev", &corpus).unwrap();
+        let job = airlock_serving::ingest_queue::enqueue(&from, "bank-dev", &corpus).unwrap();
         let e = copy_state(&from, &to).unwrap_err().to_string();
         assert!(e.contains("corpora queued for ingest (bank-dev"), "{e}");
         assert!(!to.join("airlock.db").exists());

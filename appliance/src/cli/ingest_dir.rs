@@ -25,7 +25,7 @@ use serde::Serialize;
 
 use super::ingest::{AckFile, IngestArgs, failpoint};
 use crate::config::Config;
-use crate::extraction::{ExtractFailure, Extractor};
+use airlock_serving::extraction::{ExtractFailure, Extractor};
 
 /// A batch is written once its files hold this many bytes, whatever `--batch` says, so memory
 /// stays bounded by about this much plus one file.
@@ -441,7 +441,7 @@ fn folder_totals(dir: &Path) -> anyhow::Result<(u64, u64)> {
     Ok((files, bytes))
 }
 
-/// Ingests a folder job of the ingest queue (crate::ingest_queue): this folder ingest, as
+/// Ingests a folder job of the ingest queue (airlock_serving::ingest_queue): this folder ingest, as
 /// `airlock ingest DIR` runs it (grants from the folder's `.acl.jsonl` in each document's own
 /// transaction, files extracted by `services.extractor`, a file stored with the same SHA-256
 /// skipped), over the daemon's own stores, without bar or progress lines: progress goes to
@@ -451,13 +451,13 @@ pub(crate) fn queue_folder(
     dir: &Path,
     limits: ExtractLimits,
     glob_case: GlobCase,
-    observe: &mut dyn FnMut(&crate::ingest_queue::FolderProgress),
-) -> anyhow::Result<crate::ingest_queue::FolderReport> {
+    observe: &mut dyn FnMut(&airlock_serving::ingest_queue::FolderProgress),
+) -> anyhow::Result<airlock_serving::ingest_queue::FolderReport> {
     let sidecar = read_sidecar(dir)?;
     let (files_total, bytes_total) = folder_totals(dir)?;
     let files_total = usize::try_from(files_total).unwrap_or(usize::MAX);
     let mut tell = |r: &Report| {
-        observe(&crate::ingest_queue::FolderProgress {
+        observe(&airlock_serving::ingest_queue::FolderProgress {
             files_total,
             files_done: usize::try_from(r.files).unwrap_or(usize::MAX),
             refused: usize::try_from(r.refused).unwrap_or(usize::MAX),
@@ -465,7 +465,7 @@ pub(crate) fn queue_folder(
         })
     };
     let mut run = Run {
-        batch: crate::ingest_queue::BATCH,
+        batch: airlock_serving::ingest_queue::BATCH,
         actor: QUEUE_ACTOR,
         retrieval: &services.retrieval,
         acl: Some(services.acl.clone()),
@@ -488,8 +488,8 @@ pub(crate) fn queue_folder(
     run.folder(dir, sidecar.as_ref())?;
     run.flush(dir)?;
     let r = std::mem::take(&mut run.report);
-    let report = crate::ingest_queue::FolderReport {
-        outcome: crate::ingest_queue::JobOutcome {
+    let report = airlock_serving::ingest_queue::FolderReport {
+        outcome: airlock_serving::ingest_queue::JobOutcome {
             stored: usize::try_from(r.stored + r.unchanged + r.skipped).unwrap_or(usize::MAX),
             refused: usize::try_from(r.refused).unwrap_or(usize::MAX),
             chunks: usize::try_from(r.chunks).unwrap_or(usize::MAX),
@@ -505,12 +505,14 @@ pub(crate) fn queue_folder(
 
 /// The ingest queue's runner of folder jobs ([`queue_folder`] with `config`'s `[extract]`
 /// limits and `sidecar_glob_case`).
-pub(crate) fn folder_ingest(config: &Config) -> std::sync::Arc<crate::ingest_queue::FolderIngest> {
+pub(crate) fn folder_ingest(
+    config: &Config,
+) -> std::sync::Arc<airlock_serving::ingest_queue::FolderIngest> {
     let (limits, glob_case) = (config.extract_limits(), config.sidecar_glob_case());
     std::sync::Arc::new(
         move |services: &crate::Services,
               dir: &Path,
-              observe: &mut dyn FnMut(&crate::ingest_queue::FolderProgress)| {
+              observe: &mut dyn FnMut(&airlock_serving::ingest_queue::FolderProgress)| {
             queue_folder(services, dir, limits.clone(), glob_case, observe)
         },
     )

@@ -115,7 +115,7 @@ pub fn main() -> ExitCode {
 
 /// A command that writes what a serving daemon holds (users, tokens, sessions, grants,
 /// documents, indexes, conversations): its data directory, what to use instead while the
-/// daemon serves it, and whether it may create the lock file (`crate::data_lock`).
+/// daemon serves it, and whether it may create the lock file (`airlock_platform::data_lock`).
 ///
 /// Every other command only reads the data directory (`user tokens list`, `audit`, `backup`,
 /// `receipt`), writes what the daemon reads only at start (`install`, `rollback`, `keyring`:
@@ -179,9 +179,9 @@ pub fn writer(cmd: &Command) -> Option<(&std::path::Path, &'static str, bool)> {
 pub fn run(cli: Cli) -> anyhow::Result<bool> {
     // One writer per data directory: refused at once while a daemon serves it.
     let _lock = match writer(&cli.command) {
-        Some((data, instead, create)) => {
-            Some(crate::data_lock::DataLock::write(data, instead, create)?)
-        }
+        Some((data, instead, create)) => Some(airlock_platform::data_lock::DataLock::write(
+            data, instead, create,
+        )?),
         None => None,
     };
     match cli.command {

@@ -39,8 +39,8 @@ pub fn init_tracing(json: bool) {
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let config = args.config.load()?;
     init_tracing(config.json_logs());
-    // One writer per data directory (crate::data_lock), held until the process ends.
-    let _lock = crate::data_lock::DataLock::serve(&config.data_dir())?;
+    // One writer per data directory (airlock_platform::data_lock), held until the process ends.
+    let _lock = airlock_platform::data_lock::DataLock::serve(&config.data_dir())?;
     // The SIEM file must be writable before anything else happens (it is attached to the
     // audit log once the ACL is open).
     if let Some(sink) = &config.audit_sink {
@@ -89,7 +89,7 @@ pub(crate) fn egress_ports(
         config
             .ldap
             .as_ref()
-            .and_then(crate::ldap::LdapConfig::endpoint)
+            .and_then(airlock_identity::ldap::LdapConfig::endpoint)
             .map(|(_, port)| port),
     );
     if let Some(o) = oidc {
@@ -131,7 +131,7 @@ fn lock_down_with(config: &Config, ports: &[u16]) -> anyhow::Result<()> {
             }
         });
     let also: Vec<&std::path::Path> = sink_dir.iter().map(std::path::PathBuf::as_path).collect();
-    match crate::sandbox::lock_down_daemon_writing(
+    match airlock_platform::sandbox::lock_down_daemon_writing(
         &config.data_dir(),
         &also,
         ports,
@@ -139,7 +139,7 @@ fn lock_down_with(config: &Config, ports: &[u16]) -> anyhow::Result<()> {
     ) {
         Ok(_) => Ok(()),
         // Other threads would escape the lockdown: a start-up ordering bug, fatal either way.
-        Err(e @ crate::sandbox::SandboxError::NotSingleThreaded { .. }) => {
+        Err(e @ airlock_platform::sandbox::SandboxError::NotSingleThreaded { .. }) => {
             Err(anyhow::Error::new(e).context("refusing to start"))
         }
         Err(e) if config.require_sandbox() => {
@@ -157,7 +157,7 @@ pub(crate) fn rack_ports(config: &Config) -> Vec<u16> {
     let mut ports: Vec<u16> = config
         .remote_generators
         .iter()
-        .flat_map(crate::remote::RemoteGenerator::endpoints)
+        .flat_map(airlock_serving::remote::RemoteGenerator::endpoints)
         .map(|(_, port)| port)
         .collect();
     ports.sort_unstable();
@@ -218,11 +218,11 @@ async fn serve(
     }
     // systemd `Type=notify` (packaging/airlock.service): READY=1 once ready, WATCHDOG=1 from
     // the runtime, STOPPING=1 on drain.
-    let notifier = crate::notify::Notifier::from_env().map(std::sync::Arc::new);
+    let notifier = airlock_platform::notify::Notifier::from_env().map(std::sync::Arc::new);
     if let Some(n) = &notifier {
         n.send("STATUS=verifying the bundle and loading models");
-        if let Some(every) = crate::notify::watchdog_interval() {
-            tokio::spawn(crate::notify::watchdog(n.clone(), every));
+        if let Some(every) = airlock_platform::notify::watchdog_interval() {
+            tokio::spawn(airlock_platform::notify::watchdog(n.clone(), every));
         }
     }
     let ready_notifier = notifier.clone();
@@ -241,7 +241,9 @@ async fn serve(
                     let status = loader_state.indexing().clone();
                     // Folder jobs (the demo's real documents) as `airlock ingest DIR` runs them.
                     let folders = super::ingest_dir::folder_ingest(loader_state.config());
-                    if let Err(e) = crate::ingest_queue::spawn(services, data, status, folders) {
+                    if let Err(e) =
+                        airlock_serving::ingest_queue::spawn(services, data, status, folders)
+                    {
                         tracing::error!(error = %e, "starting the ingest queue worker");
                     }
                 }

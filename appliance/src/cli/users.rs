@@ -176,7 +176,7 @@ pub fn acl(cmd: AclCommand) -> anyhow::Result<bool> {
                 anyhow::bail!("--ldap: the configuration has no [ldap] table");
             };
             let acl = startup::open_acl(&a.data)?;
-            let counts = crate::ldap::sync_blocking(&acl, &ldap, ACTOR)
+            let counts = airlock_identity::ldap::sync_blocking(&acl, &ldap, ACTOR)
                 .map_err(|e| anyhow::anyhow!("directory sync: {e}"))?;
             println!("{}", serde_json::to_string_pretty(&counts)?);
             Ok(true)

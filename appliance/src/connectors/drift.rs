@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::config::ConnectorConfig;
 use super::store::Store;
 use super::sync::doc_id;
-use crate::services::Services;
+use airlock_serving::services::Services;
 
 /// Most mismatches a report lists (the counts are complete).
 pub const LISTED: usize = 1000;

@@ -36,7 +36,7 @@ pub use holdings::{Holdings, HoldingsError};
 pub use store::{LastRun, RunCounts, Store, StoreError};
 
 use crate::connector_metrics::{ConnectorMetrics, SourceLabel};
-use crate::services::Services;
+use airlock_serving::services::Services;
 
 /// Most per-item errors and unknown principals `GET /v1/connectors` lists per source.
 pub const LISTED: usize = 100;

@@ -20,7 +20,7 @@ use airlock_retrieval::{Original, SourceFormat};
 use super::config::ConnectorConfig;
 use super::store::{LastRun, RunCounts, Store};
 use super::{SyncLimits, now_secs};
-use crate::services::Services;
+use airlock_serving::services::Services;
 
 /// The actor of a source's audit rows and grant changes.
 pub(super) fn actor(alias: &str) -> String {
@@ -268,7 +268,7 @@ async fn upsert(
         cfg.alias.clone(),
     );
     blocking(move || {
-        use crate::extraction::ExtractFailure as F;
+        use airlock_serving::extraction::ExtractFailure as F;
         let digest = airlock_retrieval::sha256_hex(&bytes);
         let stored = s
             .retrieval

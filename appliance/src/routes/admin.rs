@@ -247,7 +247,7 @@ pub struct IdPageParams {
     pub limit: Option<usize>,
 }
 
-fn live_set(services: &crate::services::Services) -> Result<RoaringBitmap, ApiError> {
+fn live_set(services: &airlock_serving::services::Services) -> Result<RoaringBitmap, ApiError> {
     Ok(services.retrieval.live_ordinals()?.into_iter().collect())
 }
 

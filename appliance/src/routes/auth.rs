@@ -1,6 +1,6 @@
 //! Directory sign-in: `POST /v1/auth/login` (LDAP / Active Directory) opens a session cookie,
 //! `POST /v1/auth/logout` ends it; `POST /v1/acl/sync/ldap` (admin) applies the directory's
-//! memberships now. See `crate::ldap` for the directory side and `crate::session` for the cookie,
+//! memberships now. See `airlock_identity::ldap` for the directory side and `crate::session` for the cookie,
 //! the CSRF header and the failure limits.
 
 use std::net::SocketAddr;
@@ -15,10 +15,10 @@ use serde_json::json;
 use crate::auth::{Admin, Caller};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, RequestId};
-use crate::ldap::{Credentials, Directory, DirectoryError, DirectoryUser};
 use crate::routes::acl::{actor_of, blocking};
 use crate::session;
 use crate::state::AppState;
+use airlock_identity::ldap::{Credentials, Directory, DirectoryError, DirectoryUser};
 
 /// The audit actor of directory sign-ins.
 pub const LOGIN_ACTOR: &str = "ldap-login";
@@ -87,7 +87,7 @@ fn check_login(b: &LoginBody) -> Result<(), ApiError> {
     }
     if b.username
         .chars()
-        .any(crate::ldap::is_ignorable_in_usernames)
+        .any(airlock_identity::ldap::is_ignorable_in_usernames)
     {
         // The directory would ignore them and match another spelling's account.
         return bad(
@@ -209,7 +209,7 @@ pub async fn login(
     check_login(&body)?;
     // One name per account for the limits and the directory: `bob`, ` bob`, `BOB` and `ｂｏｂ`
     // are the same attempt (the directory would match them all to bob).
-    let username = crate::ldap::canonical_username(&body.username);
+    let username = airlock_identity::ldap::canonical_username(&body.username);
     if username.is_empty() {
         return Err(ApiError::InvalidRequest(
             "`username` must not be empty".into(),
@@ -390,7 +390,7 @@ pub async fn sync(
     };
     let acl = services.acl.clone();
     let counts = blocking(move || {
-        let list = crate::ldap::membership_list(users);
+        let list = airlock_identity::ldap::membership_list(users);
         acl.sync_directory(actor_of(&actor, &request_id), &list)
             .map_err(|e| failed(ApiError::from(e)))
     })
@@ -424,7 +424,7 @@ pub async fn sync_schedule(state: AppState) {
         };
         let acl = services.acl.clone();
         let done = blocking(move || {
-            let list = crate::ldap::membership_list(users);
+            let list = airlock_identity::ldap::membership_list(users);
             Ok(acl.sync_directory("ldap-schedule", &list)?)
         })
         .await;

@@ -17,8 +17,8 @@ use crate::auth::{Admin, Caller};
 use crate::error::ApiError;
 use crate::extract::{ApiJson, JsonOrFile, RequestId};
 use crate::routes::acl::{actor_of, allow_empty, blocking};
-use crate::services::Services;
 use crate::state::AppState;
+use airlock_serving::services::Services;
 
 /// Body of `PUT /v1/documents/{doc_id}`.
 #[derive(Debug, Deserialize)]
@@ -173,7 +173,7 @@ fn file_document(
     bytes: Vec<u8>,
     limits: &airlock_retrieval::ingest::ExtractLimits,
 ) -> Result<DocumentInput, ApiError> {
-    use crate::extraction::ExtractFailure as F;
+    use airlock_serving::extraction::ExtractFailure as F;
     let max_bytes = services.retrieval.config().max_document_bytes;
     let mut doc = services
         .extractor

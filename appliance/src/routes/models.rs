@@ -53,7 +53,7 @@ pub async fn info(
     Ok(resp)
 }
 
-/// The background ingest (crate::ingest_queue) as `GET /v1/info` shows it: `null` when idle;
+/// The background ingest (airlock_serving::ingest_queue) as `GET /v1/info` shows it: `null` when idle;
 /// to an operator or admin the job, its counts, rate and estimate, the jobs queued behind it and
 /// the finished ones; to anyone else only `{"active": true}` — corpus sizes and names are not
 /// theirs to see.
@@ -162,7 +162,7 @@ pub async fn embeddings(
     })))
 }
 
-fn embedder_alias(cards: &[crate::services::ModelCard]) -> String {
+fn embedder_alias(cards: &[airlock_serving::services::ModelCard]) -> String {
     cards
         .iter()
         .find(|c| c.role == "embedder")

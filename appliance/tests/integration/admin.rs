@@ -57,7 +57,7 @@ async fn the_console_pages_answer_by_role_page_with_limits_and_never_show_conten
         .port();
     #[derive(serde::Deserialize)]
     struct T {
-        ldap: airlock::ldap::LdapConfig,
+        ldap: airlock_identity::ldap::LdapConfig,
     }
     let ldap = toml::from_str::<T>(&format!(
         "[ldap]\nurl = \"ldaps://127.0.0.1:{closed}\"\nca_file = \"{ca}\"\n\

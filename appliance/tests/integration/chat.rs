@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use airlock::Config;
-use airlock::generator::Generator;
 use airlock_inference::Catalogue;
 use airlock_inference::generate::{EngineConfig, Event, GenerateRequest, SamplingParams, Stream};
 use airlock_rag::prompt::Role;
+use airlock_serving::generator::Generator;
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};

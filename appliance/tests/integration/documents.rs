@@ -243,7 +243,7 @@ async fn refused_uploads_change_nothing_and_limits_come_from_the_config() {
     let t = TestApp::with_config(Config {
         body_limit: Some(20_000),
         upload_limit: Some(20_000),
-        extract: Some(airlock::extraction::ExtractConfig {
+        extract: Some(airlock_serving::extraction::ExtractConfig {
             limits: airlock_retrieval::ingest::ExtractLimits {
                 max_pages: 1,
                 ..Default::default()

@@ -9,9 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use airlock::extraction::{ChildExtractor, ChildProgram, ExtractBudget, ExtractFailure, Extractor};
 use airlock_extract::testing;
 use airlock_retrieval::ingest::{ExtractLimits, SourceFormat};
+use airlock_serving::extraction::{
+    ChildExtractor, ChildProgram, ExtractBudget, ExtractFailure, Extractor,
+};
 
 use crate::backup::{Daemon, installed};
 
@@ -144,7 +146,7 @@ fn a_worker_lockdown_denies_every_file_and_tcp() {
     // Landlock restricts the calling thread and its future children: lock a fresh thread down,
     // as the worker locks down its only thread.
     let outcome = std::thread::spawn(move || {
-        let report = airlock::sandbox::lock_down_worker(false).unwrap();
+        let report = airlock_platform::sandbox::lock_down_worker(false).unwrap();
         if !report.fully_enforced() {
             return Err(report);
         }

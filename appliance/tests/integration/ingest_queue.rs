@@ -1,4 +1,4 @@
-//! The ingest queue (issue 26 point 9, `airlock::ingest_queue`): a corpus queued in
+//! The ingest queue (issue 26 point 9, `airlock_serving::ingest_queue`): a corpus queued in
 //! `DATA/ingest-queue/` is ingested while the daemon serves. In process: the progress seen by
 //! an operator and by an ordinary user halfway through a job, the documents readable by their
 //! grantees once stored (grants given before the documents existed), a refused line counted
@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use airlock::ingest_queue::{self, Status};
+use airlock_serving::ingest_queue::{self, Status};
 use axum::http::Method;
 use serde_json::{Value, json};
 

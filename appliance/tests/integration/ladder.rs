@@ -8,11 +8,11 @@
 
 use std::time::{Duration, Instant};
 
-use airlock::admission::{Admission, AdmissionConfig, Priority};
 use airlock::auth::Caller;
 use airlock::config::Config;
-use airlock::ladder::{Ladder, LadderConfig, Signals};
 use airlock::metrics::Metrics;
+use airlock_serving::admission::{Admission, AdmissionConfig, Priority};
+use airlock_serving::ladder::{Ladder, LadderConfig, Signals};
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode, header};
 use serde_json::{Value, json};
@@ -168,11 +168,11 @@ async fn concurrent_holders_drive_admission_down_and_back() {
     assert_eq!(plan.rung, 4);
     assert_eq!(
         plan.queue_deadline,
-        Some(airlock::admission::DEFAULT_QUEUE_DEADLINE)
+        Some(airlock_serving::admission::DEFAULT_QUEUE_DEADLINE)
     );
     assert!(matches!(
         admission.admit(&u, None, Priority::Batch),
-        Err(airlock::admission::AdmissionError::Shed { .. })
+        Err(airlock_serving::admission::AdmissionError::Shed { .. })
     ));
     release_tx.send(true).unwrap();
     for t in tasks {

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use airlock::Config;
-use airlock::ldap::LdapConfig;
 use airlock::session::SessionConfig;
+use airlock_identity::ldap::LdapConfig;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{Method, Request, StatusCode, header};

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use airlock::remote::{RemoteGenerator, RemoteGeneratorConfig};
+use airlock_serving::remote::{RemoteGenerator, RemoteGeneratorConfig};
 use axum::http::{Method, StatusCode};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -704,7 +704,8 @@ fn the_lockdown_allows_only_the_rack_ports() {
     let p = dir.path().to_path_buf();
     let outcome = std::thread::spawn(move || {
         let report =
-            airlock::sandbox::lock_down_allowing(&[p.as_path()], &[a.port()], false).unwrap();
+            airlock_platform::sandbox::lock_down_allowing(&[p.as_path()], &[a.port()], false)
+                .unwrap();
         if !report.fully_enforced() {
             return Err(report);
         }

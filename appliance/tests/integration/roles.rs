@@ -363,7 +363,7 @@ fn cell(access: Access, roles: Option<&[Role]>) -> &'static str {
         None if access == Access::Public => "✓",
         None => "401",
         Some(r) => {
-            let caller = airlock::caller::Caller::new(String::new(), r.to_vec());
+            let caller = airlock_identity::caller::Caller::new(String::new(), r.to_vec());
             if airlock::roles::refusal(access, &caller, true).is_none() {
                 "✓"
             } else {

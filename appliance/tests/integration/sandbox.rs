@@ -1,6 +1,6 @@
 //! Egress lockdown (DESIGN.md §9).
 //!
-//! 1. Landlock really denies: a thread locked down with [`airlock::sandbox::lock_down`] cannot
+//! 1. Landlock really denies: a thread locked down with [`airlock_platform::sandbox::lock_down`] cannot
 //!    connect to a loopback listener that an unrestricted thread of the same process reaches,
 //!    and cannot write outside its allowed directory (skipped, loudly, on kernels without
 //!    Landlock ABI ≥ 4).
@@ -32,7 +32,7 @@ fn a_locked_down_thread_cannot_connect_out_or_write_elsewhere() {
     let (allowed_p, elsewhere_p) = (allowed.path().to_path_buf(), elsewhere.path().to_path_buf());
     // Landlock restricts the calling thread and its future children: lock a fresh thread down.
     let outcome = std::thread::spawn(move || {
-        let report = airlock::sandbox::lock_down(&[allowed_p.as_path()], false).unwrap();
+        let report = airlock_platform::sandbox::lock_down(&[allowed_p.as_path()], false).unwrap();
         if !report.fully_enforced() {
             return Err(report);
         }
@@ -82,7 +82,7 @@ fn the_daemon_lockdown_reads_but_never_writes_the_keyring_and_bundles() {
     let d = data.clone();
     let outcome = std::thread::spawn(move || {
         // Not the main thread: this restricts the test's thread, as in the eval runner.
-        let report = airlock::sandbox::lock_down_daemon(&d, false).unwrap();
+        let report = airlock_platform::sandbox::lock_down_daemon(&d, false).unwrap();
         if !report.fully_enforced() {
             return Err(report);
         }
@@ -202,7 +202,7 @@ fn the_shipped_systemd_unit_requires_the_sandbox() {
         .filter_map(|l| l.strip_prefix("ReadOnlyPaths="))
         .flat_map(str::split_whitespace)
         .collect();
-    for dir in airlock::sandbox::READ_ONLY {
+    for dir in airlock_platform::sandbox::READ_ONLY {
         assert!(
             read_only.contains(&format!("/var/lib/airlock/{dir}").as_str()),
             "{dir} must be read-only for the service: {read_only:?}"
@@ -214,10 +214,13 @@ fn the_shipped_systemd_unit_requires_the_sandbox() {
 fn process_threads_counts_the_threads_of_this_process() {
     // What the process lockdown's single-thread check reads (the demo test below shows the
     // check refusing and passing in the real binary).
-    let before = airlock::sandbox::process_threads().unwrap();
+    let before = airlock_platform::sandbox::process_threads().unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let t = std::thread::spawn(move || rx.recv().ok());
-    assert_eq!(airlock::sandbox::process_threads().unwrap(), before + 1);
+    assert_eq!(
+        airlock_platform::sandbox::process_threads().unwrap(),
+        before + 1
+    );
     tx.send(()).unwrap();
     t.join().unwrap();
 }

@@ -4,14 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use airlock::generator::Generator;
-use airlock::services::ModelCard;
 use airlock::{AppState, Config, Services, app};
 use airlock_acl::{Acl, NewUser, Role};
 use airlock_evidence::feedback::FeedbackStore;
 use airlock_inference::generate::EngineConfig;
 use airlock_inference::{Catalogue, Embedder, EmbedderConfig, EmbedderFiles};
 use airlock_retrieval::{Retrieval, RetrievalConfig};
+use airlock_serving::generator::Generator;
+use airlock_serving::services::ModelCard;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use http_body_util::BodyExt;
@@ -150,7 +150,7 @@ impl TestApp {
     /// generators `remotes` (already connected).
     pub fn with_remotes(
         config: Config,
-        remotes: Vec<Arc<airlock::remote::RemoteGenerator>>,
+        remotes: Vec<Arc<airlock_serving::remote::RemoteGenerator>>,
     ) -> Self {
         let _ = tracing_subscriber::fmt()
             .with_test_writer()
@@ -333,9 +333,9 @@ impl TestApp {
 
 /// The daemon's extractor for `config` (budgeted workers), running the `airlock` binary: in a
 /// test process `/proc/self/exe` is the test harness, not `airlock`.
-pub fn test_extractor(config: &Config) -> airlock::extraction::Extractor {
-    airlock::extraction::Extractor::Child(airlock::extraction::ChildExtractor::new(
-        airlock::extraction::ChildProgram {
+pub fn test_extractor(config: &Config) -> airlock_serving::extraction::Extractor {
+    airlock_serving::extraction::Extractor::Child(airlock_serving::extraction::ChildExtractor::new(
+        airlock_serving::extraction::ChildProgram {
             path: env!("CARGO_BIN_EXE_airlock").into(),
             require_sandbox: false,
         },
@@ -354,7 +354,7 @@ fn open_services(dir: &Path, generator: Arc<Generator>) -> Services {
             &db,
             &dir.join("index"),
             RetrievalConfig::default(),
-            Arc::new(airlock::models::EmbedAdapter(embedder.clone())),
+            Arc::new(airlock_serving::models::EmbedAdapter(embedder.clone())),
             None,
         )
         .unwrap(),

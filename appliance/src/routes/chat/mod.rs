@@ -14,7 +14,6 @@ use axum::http::HeaderValue;
 use axum::response::sse::KeepAlive;
 use axum::response::{IntoResponse, Response};
 
-use crate::admission::{AdmissionError, Ticket};
 use crate::auth::Caller;
 use crate::config::Config;
 use crate::error::ApiError;
@@ -22,6 +21,7 @@ use crate::extract::{ApiJson, RequestId};
 use crate::openai::{AirlockResponse, ChatRequest};
 use crate::routes::REQUEST_ID;
 use crate::state::AppState;
+use airlock_serving::admission::{AdmissionError, Ticket};
 use airlock_serving::answer::{self, Answer, Chat, Core, Generated, Given, Settings, Timings};
 
 mod refusal;
@@ -189,7 +189,7 @@ async fn respond(state: &AppState, wire: Wire, answer: Answer) -> Result<Respons
     }
     if fallback.is_some() {
         resp.headers_mut().insert(
-            crate::remote::FALLBACK_HEADER,
+            airlock_serving::remote::FALLBACK_HEADER,
             HeaderValue::from_static("true"),
         );
     }
