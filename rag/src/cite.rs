@@ -655,7 +655,7 @@ fn name_at<'a>(words: &[&str], i: usize, word: &'a str) -> Option<&'a str> {
 }
 
 /// Lower-case alphanumeric pieces of `text` (any other character separates).
-fn pieces(text: &str) -> Vec<String> {
+pub(crate) fn pieces(text: &str) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)

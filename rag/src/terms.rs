@@ -89,9 +89,9 @@ fn rare(token: &str, pieces: &impl Fn(&str) -> Option<usize>) -> bool {
 
 /// The alphanumeric pieces of `term` the corpus must hold (at least two characters each).
 pub fn pieces_of(term: &str) -> Vec<String> {
-    term.split(|c: char| !c.is_alphanumeric())
+    crate::cite::pieces(term)
+        .into_iter()
         .filter(|p| p.chars().count() >= 2)
-        .map(str::to_lowercase)
         .collect()
 }
 
